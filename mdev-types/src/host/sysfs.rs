@@ -1,0 +1,217 @@
+//! [`SysfsHost`]: the kernel's sysfs, below a root directory.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Component, Path, PathBuf};
+
+use super::{Errno, Host, HostError, HostOp};
+
+/// The real kernel interface: kernel paths mapped below `root` (`/` on a live host).
+///
+/// With another root, a fixture tree or a capture such as `../shared/fixtures/h200-passthrough` is read
+/// exactly like the kernel's sysfs; absolute symbolic links inside the tree are resolved below the root
+/// too, so a capture never escapes into the machine's own `/sys`.
+#[derive(Debug, Clone)]
+pub struct SysfsHost {
+    root: PathBuf,
+}
+
+impl SysfsHost {
+    /// A host rooted at `root`. Fails with `ENOENT`/`ENOTDIR` when `root` is not a directory.
+    pub fn new(root: impl Into<PathBuf>) -> Result<Self, HostError> {
+        let root = root.into();
+        match fs::metadata(&root) {
+            Ok(m) if m.is_dir() => Ok(Self { root }),
+            Ok(_) => Err(HostError::new(HostOp::Read, root, Errno::ENOTDIR)),
+            Err(e) => Err(HostError::new(HostOp::Read, root, errno_of(&e))),
+        }
+    }
+
+    /// The live host (`/`).
+    pub fn live() -> Self {
+        Self {
+            root: PathBuf::from("/"),
+        }
+    }
+
+    /// The root directory kernel paths are mapped below.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Maps a kernel path below the root.
+    fn real(&self, path: &Path) -> PathBuf {
+        let rel = path.strip_prefix("/").unwrap_or(path);
+        self.root.join(rel)
+    }
+
+    /// Resolves `path` component by component, following links inside the root (at most 40 hops, like
+    /// the kernel's `ELOOP` limit). Returns the kernel path.
+    fn resolve(&self, path: &Path) -> Result<PathBuf, HostError> {
+        let mut hops = 0;
+        let mut todo: Vec<PathBuf> = Vec::new();
+        push_components(&mut todo, path);
+        let mut out = PathBuf::from("/");
+        while let Some(c) = todo.pop() {
+            if c.as_os_str() == ".." {
+                out.pop();
+                continue;
+            }
+            let candidate = out.join(&c);
+            let real = self.real(&candidate);
+            match fs::symlink_metadata(&real) {
+                Ok(m) if m.file_type().is_symlink() => {
+                    hops += 1;
+                    if hops > 40 {
+                        return Err(HostError::new(HostOp::Canonicalize, path, Errno::ELOOP));
+                    }
+                    let target = fs::read_link(&real)
+                        .map_err(|e| HostError::new(HostOp::Canonicalize, path, errno_of(&e)))?;
+                    if target.is_absolute() {
+                        out = PathBuf::from("/");
+                    }
+                    push_components(&mut todo, &target);
+                }
+                Ok(_) => out = candidate,
+                Err(e) => return Err(HostError::new(HostOp::Canonicalize, path, errno_of(&e))),
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Pushes the normal and `..` components of `p` onto `stack` so that popping yields them in order.
+fn push_components(stack: &mut Vec<PathBuf>, p: &Path) {
+    let parts: Vec<PathBuf> = p
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(PathBuf::from(n)),
+            Component::ParentDir => Some(PathBuf::from("..")),
+            _ => None,
+        })
+        .collect();
+    stack.extend(parts.into_iter().rev());
+}
+
+fn errno_of(e: &std::io::Error) -> Errno {
+    e.raw_os_error().map(Errno::from_raw).unwrap_or(Errno::EIO)
+}
+
+impl Host for SysfsHost {
+    fn read(&self, path: &Path) -> Result<String, HostError> {
+        let real = self.real(&self.resolve(path).map_err(|e| HostError {
+            op: HostOp::Read,
+            ..e
+        })?);
+        let bytes =
+            fs::read(&real).map_err(|e| HostError::new(HostOp::Read, path, errno_of(&e)))?;
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    fn write(&self, path: &Path, value: &str) -> Result<(), HostError> {
+        let resolved = self
+            .resolve(path)
+            .map_err(|e| HostError::write(path, value, e.errno))?;
+        let real = self.real(&resolved);
+        // sysfs attributes must be written without O_CREAT/O_TRUNC surprises and in a single write(2):
+        // the kernel's store() sees exactly one buffer.
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .open(&real)
+            .map_err(|e| HostError::write(path, value, errno_of(&e)))?;
+        f.write(value.as_bytes())
+            .map_err(|e| HostError::write(path, value, errno_of(&e)))?;
+        Ok(())
+    }
+
+    fn list(&self, path: &Path) -> Result<Vec<String>, HostError> {
+        let real = self.real(&self.resolve(path).map_err(|e| HostError {
+            op: HostOp::List,
+            ..e
+        })?);
+        let mut names = Vec::new();
+        for entry in
+            fs::read_dir(&real).map_err(|e| HostError::new(HostOp::List, path, errno_of(&e)))?
+        {
+            let entry = entry.map_err(|e| HostError::new(HostOp::List, path, errno_of(&e)))?;
+            names.push(entry.file_name().to_string_lossy().into_owned());
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    fn read_link(&self, path: &Path) -> Result<PathBuf, HostError> {
+        let parent = path.parent().unwrap_or(Path::new("/"));
+        let name = path
+            .file_name()
+            .ok_or_else(|| HostError::new(HostOp::ReadLink, path, Errno::EINVAL))?;
+        let dir = self.resolve(parent).map_err(|e| HostError {
+            op: HostOp::ReadLink,
+            ..e
+        })?;
+        fs::read_link(self.real(&dir.join(name)))
+            .map_err(|e| HostError::new(HostOp::ReadLink, path, errno_of(&e)))
+    }
+
+    fn canonicalize(&self, path: &Path) -> Result<PathBuf, HostError> {
+        self.resolve(path)
+    }
+
+    fn describe(&self) -> String {
+        format!("sysfs at {}", self.root.display())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    #[test]
+    fn links_resolve_inside_the_root() {
+        let t = tempfile::tempdir().unwrap();
+        let r = t.path();
+        fs::create_dir_all(r.join("sys/devices/pci0000:00/0000:00:06.0")).unwrap();
+        fs::create_dir_all(r.join("sys/bus/pci/devices")).unwrap();
+        fs::create_dir_all(r.join("sys/bus/pci/drivers/nvidia")).unwrap();
+        fs::write(
+            r.join("sys/devices/pci0000:00/0000:00:06.0/vendor"),
+            "0x10de\n",
+        )
+        .unwrap();
+        symlink(
+            "../../../devices/pci0000:00/0000:00:06.0",
+            r.join("sys/bus/pci/devices/0000:00:06.0"),
+        )
+        .unwrap();
+        symlink(
+            "/sys/bus/pci/drivers/nvidia",
+            r.join("sys/devices/pci0000:00/0000:00:06.0/driver"),
+        )
+        .unwrap();
+        let h = SysfsHost::new(r).unwrap();
+        let dev = Path::new("/sys/bus/pci/devices/0000:00:06.0");
+        assert_eq!(h.read(&dev.join("vendor")).unwrap(), "0x10de\n");
+        assert_eq!(
+            h.canonicalize(&dev.join("driver")).unwrap(),
+            PathBuf::from("/sys/bus/pci/drivers/nvidia")
+        );
+        assert_eq!(
+            h.canonicalize(dev).unwrap(),
+            PathBuf::from("/sys/devices/pci0000:00/0000:00:06.0")
+        );
+        assert_eq!(h.list(dev).unwrap(), vec!["driver", "vendor"]);
+        let e = h.read(&dev.join("nope")).unwrap_err();
+        assert_eq!(e.errno, Errno::ENOENT);
+        assert_eq!(e.path, dev.join("nope"));
+        let e = h.write(&dev.join("missing"), "1").unwrap_err();
+        assert_eq!(e.errno, Errno::ENOENT);
+        assert!(e.to_string().contains("value \"1\""), "{e}");
+    }
+
+    #[test]
+    fn missing_root_is_an_error() {
+        let e = SysfsHost::new("/definitely/not/here").unwrap_err();
+        assert_eq!(e.errno, Errno::ENOENT);
+    }
+}

@@ -1,0 +1,265 @@
+//! What discovery reports about a host: PCI devices, mdev parents with their types and instances,
+//! SR-IOV physical and virtual functions, NVIDIA vendor-specific VFIO state and IOMMU groups.
+//!
+//! The model is plain data (serde-serializable; `vgpuctl discover --json` prints it). It holds no handle
+//! to the host it was read from.
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{IommuGroup, MdevTypeId, MdevUuid, PciAddress, PciId};
+use crate::parse::TypeDescription;
+
+/// Everything discovery found on one host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Inventory {
+    /// Which host was read (`sysfs at /`, `simulated host 'demo'`).
+    pub host: String,
+    /// Every PCI function, sorted by address.
+    pub pci_devices: Vec<PciDevice>,
+    /// Every registered mdev parent (PCI or virtual), sorted by name.
+    pub mdev_parents: Vec<MdevParent>,
+    /// Every existing mdev instance, sorted by UUID.
+    pub mdev_instances: Vec<MdevInstance>,
+    /// Every IOMMU group with its members, sorted by number.
+    pub iommu_groups: Vec<IommuGroupInfo>,
+    /// The GPUs (display controllers, 3D controllers, accelerators, and virtual display parents) with
+    /// what each can offer a guest.
+    pub gpus: Vec<Gpu>,
+}
+
+/// One PCI function as sysfs describes it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PciDevice {
+    /// Its address.
+    pub address: PciAddress,
+    /// `vendor`.
+    pub vendor: PciId,
+    /// `device`.
+    pub device: PciId,
+    /// `subsystem_vendor`, when present.
+    pub subsystem_vendor: Option<PciId>,
+    /// `subsystem_device`, when present.
+    pub subsystem_device: Option<PciId>,
+    /// `class` (24 bits: base class, subclass, programming interface).
+    pub class: u32,
+    /// The bound driver (name of the `driver` link), if any.
+    pub driver: Option<String>,
+    /// `driver_override`, if set.
+    pub driver_override: Option<String>,
+    /// The IOMMU group (`iommu_group` link), absent when the kernel runs without an IOMMU.
+    pub iommu_group: Option<IommuGroup>,
+    /// `numa_node`, absent when the kernel reports -1.
+    pub numa_node: Option<u32>,
+    /// `boot_vga` is 1: the firmware console runs on this device.
+    pub boot_vga: bool,
+    /// SR-IOV physical-function state, when the device has the capability.
+    pub sriov: Option<SriovPf>,
+    /// For a virtual function: its physical function (`physfn` link).
+    pub physfn: Option<PciAddress>,
+    /// NVIDIA vendor-specific VFIO state (`nvidia/` directory of a VF), when present.
+    pub nvidia_vf: Option<NvidiaVfState>,
+}
+
+impl PciDevice {
+    /// Base class 0x03 (display controller) or 0x12 (processing accelerator).
+    pub fn is_gpu_class(&self) -> bool {
+        matches!(self.class >> 16, 0x03 | 0x12)
+    }
+
+    /// Base class 0x06 (bridge).
+    pub fn is_bridge(&self) -> bool {
+        self.class >> 16 == 0x06
+    }
+}
+
+/// SR-IOV state of a physical function (`sriov_*` attributes and `virtfn*` links).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SriovPf {
+    /// `sriov_totalvfs`.
+    pub total_vfs: u32,
+    /// `sriov_numvfs`.
+    pub num_vfs: u32,
+    /// `sriov_drivers_autoprobe`: whether new VFs are probed by drivers automatically.
+    pub drivers_autoprobe: bool,
+    /// `sriov_vf_device`, the device id VFs will have, when the kernel exposes it.
+    pub vf_device: Option<PciId>,
+    /// The enabled VFs (`virtfn0`, `virtfn1`, …) in index order.
+    pub vfs: Vec<PciAddress>,
+}
+
+/// One vGPU type a NVIDIA vendor-specific VFIO VF can take (a row of `nvidia/creatable_vgpu_types`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NvidiaVgpuType {
+    /// The numeric type id written to `current_vgpu_type`.
+    pub id: u32,
+    /// The vGPU name, e.g. `NVIDIA L40S-4Q`.
+    pub name: String,
+}
+
+/// NVIDIA vendor-specific VFIO state of one VF (`nvidia/creatable_vgpu_types`, `nvidia/current_vgpu_type`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NvidiaVfState {
+    /// Types that can be created on this VF now (empty once the GPU's framebuffer is used up).
+    pub creatable: Vec<NvidiaVgpuType>,
+    /// The vGPU type this VF currently has; `None` when `current_vgpu_type` is 0.
+    pub current_type: Option<u32>,
+}
+
+/// A registered mdev parent: a device whose driver offers mediated devices.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MdevParent {
+    /// The parent's device name as in `/sys/class/mdev_bus/<name>` (a PCI address or e.g. `mbochs`).
+    pub name: String,
+    /// The PCI address, when the parent is a PCI device.
+    pub pci: Option<PciAddress>,
+    /// The parent's driver, when known.
+    pub driver: Option<String>,
+    /// Its supported types, sorted by id.
+    pub types: Vec<MdevType>,
+}
+
+/// One entry of `mdev_supported_types/`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MdevType {
+    /// The directory name, e.g. `nvidia-231`.
+    pub id: MdevTypeId,
+    /// `name`, when the driver provides it (e.g. `GRID T4-2Q`).
+    pub name: Option<String>,
+    /// `description`, raw, when the driver provides it.
+    pub description: Option<String>,
+    /// The description parsed into the vendor's fields.
+    pub details: TypeDescription,
+    /// `device_api`, e.g. `vfio-pci`.
+    pub device_api: String,
+    /// `available_instances`.
+    pub available_instances: u32,
+    /// Instances of this type that exist now (`devices/`).
+    pub instances: Vec<MdevUuid>,
+}
+
+/// An existing mdev instance (`/sys/bus/mdev/devices/<uuid>`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MdevInstance {
+    /// Its UUID.
+    pub uuid: MdevUuid,
+    /// The parent's device name.
+    pub parent: String,
+    /// Its type (`mdev_type` link).
+    pub type_id: MdevTypeId,
+    /// Its IOMMU group, when it has one.
+    pub iommu_group: Option<IommuGroup>,
+    /// The bound driver (usually `vfio_mdev` or the vendor's), if any.
+    pub driver: Option<String>,
+}
+
+/// An IOMMU group and the devices in it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IommuGroupInfo {
+    /// Group number.
+    pub group: IommuGroup,
+    /// PCI members, sorted.
+    pub pci_devices: Vec<PciAddress>,
+    /// mdev members.
+    pub mdevs: Vec<MdevUuid>,
+}
+
+/// Which vendor made a GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Vendor {
+    /// NVIDIA (0x10de).
+    Nvidia,
+    /// Intel (0x8086).
+    Intel,
+    /// AMD (0x1002).
+    Amd,
+    /// Virtual devices such as the kernel's sample mdev drivers.
+    Virtual,
+    /// Anything else.
+    Other,
+}
+
+impl Vendor {
+    /// The vendor of a PCI vendor id.
+    pub fn from_pci(id: PciId) -> Self {
+        match id {
+            PciId::NVIDIA => Vendor::Nvidia,
+            PciId::INTEL => Vendor::Intel,
+            PciId::AMD => Vendor::Amd,
+            _ => Vendor::Other,
+        }
+    }
+
+    /// Lower-case name as used in profiles (`nvidia`, `intel`, `amd`, `virtual`, `other`).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Vendor::Nvidia => "nvidia",
+            Vendor::Intel => "intel",
+            Vendor::Amd => "amd",
+            Vendor::Virtual => "virtual",
+            Vendor::Other => "other",
+        }
+    }
+}
+
+/// A GPU and what it can offer a guest.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Gpu {
+    /// Stable name: the PCI address, or the parent name for a virtual mdev parent.
+    pub id: String,
+    /// The PCI address, for PCI GPUs.
+    pub pci: Option<PciAddress>,
+    /// Vendor.
+    pub vendor: Vendor,
+    /// A human model name (`NVIDIA T4`, or `NVIDIA device 0x10de:0x2335` when unknown).
+    pub model: String,
+    /// The bound driver.
+    pub driver: Option<String>,
+    /// NUMA node, when known.
+    pub numa_node: Option<u32>,
+    /// The firmware console runs on it.
+    pub boot_vga: bool,
+    /// Every way it can be virtualized, in the order found.
+    pub capabilities: Vec<Capability>,
+    /// Whether the whole device could be handed to a guest through VFIO, and why not.
+    pub passthrough: Assignability,
+}
+
+/// One way a GPU can be virtualized.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Capability {
+    /// It is an mdev parent (classic NVIDIA vGPU, Intel GVT-g, kernel samples).
+    Mdev {
+        /// Number of types.
+        types: usize,
+    },
+    /// It is an SR-IOV physical function.
+    Sriov {
+        /// `sriov_totalvfs`.
+        total_vfs: u32,
+        /// `sriov_numvfs`.
+        num_vfs: u32,
+    },
+    /// Its VFs carry NVIDIA's vendor-specific VFIO interface (`nvidia/creatable_vgpu_types`).
+    NvidiaVendorVfio {
+        /// VFs that have the interface.
+        vfs: usize,
+    },
+}
+
+/// Whether a device can be assigned to a guest whole through VFIO.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "assignable", rename_all = "kebab-case")]
+pub enum Assignability {
+    /// It can (its IOMMU group holds nothing the host needs).
+    Yes {
+        /// Its IOMMU group.
+        iommu_group: IommuGroup,
+    },
+    /// It cannot, for this reason (a sentence naming what to change).
+    No {
+        /// Why not and what would change it.
+        reason: String,
+    },
+}

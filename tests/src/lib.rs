@@ -1,0 +1,1 @@
+//! Shared helpers for vgpu-manager's cross-crate integration tests and the real-kernel suite.

@@ -1,0 +1,2 @@
+//! `vgpuctl`: the admin CLI.
+fn main() {}

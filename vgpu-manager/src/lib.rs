@@ -1,0 +1,2 @@
+//! vgpu-manager: profiles, matching and the admin CLI over the hardware boundary of `mdev-types`.
+#![deny(missing_docs)]
