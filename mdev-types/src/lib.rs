@@ -9,7 +9,9 @@
 //! * [`ops`] — lifecycle operations (mdev create/remove, SR-IOV, driver binding) with typed errors.
 #![deny(missing_docs)]
 
+pub mod discover;
 pub mod host;
 pub mod ids;
 pub mod model;
+pub mod ops;
 pub mod parse;

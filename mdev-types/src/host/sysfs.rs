@@ -11,6 +11,11 @@ use super::{Errno, Host, HostError, HostOp};
 /// With another root, a fixture tree or a capture such as `../shared/fixtures/h200-passthrough` is read
 /// exactly like the kernel's sysfs; absolute symbolic links inside the tree are resolved below the root
 /// too, so a capture never escapes into the machine's own `/sys`.
+///
+/// Captures that travelled through tools which drop symbolic links (archivers, git with
+/// `core.symlinks=false`) hold each link as a small regular file whose text is the link target
+/// (`../../../bus/pci/drivers/nvidia`). Such *link stubs* are followed like links: no real sysfs attribute
+/// reads as a relative path starting with `../` or as an absolute `/sys/` path.
 #[derive(Debug, Clone)]
 pub struct SysfsHost {
     root: PathBuf,
@@ -59,20 +64,18 @@ impl SysfsHost {
             }
             let candidate = out.join(&c);
             let real = self.real(&candidate);
-            match fs::symlink_metadata(&real) {
-                Ok(m) if m.file_type().is_symlink() => {
+            match link_target(&real) {
+                Ok(Some(target)) => {
                     hops += 1;
                     if hops > 40 {
                         return Err(HostError::new(HostOp::Canonicalize, path, Errno::ELOOP));
                     }
-                    let target = fs::read_link(&real)
-                        .map_err(|e| HostError::new(HostOp::Canonicalize, path, errno_of(&e)))?;
                     if target.is_absolute() {
                         out = PathBuf::from("/");
                     }
                     push_components(&mut todo, &target);
                 }
-                Ok(_) => out = candidate,
+                Ok(None) => out = candidate,
                 Err(e) => return Err(HostError::new(HostOp::Canonicalize, path, errno_of(&e))),
             }
         }
@@ -91,6 +94,25 @@ fn push_components(stack: &mut Vec<PathBuf>, p: &Path) {
         })
         .collect();
     stack.extend(parts.into_iter().rev());
+}
+
+/// The target of a symbolic link or of a link stub (see [`SysfsHost`]); `None` for anything else.
+fn link_target(real: &Path) -> std::io::Result<Option<PathBuf>> {
+    let meta = fs::symlink_metadata(real)?;
+    if meta.file_type().is_symlink() {
+        return fs::read_link(real).map(Some);
+    }
+    if !meta.is_file() || meta.len() > 512 {
+        return Ok(None);
+    }
+    let bytes = fs::read(real)?;
+    let Ok(text) = std::str::from_utf8(&bytes) else {
+        return Ok(None);
+    };
+    let t = text.strip_suffix('\n').unwrap_or(text);
+    let looks_like_link = (t.starts_with("../") || t.starts_with("/sys/"))
+        && !t.chars().any(|c| c.is_whitespace() || c.is_control());
+    Ok(looks_like_link.then(|| PathBuf::from(t)))
 }
 
 fn errno_of(e: &std::io::Error) -> Errno {
@@ -149,8 +171,11 @@ impl Host for SysfsHost {
             op: HostOp::ReadLink,
             ..e
         })?;
-        fs::read_link(self.real(&dir.join(name)))
-            .map_err(|e| HostError::new(HostOp::ReadLink, path, errno_of(&e)))
+        match link_target(&self.real(&dir.join(name))) {
+            Ok(Some(target)) => Ok(target),
+            Ok(None) => Err(HostError::new(HostOp::ReadLink, path, Errno::EINVAL)),
+            Err(e) => Err(HostError::new(HostOp::ReadLink, path, errno_of(&e))),
+        }
     }
 
     fn canonicalize(&self, path: &Path) -> Result<PathBuf, HostError> {
@@ -207,6 +232,46 @@ mod tests {
         let e = h.write(&dev.join("missing"), "1").unwrap_err();
         assert_eq!(e.errno, Errno::ENOENT);
         assert!(e.to_string().contains("value \"1\""), "{e}");
+    }
+
+    #[test]
+    fn link_stubs_are_followed_like_links() {
+        let t = tempfile::tempdir().unwrap();
+        let r = t.path();
+        fs::create_dir_all(r.join("sys/devices/pci0000:00/0000:00:06.0")).unwrap();
+        fs::create_dir_all(r.join("sys/bus/pci/devices")).unwrap();
+        fs::create_dir_all(r.join("sys/bus/pci/drivers/nvidia")).unwrap();
+        fs::write(
+            r.join("sys/devices/pci0000:00/0000:00:06.0/class"),
+            "0x030200\n",
+        )
+        .unwrap();
+        fs::write(
+            r.join("sys/devices/pci0000:00/0000:00:06.0/driver"),
+            "../../../bus/pci/drivers/nvidia",
+        )
+        .unwrap();
+        fs::write(
+            r.join("sys/bus/pci/devices/0000:00:06.0"),
+            "../../../devices/pci0000:00/0000:00:06.0",
+        )
+        .unwrap();
+        let h = SysfsHost::new(r).unwrap();
+        let dev = Path::new("/sys/bus/pci/devices/0000:00:06.0");
+        assert_eq!(h.read(&dev.join("class")).unwrap(), "0x030200\n");
+        assert_eq!(
+            h.read_link(&dev.join("driver")).unwrap(),
+            PathBuf::from("../../../bus/pci/drivers/nvidia")
+        );
+        // A link to a directory reads as a directory, as in sysfs.
+        assert_eq!(
+            h.read(&dev.join("driver")).unwrap_err().errno,
+            Errno::EISDIR
+        );
+        assert_eq!(
+            h.read_link(&dev.join("class")).unwrap_err().errno,
+            Errno::EINVAL
+        );
     }
 
     #[test]
