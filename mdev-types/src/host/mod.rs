@@ -19,6 +19,7 @@ use thiserror::Error;
 pub mod paths;
 pub mod sim;
 mod sysfs;
+pub mod uevent;
 
 pub use sysfs::SysfsHost;
 
@@ -118,6 +119,12 @@ pub trait Host: Send + Sync + fmt::Debug {
 
     /// One line naming this host for logs and reports, e.g. `sysfs at /` or `simulated host 'demo'`.
     fn describe(&self) -> String;
+
+    /// A stream of kernel uevents (devices and parents coming and going), or `None` when this host cannot
+    /// report them (e.g. a static fixture tree). The stream ends when the host is dropped.
+    fn subscribe(&self) -> Option<std::sync::mpsc::Receiver<uevent::Uevent>> {
+        None
+    }
 }
 
 /// Convenience reads layered on [`Host`]; every method returns the kernel's errno unchanged.

@@ -185,6 +185,38 @@ impl Host for SysfsHost {
     fn describe(&self) -> String {
         format!("sysfs at {}", self.root.display())
     }
+
+    /// On the live host (root `/`), a thread reads the kernel's uevent socket; trees below another root
+    /// are static captures and have no events.
+    fn subscribe(&self) -> Option<std::sync::mpsc::Receiver<super::uevent::Uevent>> {
+        if self.root != Path::new("/") {
+            return None;
+        }
+        let socket = match super::uevent::UeventSocket::open() {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot open the kernel uevent socket; changes made behind our back are noticed only on the next request");
+                return None;
+            }
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name("uevents".into())
+            .spawn(move || {
+                while let Ok(ev) = socket.next_event() {
+                    if tx.send(ev).is_err() {
+                        break;
+                    }
+                }
+            });
+        match spawned {
+            Ok(_) => Some(rx),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot start the uevent reader thread");
+                None
+            }
+        }
+    }
 }
 
 #[cfg(test)]
