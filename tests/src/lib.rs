@@ -1,1 +1,3 @@
 //! Shared helpers for vgpu-manager's cross-crate integration tests and the real-kernel suite.
+
+pub mod kernel;

@@ -1,0 +1,381 @@
+# Functions for scripts/vm-test (sourced): host tools, test binaries, guest kernels and initramfs,
+# booting. Uses the globals set by scripts/vm-test (ROOT, CACHE, CUSTOM_DIR, VMDIR, SHARE, BUILD,
+# TIMEOUT, FILTERS).
+
+die() {
+	echo "vm-test: $*" >&2
+	exit 1
+}
+
+note() { echo "vm-test: $*"; }
+
+# ---------------------------------------------------------------------------------------------------
+# Host packages
+
+# Debian packages the harness needs besides QEMU: busybox-static (guest PID 1, must be static),
+# cpio (initramfs), kmod (depmod/modprobe to resolve guest modules), xz-utils (Debian modules and
+# linux-source are xz-compressed), zstd (in case a kernel ships .ko.zst), dwarves (pahole, for the BTF
+# step of out-of-tree module builds), make + gcc-12 (the compiler Debian's bookworm kernels were built
+# with, named in the headers' .kernelvariables), libc6-dev (static glibc for the test binary).
+HOST_PACKAGES=(busybox-static cpio kmod xz-utils zstd dwarves make gcc-12 libc6-dev binutils)
+APT_UPDATED=0
+
+pkg_installed() {
+	dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'
+}
+
+# QEMU 8.0 added the igb device; bookworm's 7.2 lacks it, bookworm-backports has 10.x (issue 3).
+qemu_ok() {
+	command -v qemu-system-x86_64 >/dev/null &&
+		qemu-system-x86_64 -device help 2>/dev/null | grep -q '"igb"'
+}
+
+apt_update_once() {
+	[ "$APT_UPDATED" = 1 ] && return 0
+	ensure_backports_source
+	note "apt-get update"
+	apt-get update -q >/dev/null || die "apt-get update failed"
+	APT_UPDATED=1
+}
+
+ensure_backports_source() {
+	if grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
+		return 0
+	fi
+	note "adding bookworm-backports to apt's sources"
+	cat >/etc/apt/sources.list.d/bookworm-backports.sources <<'EOF'
+Types: deb
+URIs: http://deb.debian.org/debian
+Suites: bookworm-backports
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+EOF
+}
+
+ensure_host_tools() {
+	local missing=() p
+	for p in "${HOST_PACKAGES[@]}"; do
+		pkg_installed "$p" || missing+=("$p")
+	done
+	if [ ${#missing[@]} -eq 0 ] && qemu_ok; then
+		return 0
+	fi
+	[ "$(id -u)" = 0 ] || die "missing host packages (${missing[*]} qemu-system-x86 from bookworm-backports); run as root to install them"
+	apt_update_once
+	if [ ${#missing[@]} -gt 0 ]; then
+		note "installing ${missing[*]}"
+		apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null ||
+			die "apt-get install ${missing[*]} failed"
+	fi
+	if ! qemu_ok; then
+		note "installing qemu-system-x86 from bookworm-backports"
+		apt-get install -y -q --no-install-recommends -t bookworm-backports qemu-system-x86 >/dev/null ||
+			die "apt-get install -t bookworm-backports qemu-system-x86 failed"
+		qemu_ok || die "qemu-system-x86_64 still has no igb device after installing from bookworm-backports"
+	fi
+}
+
+# Downloads Debian package $1 into $CACHE/debs (once) and prints the .deb's path.
+fetch_deb() {
+	local pkg=$1 f
+	mkdir -p "$CACHE/debs"
+	f=$(find "$CACHE/debs" -maxdepth 1 -name "${pkg}_*.deb" | sort -V | tail -n1)
+	if [ -z "$f" ]; then
+		apt_update_once
+		(cd "$CACHE/debs" && apt-get download -q -o APT::Sandbox::User=root "$pkg" >/dev/null) ||
+			die "apt-get download $pkg failed"
+		f=$(find "$CACHE/debs" -maxdepth 1 -name "${pkg}_*.deb" | sort -V | tail -n1)
+	fi
+	[ -n "$f" ] || die "no .deb for $pkg after apt-get download"
+	echo "$f"
+}
+
+# ---------------------------------------------------------------------------------------------------
+# Test binaries
+
+# Builds each PKG:BIN statically (the guest has no libc) into a target dir of its own, so the
+# crt-static RUSTFLAGS do not invalidate the workspace's normal build, and copies it to the share.
+build_test_binaries() {
+	local triple=x86_64-unknown-linux-gnu target=$CACHE/target spec pkg bin src
+	for spec; do
+		pkg=${spec%%:*}
+		bin=${spec#*:}
+		if [ "$BUILD" = 1 ]; then
+			note "building $pkg:$bin (static, release)"
+			(cd "$ROOT" && CARGO_TARGET_DIR=$target RUSTFLAGS='-C target-feature=+crt-static' \
+				cargo build -q --release --target "$triple" -p "$pkg" --bin "$bin") ||
+				die "cargo build of $pkg:$bin failed"
+		fi
+		src=$target/$triple/release/$bin
+		[ -x "$src" ] || die "$src is missing (run without --no-build)"
+		if readelf -l "$src" | grep -q 'program interpreter'; then
+			die "$src is dynamically linked; the guest can only run static binaries"
+		fi
+		cp -f "$src" "$SHARE/$bin"
+	done
+}
+
+# Writes the script the guest's init runs from the share: every binary in turn, each followed by a
+# "vm-test: <bin> exit <code>" line the host checks.
+write_guest_run() {
+	local spec bin f args=""
+	for f in "${FILTERS[@]}"; do
+		case "$f" in *\'*) die "test filter '$f' must not contain a single quote" ;; esac
+		args+=" '$f'"
+	done
+	{
+		echo '#!/bin/sh'
+		echo '# Written by scripts/vm-test; runs in the guest from the 9p share.'
+		for spec; do
+			bin=${spec#*:}
+			echo "echo 'vm-test: running $bin'"
+			if [ "$bin" = kernel-tests ]; then
+				echo "./$bin$args"
+			else
+				echo "./$bin"
+			fi
+			echo "echo \"vm-test: $bin exit \$?\""
+		done
+	} >"$SHARE/guest-run"
+	EXPECTED_BINS=$#
+}
+
+# ---------------------------------------------------------------------------------------------------
+# Guest kernels. Each sets KVER (module directory name), KDIR (its cache dir), IMG (a root holding
+# lib/modules/$KVER with every module, depmod-ed) and VMLINUZ.
+
+prepare_kernel() {
+	case "$1" in
+	# Pinned to the versions measured in issue 3; when Debian's mirror has moved on, the newest
+	# kernel of the same series is used instead (with a note).
+	stock-6.12) prepare_stock "$1" 6.12.117+deb12 '6\.12\.[0-9]+\+deb12' 6.12 ;;
+	stock-6.1) prepare_stock "$1" 6.1.0-57 '6\.1\.0-[0-9]+' 6.1 ;;
+	custom) prepare_custom ;;
+	esac
+	build_initramfs "$1"
+}
+
+# Prints the kernel ABI name to use: the pinned one when cached or on the mirror, else the newest match.
+resolve_abi() {
+	local kernel=$1 pinned=$2 regex=$3 newest
+	if [ -e "$CACHE/kernels/$kernel-$pinned/.samples-done" ] ||
+		[ -n "$(find "$CACHE/debs" -maxdepth 1 -name "linux-image-$pinned-amd64_*.deb" 2>/dev/null)" ]; then
+		echo "$pinned"
+		return
+	fi
+	apt_update_once >&2
+	if apt-cache show "linux-image-$pinned-amd64" >/dev/null 2>&1; then
+		echo "$pinned"
+		return
+	fi
+	newest=$(apt-cache search --names-only "^linux-image-${regex}-amd64\$" | awk '{print $1}' |
+		sed 's/^linux-image-//; s/-amd64$//' | sort -V | tail -n1)
+	[ -n "$newest" ] || die "neither linux-image-$pinned-amd64 nor a newer kernel of its series is on the mirror"
+	note "linux-image-$pinned-amd64 is gone from the mirror; using linux-image-$newest-amd64" >&2
+	echo "$newest"
+}
+
+prepare_stock() {
+	local kernel=$1 series=$4 abi deb
+	abi=$(resolve_abi "$kernel" "$2" "$3")
+	KVER=$abi-amd64
+	KDIR=$CACHE/kernels/$kernel-$abi
+	IMG=$KDIR/img
+	VMLINUZ=$IMG/boot/vmlinuz-$KVER
+	mkdir -p "$KDIR"
+	if [ ! -e "$KDIR/.image-done" ]; then
+		deb=$(fetch_deb "linux-image-$KVER")
+		note "unpacking $(basename "$deb")"
+		rm -rf "$IMG"
+		dpkg-deb -x "$deb" "$IMG"
+		touch "$KDIR/.image-done"
+	fi
+	if [ ! -e "$KDIR/.samples-done" ]; then
+		build_samples "$series"
+		depmod -b "$IMG" "$KVER"
+		touch "$KDIR/.samples-done"
+	fi
+}
+
+# Builds the kernel's sample mdev drivers (samples/vfio-mdev: mtty, mdpy, mdpy-fb, mbochs) out of tree
+# against Debian's headers, taking the sources from the linux-source package at build time.
+build_samples() {
+	local series=$1 hdr common kbuild x hdir src deb
+	hdr=linux-headers-$KVER
+	apt_update_once
+	common=$(apt-cache depends "$hdr" | awk '/Depends: linux-headers-.*-common/{print $2; exit}')
+	kbuild=$(apt-cache depends "$hdr" | awk '/Depends: linux-kbuild-/{print $2; exit}')
+	[ -n "$common" ] && [ -n "$kbuild" ] || die "cannot find the -common and kbuild packages $hdr depends on"
+	x=$KDIR/headers
+	rm -rf "$x" "$KDIR/samples"
+	for deb in "$hdr" "$common" "$kbuild"; do
+		dpkg-deb -x "$(fetch_deb "$deb")" "$x"
+	done
+	hdir=$x/usr/src/$hdr
+	# Debian's per-flavour headers Makefile includes the -common Makefile by absolute path
+	# (/usr/src/linux-headers-*-common/Makefile); point it at the unpacked copy.
+	sed -i "s#^include /usr/src/#include $x/usr/src/#" "$hdir/Makefile"
+	src=$(fetch_deb "linux-source-$series")
+	note "extracting samples/vfio-mdev from $(basename "$src")"
+	mkdir -p "$KDIR/samples"
+	dpkg-deb --fsys-tarfile "$src" | tar -xO "./usr/src/linux-source-$series.tar.xz" | xz -dc |
+		tar -x -C "$KDIR/samples" --strip-components=3 "linux-source-$series/samples/vfio-mdev"
+	# The sources are only needed here: drop the 140 MB package once they are out.
+	rm -f "$src"
+	echo 'obj-m := mtty.o mdpy.o mdpy-fb.o mbochs.o' >"$KDIR/samples/Kbuild"
+	rm -f "$KDIR/samples/Makefile"
+	note "building the sample mdev drivers for $KVER"
+	make -s -C "$hdir" M="$KDIR/samples" -j"$(nproc)" modules >"$KDIR/samples/build.log" 2>&1 ||
+		{ tail -n 30 "$KDIR/samples/build.log" >&2; die "building the sample mdev drivers failed"; }
+	mkdir -p "$IMG/lib/modules/$KVER/extra"
+	cp "$KDIR"/samples/*.ko "$IMG/lib/modules/$KVER/extra/"
+	rm -rf "$x"
+}
+
+prepare_custom() {
+	[ -f "$CUSTOM_DIR/bzImage" ] && [ -f "$CUSTOM_DIR/modules.tar.gz" ] ||
+		die "the custom kernel is not at $CUSTOM_DIR (bzImage, modules.tar.gz)"
+	local sum
+	sum=$(sha256sum "$CUSTOM_DIR/modules.tar.gz" | cut -c1-12)
+	KDIR=$CACHE/kernels/custom-$sum
+	IMG=$KDIR/img
+	VMLINUZ=$CUSTOM_DIR/bzImage
+	if [ ! -e "$KDIR/.image-done" ]; then
+		(cd "$CUSTOM_DIR" && sha256sum --quiet -c SHA256SUMS) || die "checksums in $CUSTOM_DIR/SHA256SUMS do not match"
+		rm -rf "$IMG"
+		mkdir -p "$IMG"
+		tar -xzf "$CUSTOM_DIR/modules.tar.gz" -C "$IMG"
+		touch "$KDIR/.image-done"
+	fi
+	KVER=$(ls "$IMG/lib/modules")
+	[ "$(echo "$KVER" | wc -w)" = 1 ] || die "expected one kernel in $CUSTOM_DIR/modules.tar.gz, found: $KVER"
+}
+
+# ---------------------------------------------------------------------------------------------------
+# Initramfs: busybox, /init, the modules of scripts/vm/modules with their dependencies (decompressed,
+# so busybox's modprobe needs no xz support) and their load list in /etc/vm-modules.
+
+build_initramfs() {
+	local kernel=$1 key rootfs line name policy out paths p rel mdir
+	key=$(cat "$VMDIR/init" "$VMDIR/modules" "${BASH_SOURCE[0]}" /bin/busybox | sha256sum | cut -c1-12)
+	INITRD=$KDIR/initramfs-$key.cpio.gz
+	[ -e "$INITRD" ] && return 0
+	note "building the initramfs for $KVER"
+	rootfs=$KDIR/rootfs
+	rm -rf "$rootfs" "$KDIR"/initramfs-*.cpio.gz
+	mdir=$rootfs/lib/modules/$KVER
+	mkdir -p "$rootfs"/{bin,dev,etc,mnt,proc,sys,tmp} "$mdir"
+	cp /bin/busybox "$rootfs/bin/busybox"
+	cp "$VMDIR/init" "$rootfs/init"
+	chmod 755 "$rootfs/init" "$rootfs/bin/busybox"
+	# The kernel opens /dev/console for PID 1 before init can mount devtmpfs.
+	mknod "$rootfs/dev/console" c 5 1 2>/dev/null || true
+	: >"$rootfs/etc/vm-modules"
+	while read -r name policy; do
+		case "$name" in '' | '#'*) continue ;; esac
+		policy=${policy:-required}
+		if ! out=$(modprobe -d "$IMG" -S "$KVER" --show-depends "$name" 2>&1); then
+			case "$policy" in
+			optional) note "optional module $name is not in $KVER" ;;
+			custom) [ "$kernel" = custom ] && die "module $name is missing from the custom kernel $KVER" ;;
+			*) die "module $name is missing from $KVER: $out" ;;
+			esac
+			continue
+		fi
+		paths=$(echo "$out" | awk '$1 == "insmod" {print $2}')
+		[ -z "$paths" ] && continue # built in
+		for p in $paths; do
+			rel=${p#"$IMG/lib/modules/$KVER/"}
+			mkdir -p "$(dirname "$mdir/$rel")"
+			case "$rel" in
+			*.ko.xz) [ -e "$mdir/${rel%.xz}" ] || xz -dc "$p" >"$mdir/${rel%.xz}" ;;
+			*.ko.zst) [ -e "$mdir/${rel%.zst}" ] || zstd -qdc "$p" >"$mdir/${rel%.zst}" ;;
+			*.ko.gz) [ -e "$mdir/${rel%.gz}" ] || gzip -dc "$p" >"$mdir/${rel%.gz}" ;;
+			*) cp -f "$p" "$mdir/$rel" ;;
+			esac
+		done
+		if [ "$policy" = optional ]; then
+			echo "$name optional" >>"$rootfs/etc/vm-modules"
+		else
+			echo "$name" >>"$rootfs/etc/vm-modules"
+		fi
+	done <"$VMDIR/modules"
+	for f in modules.builtin modules.builtin.modinfo modules.order; do
+		[ -e "$IMG/lib/modules/$KVER/$f" ] && cp "$IMG/lib/modules/$KVER/$f" "$mdir/"
+	done
+	depmod -b "$rootfs" "$KVER"
+	echo "$kernel" >"$rootfs/etc/vm-kernel"
+	(cd "$rootfs" && find . | cpio -o -H newc -R 0:0 --quiet) | gzip -1 >"$INITRD.tmp"
+	mv "$INITRD.tmp" "$INITRD"
+}
+
+# ---------------------------------------------------------------------------------------------------
+# Boot
+
+# Shows a guest console line on the terminal: everything but kernel messages, and of those only the
+# ones that explain a failure. The full console goes to the log.
+show_guest_lines() {
+	local line
+	while IFS= read -r line; do
+		case "$line" in
+		'['*) case "$line" in
+			*'Kernel panic'* | *'BUG:'* | *'Oops'* | *'WARNING:'* | *'Call Trace'* | *segfault* | *'Out of memory'*)
+				echo "  | $line" ;;
+			esac ;;
+		*) echo "  | $line" ;;
+		esac
+	done
+}
+
+# Boots the prepared kernel with topology $2, logging the console to $3. Sets RUN_PASSED, RUN_FAILED,
+# RUN_SKIPPED and RUN_REASON; returns non-zero unless every binary passed.
+boot_and_test() {
+	local kernel=$1 topo=$2 log=$3 rc exits summaries bad
+	RUN_PASSED=0 RUN_FAILED=0 RUN_SKIPPED=0 RUN_REASON=
+	QEMU_ARGS=(
+		-machine q35,kernel-irqchip=split -accel tcg,thread=multi -cpu max
+		-device intel-iommu,intremap=on,caching-mode=on
+		-smp 2 -m 1G -nographic -no-reboot -nodefaults -serial stdio -display none
+		-kernel "$VMLINUZ" -initrd "$INITRD"
+		-append "console=ttyS0,115200 intel_iommu=on iommu=pt panic=-1 vmtest.kernel=$kernel vmtest.topology=$topo"
+		-virtfs "local,path=$SHARE,mount_tag=vmshare,security_model=none"
+	)
+	"topology_${topo//-/_}"
+	note "booting $kernel ($KVER), topology $topo"
+	set +e
+	# SeaBIOS clears the screen with terminal escapes; drop them and the CRs of the serial console.
+	timeout -k 10 "$TIMEOUT" qemu-system-x86_64 "${QEMU_ARGS[@]}" </dev/null 2>&1 |
+		sed -u -e 's/\r//g' -e 's/\x1b\[[0-9;?]*[A-Za-z]//g' -e 's/\x1b[A-Za-z]//g' | tee "$log" |
+		show_guest_lines
+	rc=${PIPESTATUS[0]}
+	set -e
+	exits=$(grep -E '^vm-test: [^ ]+ exit [0-9]+$' "$log" || true)
+	summaries=$(grep -E '^[A-Za-z-]*:? ?[0-9]+ passed, [0-9]+ failed' "$log" || true)
+	RUN_PASSED=$(echo "$summaries" | grep -oE '[0-9]+ passed' | awk '{s += $1} END {print s + 0}')
+	RUN_FAILED=$(echo "$summaries" | grep -oE '[0-9]+ failed' | awk '{s += $1} END {print s + 0}')
+	RUN_SKIPPED=$(echo "$summaries" | grep -oE '[0-9]+ skipped' | awk '{s += $1} END {print s + 0}')
+	bad=$(echo "$exits" | grep -vE ' exit 0$' || true)
+	if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+		RUN_REASON="the guest did not finish within ${TIMEOUT}s"
+	elif [ "$rc" != 0 ]; then
+		RUN_REASON="qemu exited with status $rc"
+	elif grep -q '^vm-test: MODULE FAILED' "$log"; then
+		RUN_REASON="a required module did not load ($(grep '^vm-test: MODULE FAILED' "$log" | head -n1))"
+	elif ! grep -q '^vm-test: guest-run finished' "$log"; then
+		RUN_REASON="the guest stopped before the tests finished (panic or crash?)"
+	elif [ "$(echo "$exits" | grep -c .)" != "$EXPECTED_BINS" ] || [ -n "$bad" ]; then
+		RUN_REASON="a test binary failed: ${bad:-missing exit line}"
+	elif [ "$(echo "$summaries" | grep -c .)" != "$EXPECTED_BINS" ]; then
+		RUN_REASON="a test binary printed no 'N passed, M failed' line"
+	elif [ "$RUN_FAILED" != 0 ]; then
+		RUN_REASON="$RUN_FAILED tests failed"
+	elif [ "$RUN_PASSED" = 0 ]; then
+		RUN_REASON="no test passed"
+	fi
+	if [ -n "$RUN_REASON" ]; then
+		echo "vm-test: $kernel/$topo FAILED: $RUN_REASON; last lines of $log:" >&2
+		tail -n 60 "$log" | sed 's/^/  > /' >&2
+		return 1
+	fi
+	return 0
+}

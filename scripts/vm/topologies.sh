@@ -1,0 +1,36 @@
+# Guest PCI topologies for scripts/vm-test (sourced). Each topology_<name> function appends QEMU
+# arguments to the QEMU_ARGS array; the test suite learns the name from the kernel command line
+# (vmtest.topology=<name>) and checks what that topology promises.
+#
+# Device facts (issue 3, measured with QEMU 10.0): igb is an 82576 SR-IOV PF whose VFs appear at
+# 01:10.0, 01:10.2, ... (8086:10ca); QEMU's nvme emulates SR-IOV secondary controllers when given
+# sriov_max_vfs, and needs max_ioqpairs - sriov_vq_flexible >= 2 (hw/nvme/ctrl.c parameter checks).
+# igb without a netdev only warns "nic has no peer".
+
+# Two SR-IOV PFs, each behind its own PCIe root port so each is alone in its IOMMU group.
+topology_default() {
+	QEMU_ARGS+=(
+		-device pcie-root-port,id=rp1,chassis=1,slot=1
+		-device igb,bus=rp1
+		-device pcie-root-port,id=rp2,chassis=2,slot=2
+		-drive if=none,id=nvm0,file=null-co://,file.size=64M,format=raw
+		-device nvme-subsys,id=subsys0,nqn=vgpu-vmtest
+		-device nvme,serial=vmtest0,bus=rp2,subsys=subsys0,sriov_max_vfs=2,sriov_vq_flexible=4,sriov_vi_flexible=2,max_ioqpairs=6,msix_qsize=4
+		-device nvme-ns,drive=nvm0,shared=false
+	)
+}
+
+# The default devices plus two conventional PCI devices behind a PCIe-to-PCI bridge. The IOMMU sees
+# every transaction from behind such a bridge with the bridge's requester ID, so the kernel puts the
+# bridge and both devices into one IOMMU group (drivers/iommu/iommu.c pci_device_group, via
+# pci_for_each_dma_alias in drivers/pci/search.c). The devices are QEMU's "edu" teaching device
+# (1234:11e8, conventional PCI, with a DMA engine that later VFIO tests can drive).
+topology_shared_group() {
+	topology_default
+	QEMU_ARGS+=(
+		-device pcie-root-port,id=rp3,chassis=3,slot=3
+		-device pcie-pci-bridge,id=br1,bus=rp3
+		-device edu,bus=br1,addr=1.0
+		-device edu,bus=br1,addr=2.0
+	)
+}

@@ -1,0 +1,52 @@
+//! The real-kernel test suite's entry point, run inside the vm-test guest by scripts/vm-test.
+//!
+//! `kernel-tests [--list] [FILTER...]`: runs every test whose name contains one of the filters (all
+//! without filters) and exits non-zero when any failed. Outside the guest it only lists tests: the
+//! suite creates mdevs, enables VFs and rebinds drivers, which must never happen on a real host.
+
+use std::process::ExitCode;
+
+use mdev_types::host::SysfsHost;
+use vgpu_tests::kernel::guest::Guest;
+use vgpu_tests::kernel::{all_tests, runner};
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let tests = all_tests();
+    if args.iter().any(|a| a == "--list") {
+        for t in &tests {
+            println!("{}", t.name);
+        }
+        return ExitCode::SUCCESS;
+    }
+    if let Some(bad) = args.iter().find(|a| a.starts_with('-')) {
+        eprintln!("kernel-tests: unknown option {bad}; usage: kernel-tests [--list] [FILTER...]");
+        return ExitCode::from(2);
+    }
+    let cmdline = match std::fs::read_to_string("/proc/cmdline") {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("kernel-tests: cannot read /proc/cmdline: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let guest = match Guest::from_cmdline(&cmdline, SysfsHost::live()) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("kernel-tests: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    println!(
+        "kernel-tests: kernel {:?}, topology {:?}, {} tests",
+        guest.kernel,
+        guest.topology,
+        tests.len()
+    );
+    let report = runner::run(&tests, &guest, &args, &mut std::io::stdout());
+    if report.failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

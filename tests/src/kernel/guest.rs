@@ -1,0 +1,244 @@
+//! The test guest: which kernel and topology scripts/vm-test booted, and helpers over the live sysfs.
+//!
+//! scripts/vm-test passes `vmtest.kernel=<name> vmtest.topology=<name>` on the kernel command line; a
+//! machine without them is not the throw-away guest, and the suite refuses to touch its sysfs.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use mdev_types::host::{Host, HostError, HostExt, SysfsHost, paths};
+use mdev_types::ids::PciAddress;
+use thiserror::Error;
+
+use super::runner::TestError;
+
+/// Which kernel the guest runs (scripts/vm-test `--kernel`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KernelKind {
+    /// Debian's linux-image-6.12.*+deb12-amd64 with the samples built out of tree.
+    Stock612,
+    /// Debian's linux-image-6.1.0-*-amd64 with the samples built out of tree.
+    Stock61,
+    /// The prebuilt kernel from ../shared/vm (IOMMUFD, VFIO device cdev, samples in tree).
+    Custom,
+}
+
+/// Which PCI topology the guest has (scripts/vm/topologies.sh).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Topology {
+    /// igb and nvme SR-IOV PFs, each behind its own root port.
+    Default,
+    /// The default devices plus two `edu` devices behind a PCIe-to-PCI bridge (one IOMMU group).
+    SharedGroup,
+}
+
+/// Why the suite cannot run here.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum GuestError {
+    /// The kernel command line lacks the markers scripts/vm-test sets.
+    #[error(
+        "this is not the vm-test guest (no vmtest.kernel=/vmtest.topology= on the kernel command line); the suite changes sysfs, run it with scripts/vm-test"
+    )]
+    NotTheGuest,
+    /// A marker has a value this suite does not know.
+    #[error(
+        "unknown {key}={value} on the kernel command line: scripts/vm-test and the suite disagree"
+    )]
+    UnknownValue {
+        /// `vmtest.kernel` or `vmtest.topology`.
+        key: &'static str,
+        /// The value found.
+        value: String,
+    },
+}
+
+/// The running guest.
+#[derive(Debug)]
+pub struct Guest {
+    /// The live sysfs, through our host layer.
+    pub host: SysfsHost,
+    /// The kernel scripts/vm-test booted.
+    pub kernel: KernelKind,
+    /// The PCI topology scripts/vm-test built.
+    pub topology: Topology,
+}
+
+impl Guest {
+    /// Reads the markers from a kernel command line (the text of `/proc/cmdline`).
+    pub fn from_cmdline(cmdline: &str, host: SysfsHost) -> Result<Self, GuestError> {
+        let value = |key: &str| {
+            cmdline
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+                .map(str::to_string)
+        };
+        let (Some(kernel), Some(topology)) = (value("vmtest.kernel"), value("vmtest.topology"))
+        else {
+            return Err(GuestError::NotTheGuest);
+        };
+        let kernel = match kernel.as_str() {
+            "stock-6.12" => KernelKind::Stock612,
+            "stock-6.1" => KernelKind::Stock61,
+            "custom" => KernelKind::Custom,
+            _ => {
+                return Err(GuestError::UnknownValue {
+                    key: "vmtest.kernel",
+                    value: kernel,
+                });
+            }
+        };
+        let topology = match topology.as_str() {
+            "default" => Topology::Default,
+            "shared-group" => Topology::SharedGroup,
+            _ => {
+                return Err(GuestError::UnknownValue {
+                    key: "vmtest.topology",
+                    value: topology,
+                });
+            }
+        };
+        Ok(Self {
+            host,
+            kernel,
+            topology,
+        })
+    }
+
+    /// Every PCI function with this vendor and device id, sorted by address.
+    pub fn pci_by_id(&self, vendor: u16, device: u16) -> Result<Vec<PciAddress>, TestError> {
+        let mut found = Vec::new();
+        for name in self.host.list(Path::new(paths::PCI_DEVICES))? {
+            let Ok(addr) = name.parse::<PciAddress>() else {
+                continue;
+            };
+            let v = self.host.read_trimmed(&paths::pci_attr(&addr, "vendor"))?;
+            let d = self.host.read_trimmed(&paths::pci_attr(&addr, "device"))?;
+            if parse_hex(&v) == Some(vendor) && parse_hex(&d) == Some(device) {
+                found.push(addr);
+            }
+        }
+        found.sort();
+        Ok(found)
+    }
+
+    /// The one PCI function with this id; fails naming `what` when there is none or several.
+    pub fn one_pci(&self, what: &str, vendor: u16, device: u16) -> Result<PciAddress, TestError> {
+        match self.pci_by_id(vendor, device)?.as_slice() {
+            [one] => Ok(*one),
+            other => Err(TestError::Check(format!(
+                "expected one {what} ({vendor:04x}:{device:04x}) in the guest, found {other:?}"
+            ))),
+        }
+    }
+
+    /// The driver bound to `addr`, if any.
+    pub fn driver_of(&self, addr: &PciAddress) -> Result<Option<String>, HostError> {
+        self.host.link_name(&paths::pci_attr(addr, "driver"))
+    }
+
+    /// The IOMMU group number of a device directory (its `iommu_group` link).
+    pub fn iommu_group_of(&self, device_dir: &Path) -> Result<u32, TestError> {
+        let link = self.host.read_link(&device_dir.join("iommu_group"))?;
+        let name = link
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        name.parse().map_err(|_| {
+            TestError::Check(format!(
+                "{}/iommu_group points to {}, not a group number",
+                device_dir.display(),
+                link.display()
+            ))
+        })
+    }
+
+    /// The members of IOMMU group `group`, sorted.
+    pub fn iommu_group_members(&self, group: u32) -> Result<Vec<String>, HostError> {
+        self.host.list(&paths::iommu_group_devices(group))
+    }
+
+    /// Waits up to 5 s for `path` to appear (or, with `present == false`, to disappear): device
+    /// registration after a sysfs write can finish asynchronously (driver probing, uevents).
+    pub fn wait_for(&self, path: &Path, present: bool) -> Result<(), TestError> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self.host.exists(path) != present {
+            if Instant::now() > deadline {
+                return Err(TestError::Check(format!(
+                    "{} did not {} within 5 s",
+                    path.display(),
+                    if present { "appear" } else { "disappear" }
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+
+    /// True when the kernel has IOMMUFD (`/dev/iommu`, drivers/iommu/iommufd/main.c).
+    pub fn has_iommufd(&self) -> bool {
+        self.host.exists(Path::new("/dev/iommu"))
+    }
+}
+
+/// Parses sysfs hex ids such as `0x8086`.
+pub fn parse_hex(s: &str) -> Option<u16> {
+    u16::from_str_radix(s.trim().trim_start_matches("0x"), 16).ok()
+}
+
+/// `/sys/bus/pci/devices/<addr>/virtfn<n>` resolved to the VF's address.
+pub fn vf_address(guest: &Guest, pf: &PciAddress, n: u32) -> Result<PciAddress, TestError> {
+    let link = paths::pci_attr(pf, &format!("virtfn{n}"));
+    let target: PathBuf = guest.host.read_link(&link)?;
+    let name = target
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    name.parse().map_err(|_| {
+        TestError::Check(format!(
+            "{} points to {}, not a PCI address",
+            link.display(),
+            target.display()
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host() -> SysfsHost {
+        SysfsHost::new("/").unwrap()
+    }
+
+    #[test]
+    fn markers_select_kernel_and_topology() {
+        let g = Guest::from_cmdline(
+            "console=ttyS0 vmtest.kernel=stock-6.1 vmtest.topology=shared-group panic=-1",
+            host(),
+        )
+        .unwrap();
+        assert_eq!(g.kernel, KernelKind::Stock61);
+        assert_eq!(g.topology, Topology::SharedGroup);
+    }
+
+    #[test]
+    fn a_normal_machine_is_refused() {
+        let e = Guest::from_cmdline("BOOT_IMAGE=/vmlinuz root=/dev/vda ro", host()).unwrap_err();
+        assert_eq!(e, GuestError::NotTheGuest);
+        let e = Guest::from_cmdline("vmtest.kernel=stock-5.10 vmtest.topology=default", host())
+            .unwrap_err();
+        assert!(matches!(
+            e,
+            GuestError::UnknownValue {
+                key: "vmtest.kernel",
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn hex_ids() {
+        assert_eq!(parse_hex("0x10ca\n"), Some(0x10ca));
+        assert_eq!(parse_hex("zz"), None);
+    }
+}

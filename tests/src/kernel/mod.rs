@@ -1,0 +1,44 @@
+//! The real-kernel test suite: our host layer against a real Linux kernel inside the QEMU guest that
+//! scripts/vm-test boots (emulated Intel IOMMU, igb and nvme SR-IOV PFs, the kernel's sample mdev
+//! drivers mtty/mdpy/mbochs).
+//!
+//! * [`runner`] — the tiny named-test runner (the guest has no libtest).
+//! * [`guest`] — which kernel and topology are running; sysfs helpers.
+//! * [`samples`] — facts about the sample mdev drivers; a guard that removes created mdevs.
+//! * [`mdev`], [`sriov`], [`iommu`] — the tests, each errno case with its kernel source.
+//!
+//! Later suites (daemon, VFIO) add modules here and list their tests in [`all_tests`].
+
+pub mod guest;
+pub mod iommu;
+pub mod mdev;
+pub mod runner;
+pub mod samples;
+pub mod sriov;
+
+use guest::Guest;
+use runner::Test;
+
+/// Every real-kernel test, in run order.
+pub fn all_tests() -> Vec<Test<Guest>> {
+    let mut tests = Vec::new();
+    tests.extend(mdev::tests());
+    tests.extend(sriov::tests());
+    tests.extend(iommu::tests());
+    tests
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_names_are_unique() {
+        let mut names: Vec<&str> = all_tests().iter().map(|t| t.name).collect();
+        let n = names.len();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), n, "duplicate test names");
+        assert!(n > 20, "the suite has only {n} tests");
+    }
+}
