@@ -1,0 +1,6 @@
+//! The daemon `vgpud`: one internal command type ([`api::Command`]) executed by [`core::Core`] over the
+//! hardware boundary, with persistent desired state ([`store`]) and a reconcile planner ([`reconcile`]).
+//! Transports (D-Bus) are thin adapters in [`dbus`].
+
+pub mod api;
+pub mod store;

@@ -1,0 +1,133 @@
+//! Crash-safe file primitives: atomic replace, durable removal, moving a bad file aside.
+//!
+//! Atomic replace follows the POSIX recipe: the new contents go to a temporary file in the *same*
+//! directory (so `rename(2)` cannot cross filesystems), the file is `fsync`ed, renamed over the final
+//! name (`rename(2)` replaces atomically: readers see the old or the new file, never a mix), and then
+//! the directory is `fsync`ed so the rename itself survives a power loss (see `fsync(2)`: syncing a file
+//! does not sync the directory entry that names it).
+
+use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use super::error::{StoreError, StoreOp};
+
+/// Prefix of temporary files. Record files are `<uuid>.toml` and never start with a dot, so anything
+/// with this prefix is a leftover of an interrupted write and safe to delete while holding the lock.
+pub(crate) const TEMP_PREFIX: &str = ".tmp.";
+
+/// Distinguishes temporary files of concurrent writes within one process.
+static TEMP_SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// Seconds since the Unix epoch (0 if the clock is before 1970).
+pub(crate) fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// True for names of leftover temporary files.
+pub(crate) fn is_temp_name(name: &str) -> bool {
+    name.starts_with(TEMP_PREFIX)
+}
+
+/// Creates `dir` with mode 0700 if missing (the state holds which devices exist and who asked for
+/// them; nobody but the daemon needs it). An existing directory keeps its mode.
+pub(crate) fn ensure_dir(dir: &Path) -> Result<(), StoreError> {
+    match DirBuilder::new().recursive(true).mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) => return Err(StoreError::io(StoreOp::CreateDir, dir, e)),
+    }
+    // Make the new entry durable in its parent (harmless when it already existed).
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        sync_dir(parent)?;
+    }
+    Ok(())
+}
+
+/// `fsync`s a directory so that entries created, renamed or removed in it are on disk.
+pub(crate) fn sync_dir(dir: &Path) -> Result<(), StoreError> {
+    File::open(dir)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| StoreError::io(StoreOp::Sync, dir, e))
+}
+
+/// Writes `bytes` to a new temporary file in `dir` (mode 0600) and `fsync`s it. Returns its path.
+/// On error the temporary file is removed again.
+pub(crate) fn write_temp(
+    dir: &Path,
+    final_name: &str,
+    bytes: &[u8],
+) -> Result<PathBuf, StoreError> {
+    let seq = TEMP_SEQ.fetch_add(1, Ordering::Relaxed);
+    let tmp = dir.join(format!(
+        "{TEMP_PREFIX}{final_name}.{}.{seq}",
+        std::process::id()
+    ));
+    let result = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .and_then(|mut f| {
+            f.write_all(bytes)?;
+            f.sync_all()
+        });
+    match result {
+        Ok(()) => Ok(tmp),
+        Err(e) => {
+            // Best effort: a leftover is also removed on the next open.
+            let _ = fs::remove_file(&tmp);
+            Err(StoreError::io(StoreOp::Write, tmp, e))
+        }
+    }
+}
+
+/// Atomically replaces `dir/name` with `bytes` (temp file, fsync, rename, fsync directory).
+pub(crate) fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), StoreError> {
+    let tmp = write_temp(dir, name, bytes)?;
+    let target = dir.join(name);
+    if let Err(e) = fs::rename(&tmp, &target) {
+        let _ = fs::remove_file(&tmp);
+        return Err(StoreError::io(StoreOp::Rename, target, e));
+    }
+    sync_dir(dir)
+}
+
+/// Removes `dir/name` durably (unlink, fsync directory). Returns whether it existed.
+pub(crate) fn remove_durable(dir: &Path, name: &str) -> Result<bool, StoreError> {
+    let path = dir.join(name);
+    let existed = match fs::remove_file(&path) {
+        Ok(()) => true,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+        Err(e) => return Err(StoreError::io(StoreOp::Remove, path, e)),
+    };
+    sync_dir(dir)?;
+    Ok(existed)
+}
+
+/// Moves `path` to `corrupt_dir/<file name>.<unix-ts>` (with `.1`, `.2`, … if that exists already)
+/// and syncs both directories. Returns the new path.
+pub(crate) fn move_aside(path: &Path, corrupt_dir: &Path) -> Result<PathBuf, StoreError> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let base = format!("{name}.{}", unix_now());
+    let mut target = corrupt_dir.join(&base);
+    let mut n = 0u32;
+    while target.exists() {
+        n += 1;
+        target = corrupt_dir.join(format!("{base}.{n}"));
+    }
+    fs::rename(path, &target).map_err(|e| StoreError::io(StoreOp::MoveAside, path, e))?;
+    sync_dir(corrupt_dir)?;
+    if let Some(parent) = path.parent() {
+        sync_dir(parent)?;
+    }
+    Ok(target)
+}

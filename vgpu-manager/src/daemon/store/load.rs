@@ -1,0 +1,157 @@
+//! Loading one record directory at start-up: leftovers of interrupted writes are deleted, bad files are
+//! moved into `corrupt/`, everything else is loaded.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use mdev_types::ids::MdevUuid;
+
+use super::error::{StoreError, StoreOp};
+use super::fsio::{is_temp_name, move_aside, sync_dir};
+use super::record::{Record, Rejection, SCHEMA};
+
+/// What [`StateDir::open`](super::StateDir::open) found besides the good records.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LoadReport {
+    /// Definitions loaded.
+    pub definitions: usize,
+    /// Ledger entries loaded.
+    pub ledger_entries: usize,
+    /// Files that were moved into `corrupt/`, with why.
+    pub set_aside: Vec<SetAside>,
+    /// Temporary files of interrupted writes that were deleted.
+    pub temp_files_removed: Vec<PathBuf>,
+}
+
+/// One file moved aside.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetAside {
+    /// Where it was.
+    pub file: PathBuf,
+    /// Where it is now (`corrupt/<name>.<unix-ts>`).
+    pub moved_to: PathBuf,
+    /// Why.
+    pub reason: AsideReason,
+}
+
+/// Why a file was moved aside.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AsideReason {
+    /// Its name or contents are not a valid record; the text says what is wrong.
+    Corrupt(String),
+    /// It was written by a newer vgpud with this schema version.
+    FutureSchema {
+        /// The file's `schema`.
+        found: i64,
+    },
+}
+
+impl fmt::Display for AsideReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AsideReason::Corrupt(why) => f.write_str(why),
+            AsideReason::FutureSchema { found } => write!(
+                f,
+                "it has `schema = {found}`, written by a newer vgpud; this one reads schema {SCHEMA} (upgrade vgpud, then move the file back)"
+            ),
+        }
+    }
+}
+
+/// The UUID named by a record file name, when it is exactly `<canonical uuid>.toml`.
+pub(crate) fn uuid_of_file_name(name: &str) -> Option<MdevUuid> {
+    let stem = name.strip_suffix(".toml")?;
+    stem.parse::<MdevUuid>()
+        .ok()
+        .filter(|u| u.to_string() == stem)
+}
+
+/// Loads every `<uuid>.toml` in `dir`.
+pub(crate) fn load_dir<R: Record>(
+    dir: &Path,
+    corrupt_dir: &Path,
+    report: &mut LoadReport,
+) -> Result<BTreeMap<MdevUuid, R>, StoreError> {
+    let mut records = BTreeMap::new();
+    let mut removed_temp = false;
+    let entries = fs::read_dir(dir).map_err(|e| StoreError::io(StoreOp::ListDir, dir, e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| StoreError::io(StoreOp::ListDir, dir, e))?;
+        let path = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if is_temp_name(&name) {
+            // We hold the directory lock, so no other writer can own it: it is a crash leftover.
+            fs::remove_file(&path).map_err(|e| StoreError::io(StoreOp::Remove, &path, e))?;
+            tracing::info!(
+                "state directory: removed {} left by an interrupted write",
+                path.display()
+            );
+            report.temp_files_removed.push(path);
+            removed_temp = true;
+            continue;
+        }
+        let file_type = entry
+            .file_type()
+            .map_err(|e| StoreError::io(StoreOp::Read, &path, e))?;
+        let verdict = if !file_type.is_file() {
+            Err(AsideReason::Corrupt(format!(
+                "not a regular file (a {} file must be a plain `<uuid>.toml` file)",
+                R::KIND
+            )))
+        } else if let Some(uuid) = uuid_of_file_name(&name) {
+            read_record::<R>(&path, &uuid)
+        } else {
+            Err(AsideReason::Corrupt(format!(
+                "the name is not `<uuid>.toml` (lower-case hyphenated UUID), so it cannot be a {}",
+                R::KIND
+            )))
+        };
+        match verdict {
+            Ok(record) => {
+                records.insert(*record.uuid(), record);
+            }
+            Err(reason) => {
+                let moved_to = move_aside(&path, corrupt_dir)?;
+                tracing::warn!(
+                    "state directory: {} is not a usable {}: {}; moved it to {}",
+                    path.display(),
+                    R::KIND,
+                    reason,
+                    moved_to.display()
+                );
+                report.set_aside.push(SetAside {
+                    file: path,
+                    moved_to,
+                    reason,
+                });
+            }
+        }
+    }
+    if removed_temp {
+        sync_dir(dir)?;
+    }
+    Ok(records)
+}
+
+/// Reads and decodes one file; `Err` means "move it aside".
+fn read_record<R: Record>(path: &Path, uuid: &MdevUuid) -> Result<R, AsideReason> {
+    let bytes = match fs::read(path) {
+        Ok(b) => b,
+        Err(e) => return Err(AsideReason::Corrupt(format!("could not be read: {e}"))),
+    };
+    let text = std::str::from_utf8(&bytes)
+        .map_err(|e| AsideReason::Corrupt(format!("not UTF-8 text ({e})")))?;
+    let record = R::decode(text).map_err(|r| match r {
+        Rejection::Corrupt(why) => AsideReason::Corrupt(why),
+        Rejection::FutureSchema(found) => AsideReason::FutureSchema { found },
+    })?;
+    if record.uuid() != uuid {
+        return Err(AsideReason::Corrupt(format!(
+            "it says `uuid = \"{}\"` but is named after {uuid}",
+            record.uuid()
+        )));
+    }
+    Ok(record)
+}

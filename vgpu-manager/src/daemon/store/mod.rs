@@ -1,0 +1,212 @@
+//! The state directory: persistent definitions and the ownership ledger.
+//!
+//! # Layout
+//!
+//! ```text
+//! /var/lib/vgpu-manager/          (mode 0700, created if missing)
+//!   lock                          flock(2)-ed by the running daemon; holds its pid
+//!   definitions/<uuid>.toml       one persistent instance definition per file
+//!   ledger/<uuid>.toml            one file per device the daemon created or adopted
+//!   corrupt/<name>.<unix-ts>      files that could not be loaded, moved aside
+//! ```
+//!
+//! Files are TOML with `schema = 1` on the first line (TOML because admins read and occasionally
+//! edit these; the daemon never needs anything TOML cannot express). A definition:
+//!
+//! ```toml
+//! schema = 1
+//! uuid = "4b20d080-1b54-4048-85b3-a6a62d165c01"
+//! parent = "0000:3b:00.0"          # mdev parent device name
+//! gpu = "0000:3b:00.0"             # GPU id as clients see it
+//! type_id = "nvidia-231"
+//! profile = "vdi-2g"               # optional
+//! autostart = true
+//! label = "vm-42"                  # optional
+//! created_at = 1767225600          # seconds since the Unix epoch
+//! ```
+//!
+//! A ledger entry has `schema`, `uuid`, `parent`, `type_id`, `ownership` (`"daemon"` or `"adopted"`)
+//! and `created_at`. Unknown fields are rejected; a file with a higher `schema` (from a newer vgpud) is
+//! moved aside with a message naming its version rather than misread.
+//!
+//! # Durability
+//!
+//! Every write is atomic: temporary file in the same directory, write, `fsync`, `rename` over the
+//! final name, `fsync` the directory. Every removal is `unlink` plus `fsync` of the directory. A crash
+//! at any instant therefore leaves each file either in its old or its new state, plus at most a
+//! leftover `.tmp.*` file, which [`StateDir::open`] deletes. A file that does not load (bad TOML, wrong
+//! field types, a `uuid` that differs from its name, …) is moved to `corrupt/` with a warning naming
+//! it and the reason, and everything else still loads ([`LoadReport`] lists what was set aside).
+//!
+//! # Ownership ledger protocol
+//!
+//! The daemon removes only devices recorded in the ledger, so the ledger must never miss a device the
+//! daemon made. The rule is *the ledger entry covers the whole life of the device, with margin at both
+//! ends*:
+//!
+//! 1. **Create**: write `ledger/<uuid>.toml` (durably) *before* writing the UUID into the parent's
+//!    `create` attribute. If the kernel refuses, remove the entry again (only when the device really
+//!    does not exist).
+//! 2. **Remove**: write the parent's `remove` attribute, confirm the device is gone, *then* remove the
+//!    ledger entry.
+//! 3. **Adopt**: write the entry with `ownership = "adopted"` before reporting the device as ours.
+//!
+//! A crash between the two halves of any step leaves an entry whose device may or may not exist.
+//! Reconcile on the next start resolves it: entry and device both present → still ours (kept, never
+//! removed automatically, a VM may use it); entry without device → stale, dropped (or the device is
+//! created again if an autostart definition asks for it). A device without an entry is always
+//! someone else's: it is shown as foreign and never touched. So no interleaving of crashes can make
+//! the daemon forget a device it created, nor remove one it did not.
+//!
+//! # Concurrency
+//!
+//! One daemon per directory: [`StateDir::open`] takes an exclusive `flock(2)` on `lock` and fails with
+//! [`StoreError::Locked`] (naming the holder's pid) if another process has it. Within the daemon the
+//! caller serializes access (`&mut self`).
+
+mod error;
+mod fsio;
+mod load;
+mod lock;
+mod record;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use mdev_types::ids::MdevUuid;
+
+pub use error::{StoreError, StoreOp};
+pub use load::{AsideReason, LoadReport, SetAside};
+pub use record::{Definition, LedgerEntry, LedgerOwnership, SCHEMA};
+
+use fsio::{ensure_dir, remove_durable, write_atomic};
+use load::load_dir;
+use lock::{DirLock, lock_dir};
+use record::Record;
+
+/// The default state directory.
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/vgpu-manager";
+
+/// Subdirectory of definitions.
+const DEFINITIONS: &str = "definitions";
+/// Subdirectory of ledger entries.
+const LEDGER: &str = "ledger";
+/// Subdirectory of files moved aside.
+const CORRUPT: &str = "corrupt";
+
+/// Seconds since the Unix epoch, for `created_at` fields.
+pub fn unix_now() -> u64 {
+    fsio::unix_now()
+}
+
+/// An open, locked state directory with everything in it loaded. Dropping it releases the lock.
+#[derive(Debug)]
+pub struct StateDir {
+    root: PathBuf,
+    definitions: BTreeMap<MdevUuid, Definition>,
+    ledger: BTreeMap<MdevUuid, LedgerEntry>,
+    _lock: DirLock,
+}
+
+impl StateDir {
+    /// Opens (creating if missing, mode 0700) and locks the state directory at `path`, removes
+    /// leftovers of interrupted writes, and loads all records, moving unusable files aside.
+    pub fn open(path: impl AsRef<Path>) -> Result<(StateDir, LoadReport), StoreError> {
+        let root = path.as_ref().to_path_buf();
+        ensure_dir(&root)?;
+        let lock = lock_dir(&root)?;
+        for sub in [DEFINITIONS, LEDGER, CORRUPT] {
+            ensure_dir(&root.join(sub))?;
+        }
+        let corrupt = root.join(CORRUPT);
+        let mut report = LoadReport::default();
+        let definitions: BTreeMap<MdevUuid, Definition> =
+            load_dir(&root.join(DEFINITIONS), &corrupt, &mut report)?;
+        let ledger: BTreeMap<MdevUuid, LedgerEntry> =
+            load_dir(&root.join(LEDGER), &corrupt, &mut report)?;
+        report.definitions = definitions.len();
+        report.ledger_entries = ledger.len();
+        Ok((
+            StateDir {
+                root,
+                definitions,
+                ledger,
+                _lock: lock,
+            },
+            report,
+        ))
+    }
+
+    /// The directory's path.
+    pub fn path(&self) -> &Path {
+        &self.root
+    }
+
+    /// Durably stores (creates or replaces) a definition.
+    pub fn put_definition(&mut self, def: &Definition) -> Result<(), StoreError> {
+        put(&self.root.join(DEFINITIONS), def)?;
+        self.definitions.insert(def.uuid, def.clone());
+        Ok(())
+    }
+
+    /// Durably deletes a definition; returns it if there was one.
+    pub fn remove_definition(&mut self, uuid: &MdevUuid) -> Result<Option<Definition>, StoreError> {
+        remove_durable(&self.root.join(DEFINITIONS), &file_name(uuid))?;
+        Ok(self.definitions.remove(uuid))
+    }
+
+    /// One definition.
+    pub fn get_definition(&self, uuid: &MdevUuid) -> Option<&Definition> {
+        self.definitions.get(uuid)
+    }
+
+    /// All definitions, by UUID.
+    pub fn definitions(&self) -> impl ExactSizeIterator<Item = &Definition> + '_ {
+        self.definitions.values()
+    }
+
+    /// Durably stores (creates or replaces) a ledger entry. Call *before* creating the device.
+    pub fn put_ledger(&mut self, entry: &LedgerEntry) -> Result<(), StoreError> {
+        put(&self.root.join(LEDGER), entry)?;
+        self.ledger.insert(entry.uuid, entry.clone());
+        Ok(())
+    }
+
+    /// Durably deletes a ledger entry; returns it if there was one. Call only *after* the device is
+    /// gone.
+    pub fn remove_ledger(&mut self, uuid: &MdevUuid) -> Result<Option<LedgerEntry>, StoreError> {
+        remove_durable(&self.root.join(LEDGER), &file_name(uuid))?;
+        Ok(self.ledger.remove(uuid))
+    }
+
+    /// One ledger entry.
+    pub fn get_ledger(&self, uuid: &MdevUuid) -> Option<&LedgerEntry> {
+        self.ledger.get(uuid)
+    }
+
+    /// All ledger entries, by UUID.
+    pub fn ledger(&self) -> impl ExactSizeIterator<Item = &LedgerEntry> + '_ {
+        self.ledger.values()
+    }
+}
+
+/// `<uuid>.toml`.
+fn file_name(uuid: &MdevUuid) -> String {
+    format!("{uuid}.toml")
+}
+
+/// Validates, encodes and atomically writes a record into `dir`.
+fn put<R: Record>(dir: &Path, record: &R) -> Result<(), StoreError> {
+    let name = file_name(record.uuid());
+    let path = dir.join(&name);
+    record.validate().map_err(|reason| StoreError::Invalid {
+        path: path.clone(),
+        reason,
+    })?;
+    let text = record
+        .encode()
+        .map_err(|reason| StoreError::Encode { path, reason })?;
+    write_atomic(dir, &name, text.as_bytes())
+}

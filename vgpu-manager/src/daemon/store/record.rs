@@ -1,0 +1,284 @@
+//! The two kinds of records in the state directory and their on-disk (TOML, schema 1) form.
+//!
+//! The in-memory types ([`Definition`], [`LedgerEntry`]) are separate from the private on-disk structs
+//! so that a future schema can add a new on-disk struct and a conversion without changing callers.
+//! Schema-1 files reject unknown fields: new fields come with a new schema number, so a typo in a
+//! hand-edited file is reported instead of silently ignored.
+
+use serde::{Deserialize, Serialize};
+
+use mdev_types::ids::{MdevTypeId, MdevUuid};
+
+use crate::daemon::api::Ownership;
+
+/// The schema version this build reads and writes.
+pub const SCHEMA: i64 = 1;
+
+/// A persistent instance definition (`definitions/<uuid>.toml`): what the admin asked to exist.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Definition {
+    /// The instance's UUID (also the file name).
+    pub uuid: MdevUuid,
+    /// The mdev parent device name (`/sys/class/mdev_bus/<parent>`).
+    pub parent: String,
+    /// The GPU id as clients see it (PCI address or virtual parent name).
+    pub gpu: String,
+    /// The mdev type to create.
+    pub type_id: MdevTypeId,
+    /// The profile the type was chosen from, if any.
+    pub profile: Option<String>,
+    /// Create the device whenever the daemon starts or the parent appears.
+    pub autostart: bool,
+    /// Free-form label of who asked for it.
+    pub label: Option<String>,
+    /// When it was defined (seconds since the Unix epoch).
+    pub created_at: u64,
+}
+
+/// How a ledger entry's device came to be ours. Foreign devices never get a ledger entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LedgerOwnership {
+    /// The daemon created the device.
+    Daemon,
+    /// The device existed and was taken over by an explicit definition with its UUID.
+    Adopted,
+}
+
+impl From<LedgerOwnership> for Ownership {
+    fn from(o: LedgerOwnership) -> Self {
+        match o {
+            LedgerOwnership::Daemon => Ownership::Daemon,
+            LedgerOwnership::Adopted => Ownership::Adopted,
+        }
+    }
+}
+
+/// An ownership-ledger entry (`ledger/<uuid>.toml`): a device the daemon created (or is about to
+/// create) or adopted, and so may remove.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LedgerEntry {
+    /// The device's UUID (also the file name).
+    pub uuid: MdevUuid,
+    /// Its mdev parent device name.
+    pub parent: String,
+    /// Its mdev type.
+    pub type_id: MdevTypeId,
+    /// Created or adopted.
+    pub ownership: LedgerOwnership,
+    /// When the entry was written (seconds since the Unix epoch).
+    pub created_at: u64,
+}
+
+/// Why a file's contents were not accepted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rejection {
+    /// Unreadable: bad TOML, wrong field types, missing or unknown fields, invalid values.
+    Corrupt(String),
+    /// Written by a newer vgpud with a schema this build does not know.
+    FutureSchema(i64),
+}
+
+/// What the loader and writer need from a record kind.
+pub(crate) trait Record: Sized + Clone {
+    /// Human name for messages (`definition`, `ledger entry`).
+    const KIND: &'static str;
+    /// The UUID that names the file.
+    fn uuid(&self) -> &MdevUuid;
+    /// The TOML text to store.
+    fn encode(&self) -> Result<String, String>;
+    /// Parses a schema-1 text (the schema number has been checked).
+    fn decode_v1(text: &str) -> Result<Self, String>;
+    /// Checks values the type system does not.
+    fn validate(&self) -> Result<(), String>;
+
+    /// Parses and validates a file's text.
+    fn decode(text: &str) -> Result<Self, Rejection> {
+        match schema_of(text)? {
+            SCHEMA => {}
+            n if n > SCHEMA => return Err(Rejection::FutureSchema(n)),
+            n => {
+                return Err(Rejection::Corrupt(format!(
+                    "`schema = {n}` was never written by vgpud (this build writes {SCHEMA})"
+                )));
+            }
+        }
+        let record = Self::decode_v1(text).map_err(Rejection::Corrupt)?;
+        record.validate().map_err(Rejection::Corrupt)?;
+        Ok(record)
+    }
+}
+
+/// Reads the `schema` key, before the rest is interpreted.
+fn schema_of(text: &str) -> Result<i64, Rejection> {
+    let table: toml::Table =
+        toml::from_str(text).map_err(|e| Rejection::Corrupt(describe(text, &e)))?;
+    match table.get("schema") {
+        Some(toml::Value::Integer(n)) => Ok(*n),
+        Some(other) => Err(Rejection::Corrupt(format!(
+            "`schema` must be an integer, found a {}",
+            other.type_str()
+        ))),
+        None => Err(Rejection::Corrupt("no `schema` field".into())),
+    }
+}
+
+/// One line: `line N: message` (the TOML error's own text spans several lines with a snippet).
+fn describe(text: &str, e: &toml::de::Error) -> String {
+    let msg = e.message().trim().replace('\n', " ");
+    match e.span() {
+        Some(span) => {
+            let line = text
+                .get(..span.start)
+                .map_or(0, |s| s.matches('\n').count())
+                + 1;
+            format!("line {line}: {msg}")
+        }
+        None => msg,
+    }
+}
+
+/// A device name as it appears under `/sys/class/mdev_bus/`: one path component.
+fn check_device_name(field: &str, name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 255
+        && name != "."
+        && name != ".."
+        && !name.contains('/')
+        && !name.chars().any(|c| c.is_control() || c.is_whitespace());
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{field} = {name:?}` is not a device name (one path component, no spaces)"
+        ))
+    }
+}
+
+/// TOML integers are signed 64-bit (TOML spec, "Integer"): larger values would be written by the
+/// encoder but rejected by a reader, so they are refused before writing.
+fn check_time(created_at: u64) -> Result<(), String> {
+    if i64::try_from(created_at).is_ok() {
+        Ok(())
+    } else {
+        Err(format!(
+            "`created_at = {created_at}` is beyond the TOML integer range (at most {})",
+            i64::MAX
+        ))
+    }
+}
+
+/// Schema-1 on-disk form of a definition.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DefinitionV1 {
+    schema: i64,
+    uuid: MdevUuid,
+    parent: String,
+    gpu: String,
+    type_id: MdevTypeId,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    profile: Option<String>,
+    autostart: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    label: Option<String>,
+    created_at: u64,
+}
+
+impl Record for Definition {
+    const KIND: &'static str = "definition";
+
+    fn uuid(&self) -> &MdevUuid {
+        &self.uuid
+    }
+
+    fn encode(&self) -> Result<String, String> {
+        let d = self.clone();
+        toml::to_string(&DefinitionV1 {
+            schema: SCHEMA,
+            uuid: d.uuid,
+            parent: d.parent,
+            gpu: d.gpu,
+            type_id: d.type_id,
+            profile: d.profile,
+            autostart: d.autostart,
+            label: d.label,
+            created_at: d.created_at,
+        })
+        .map_err(|e| e.to_string())
+    }
+
+    fn decode_v1(text: &str) -> Result<Self, String> {
+        let d: DefinitionV1 = toml::from_str(text).map_err(|e| describe(text, &e))?;
+        Ok(Definition {
+            uuid: d.uuid,
+            parent: d.parent,
+            gpu: d.gpu,
+            type_id: d.type_id,
+            profile: d.profile,
+            autostart: d.autostart,
+            label: d.label,
+            created_at: d.created_at,
+        })
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        check_device_name("parent", &self.parent)?;
+        if self.gpu.trim().is_empty() {
+            return Err("`gpu` is empty".into());
+        }
+        if self.profile.as_deref().is_some_and(|p| p.trim().is_empty()) {
+            return Err("`profile` is empty (leave it out instead)".into());
+        }
+        check_time(self.created_at)
+    }
+}
+
+/// Schema-1 on-disk form of a ledger entry.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LedgerV1 {
+    schema: i64,
+    uuid: MdevUuid,
+    parent: String,
+    type_id: MdevTypeId,
+    ownership: LedgerOwnership,
+    created_at: u64,
+}
+
+impl Record for LedgerEntry {
+    const KIND: &'static str = "ledger entry";
+
+    fn uuid(&self) -> &MdevUuid {
+        &self.uuid
+    }
+
+    fn encode(&self) -> Result<String, String> {
+        let e = self.clone();
+        toml::to_string(&LedgerV1 {
+            schema: SCHEMA,
+            uuid: e.uuid,
+            parent: e.parent,
+            type_id: e.type_id,
+            ownership: e.ownership,
+            created_at: e.created_at,
+        })
+        .map_err(|e| e.to_string())
+    }
+
+    fn decode_v1(text: &str) -> Result<Self, String> {
+        let e: LedgerV1 = toml::from_str(text).map_err(|e| describe(text, &e))?;
+        Ok(LedgerEntry {
+            uuid: e.uuid,
+            parent: e.parent,
+            type_id: e.type_id,
+            ownership: e.ownership,
+            created_at: e.created_at,
+        })
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        check_device_name("parent", &self.parent)?;
+        check_time(self.created_at)
+    }
+}
