@@ -1,2 +1,4 @@
 //! vgpu-manager: profiles, matching and the admin CLI over the hardware boundary of `mdev-types`.
 #![deny(missing_docs)]
+
+pub mod profile;
