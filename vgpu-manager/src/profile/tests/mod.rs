@@ -3,6 +3,9 @@
 
 mod build;
 mod catalog;
-mod matching;
+mod hosts;
+mod match_host;
+mod match_mdev;
+mod match_vf;
 mod props;
 mod spec;
