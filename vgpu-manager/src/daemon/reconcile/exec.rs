@@ -1,0 +1,244 @@
+//! The executor: carries out a [`Plan`]'s action steps through [`StepActions`] and, if one fails,
+//! undoes what this run already did, in reverse order.
+
+use mdev_types::ids::{MdevTypeId, MdevUuid};
+
+use super::plan::{Plan, Step};
+use crate::daemon::api::CoreError;
+use crate::daemon::store::{LedgerEntry, LedgerOwnership};
+
+/// What the executor needs from the daemon core. Implementations must keep the ledger durable
+/// (`put_ledger` returns only once the entry is on disk).
+pub trait StepActions {
+    /// Durably writes (or replaces) a ledger entry.
+    fn put_ledger(&mut self, entry: &LedgerEntry) -> Result<(), CoreError>;
+    /// Durably removes a ledger entry.
+    fn remove_ledger(&mut self, uuid: &MdevUuid) -> Result<(), CoreError>;
+    /// Creates the mdev device (writes the parent's `create` attribute).
+    fn create_device(
+        &mut self,
+        uuid: &MdevUuid,
+        parent: &str,
+        type_id: &MdevTypeId,
+    ) -> Result<(), CoreError>;
+    /// Removes an mdev device this run created (writes its `remove` attribute); only called to roll
+    /// back.
+    fn remove_device(&mut self, uuid: &MdevUuid, parent: &str) -> Result<(), CoreError>;
+    /// Whether a device with this UUID exists; asked after a failed create, because only a device
+    /// known to be absent may lose its ledger entry.
+    fn device_exists(&mut self, uuid: &MdevUuid) -> Result<bool, CoreError>;
+    /// Seconds since the Unix epoch, for the ledger's `created_at`.
+    fn now(&self) -> u64;
+}
+
+/// The step that failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepFailure {
+    /// Its index in [`Plan::steps`].
+    pub index: usize,
+    /// The step.
+    pub step: Step,
+    /// The error.
+    pub error: CoreError,
+}
+
+/// An undo action that failed; its effect stays in place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RollbackError {
+    /// The step being undone.
+    pub step: Step,
+    /// What could not be undone.
+    pub what: UndoAction,
+    /// The error.
+    pub error: CoreError,
+}
+
+/// One undo action.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UndoAction {
+    /// Removing a device created by this run (its ledger entry is then kept: the device is ours).
+    RemoveDevice,
+    /// Restoring the ledger to what it was (removing a new entry or putting back an old one).
+    RestoreLedger,
+    /// Checking whether a failed create left a device (the ledger entry is then kept to be safe).
+    CheckDevice,
+}
+
+/// What [`execute`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExecReport {
+    /// Action steps that completed, in order. Without a failure these are the plan's effects; with
+    /// one they were undone (see `rolled_back`, `rollback_errors`).
+    pub completed: Vec<Step>,
+    /// The step that failed, if any (execution stops there).
+    pub failure: Option<StepFailure>,
+    /// Completed steps whose effects were undone, in the order undone (reverse of `completed`).
+    pub rolled_back: Vec<Step>,
+    /// Undo actions that failed (their effects remain; the next reconcile sees them).
+    pub rollback_errors: Vec<RollbackError>,
+}
+
+impl ExecReport {
+    /// True when every action step succeeded.
+    pub fn succeeded(&self) -> bool {
+        self.failure.is_none()
+    }
+}
+
+/// What a Create did so far, to undo it precisely.
+struct CreateDone<'a> {
+    step: &'a Step,
+    uuid: &'a MdevUuid,
+    parent: &'a str,
+    replaces: &'a Option<LedgerEntry>,
+    device: bool,
+}
+
+/// A completed (or partially completed) step's undo information.
+enum Done<'a> {
+    Create(CreateDone<'a>),
+    DropLedger(&'a Step, &'a LedgerEntry),
+}
+
+/// Runs the plan's action steps in order. On the first failure it stops, undoes the failing step's
+/// partial effect and every completed step in reverse order, and reports it all.
+pub fn execute(plan: &Plan, actions: &mut dyn StepActions) -> ExecReport {
+    let mut report = ExecReport::default();
+    let mut done: Vec<Done<'_>> = Vec::new();
+    for (index, step) in plan.steps.iter().enumerate() {
+        let result = match step {
+            Step::Create {
+                uuid,
+                parent,
+                type_id,
+                replaces,
+            } => {
+                let mut d = CreateDone {
+                    step,
+                    uuid,
+                    parent,
+                    replaces,
+                    device: false,
+                };
+                let r = run_create(actions, &mut d, type_id, &mut report);
+                match r {
+                    Ok(()) => {
+                        done.push(Done::Create(d));
+                        Ok(())
+                    }
+                    Err((error, partial)) => {
+                        if let Some(p) = partial {
+                            undo(actions, Done::Create(p), &mut report, false);
+                        }
+                        Err(error)
+                    }
+                }
+            }
+            Step::DropLedger { entry } => actions
+                .remove_ledger(&entry.uuid)
+                .map(|()| done.push(Done::DropLedger(step, entry))),
+            _ => continue,
+        };
+        match result {
+            Ok(()) => report.completed.push(step.clone()),
+            Err(error) => {
+                tracing::warn!("reconcile: step {index} ({step}) failed: {error}; rolling back");
+                report.failure = Some(StepFailure {
+                    index,
+                    step: step.clone(),
+                    error,
+                });
+                while let Some(d) = done.pop() {
+                    undo(actions, d, &mut report, true);
+                }
+                break;
+            }
+        }
+    }
+    report
+}
+
+/// Ledger entry first, then the device (see the store's ledger protocol). On failure returns the
+/// error and, if something was already done, what to undo.
+fn run_create<'a>(
+    actions: &mut dyn StepActions,
+    d: &mut CreateDone<'a>,
+    type_id: &MdevTypeId,
+    report: &mut ExecReport,
+) -> Result<(), (CoreError, Option<CreateDone<'a>>)> {
+    let entry = LedgerEntry {
+        uuid: *d.uuid,
+        parent: d.parent.to_string(),
+        type_id: type_id.clone(),
+        ownership: LedgerOwnership::Daemon,
+        created_at: actions.now(),
+        gpu: None,
+        profile: None,
+        label: None,
+    };
+    actions.put_ledger(&entry).map_err(|e| (e, None))?;
+    let Err(error) = actions.create_device(d.uuid, d.parent, type_id) else {
+        d.device = true;
+        return Ok(());
+    };
+    let partial = |device| CreateDone { device, ..*d };
+    match actions.device_exists(d.uuid) {
+        // Nothing was created: the entry can go.
+        Ok(false) => Err((error, Some(partial(false)))),
+        // The kernel made it despite the error: it is ours, so undo removes it.
+        Ok(true) => Err((error, Some(partial(true)))),
+        // Unknown: keep the entry (a device we made must never be unrecorded); the next reconcile
+        // drops it if there is no device.
+        Err(check) => {
+            report.rollback_errors.push(RollbackError {
+                step: d.step.clone(),
+                what: UndoAction::CheckDevice,
+                error: check,
+            });
+            Err((error, None))
+        }
+    }
+}
+
+/// Undoes one step; `listed` adds it to `rolled_back` when fully undone.
+fn undo(actions: &mut dyn StepActions, d: Done<'_>, report: &mut ExecReport, listed: bool) {
+    let mut fail = |step: &Step, what, error| {
+        report.rollback_errors.push(RollbackError {
+            step: step.clone(),
+            what,
+            error,
+        });
+    };
+    let (step, ok) = match d {
+        Done::Create(c) => {
+            let device_gone = !c.device
+                || match actions.remove_device(c.uuid, c.parent) {
+                    Ok(()) => true,
+                    Err(e) => {
+                        fail(c.step, UndoAction::RemoveDevice, e);
+                        false
+                    }
+                };
+            // The device is still ours while it exists: keep its entry then.
+            let ledger_ok = device_gone && {
+                let r = match c.replaces {
+                    Some(old) => actions.put_ledger(old),
+                    None => actions.remove_ledger(c.uuid),
+                };
+                r.map_err(|e| fail(c.step, UndoAction::RestoreLedger, e))
+                    .is_ok()
+            };
+            (c.step, device_gone && ledger_ok)
+        }
+        Done::DropLedger(step, entry) => {
+            let ok = actions
+                .put_ledger(entry)
+                .map_err(|e| fail(step, UndoAction::RestoreLedger, e))
+                .is_ok();
+            (step, ok)
+        }
+    };
+    if listed && ok {
+        report.rolled_back.push(step.clone());
+    }
+}
