@@ -1,1 +1,260 @@
-//! [`SimHost`]: an in-memory kernel model with the kernel's semantics (being built).
+//! [`SimHost`]: an in-memory Linux kernel with the kernel's sysfs semantics, not a recorder.
+//!
+//! A simulated host is described in TOML ([`SimSpec`]; the shipped ones are in `mdev-types/sims/` and
+//! embedded: [`SimHost::builtin_names`]). From the description the simulator keeps typed kernel state
+//! (PCI functions, drivers, SR-IOV, mdev parents and instances, IOMMU groups, NVIDIA vendor-VFIO and
+//! Intel xe `sriov_admin` state) and renders the sysfs tree from it. Writes reach the same store
+//! handlers the kernel has — `create`, `remove`, `sriov_numvfs`, `bind`, `unbind`, `driver_override`,
+//! `drivers_probe`, `current_vgpu_type`, … — which check their input in the kernel's order and fail with
+//! the kernel's errno; each handler names its kernel source function.
+//!
+//! ```
+//! use std::path::Path;
+//! use mdev_types::host::{Host, sim::SimHost};
+//!
+//! let host = SimHost::builtin("samples").unwrap();
+//! let ty = Path::new("/sys/class/mdev_bus/mbochs/mdev_supported_types/mbochs-medium");
+//! assert_eq!(host.read(&ty.join("available_instances")).unwrap(), "16\n");
+//! host.write(&ty.join("create"), "4b20d080-1b54-4048-85b3-a6a62d165c01").unwrap();
+//! assert_eq!(host.read(&ty.join("available_instances")).unwrap(), "15\n");
+//! ```
+
+use std::fmt;
+use std::io;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use nix::errno::Errno;
+
+use super::{Host, HostError, HostOp};
+
+mod attr;
+mod build;
+mod error;
+mod kstr;
+mod locate;
+mod materialize;
+mod mdev;
+mod model;
+mod nvidia;
+mod pci;
+mod render;
+mod spec;
+mod sriov;
+mod vfs;
+mod xe;
+
+#[cfg(test)]
+mod tests;
+
+pub use error::SimError;
+pub use spec::{
+    CountingSpec, DriverKindSpec, DriverSpec, ErrnoName, HostSpec, MdevParentSpec, MdevSpec,
+    MdevTypeSpec, NvidiaVfioSpec, PciSpec, SimSpec, SriovSpec, VfIommuSpec, VgpuSpec, VgpuTypeSpec,
+    XeSriovSpec,
+};
+
+use attr::Attr;
+use model::Model;
+use vfs::{Node, Vfs};
+
+/// The shipped host descriptions, embedded.
+const BUILTINS: &[(&str, &str)] = &[
+    ("demo", include_str!("../../../sims/demo.toml")),
+    ("samples", include_str!("../../../sims/samples.toml")),
+];
+
+/// Builtin names, in [`BUILTINS`] order.
+const BUILTIN_NAMES: &[&str] = &["demo", "samples"];
+
+/// Kernel state plus the tree rendered from it (re-rendered lazily after each write).
+struct Inner {
+    model: Model,
+    tree: Option<Vfs>,
+}
+
+impl Inner {
+    fn tree(&mut self) -> &Vfs {
+        self.tree.get_or_insert_with(|| render::render(&self.model))
+    }
+}
+
+/// An in-memory kernel implementing [`Host`] with the kernel's semantics and errnos.
+///
+/// Cheap to clone: clones share one kernel (like two processes on one machine). `Send + Sync`; every
+/// operation is atomic with respect to the others.
+#[derive(Clone)]
+pub struct SimHost {
+    name: Arc<str>,
+    inner: Arc<Mutex<Inner>>,
+}
+
+impl fmt::Debug for SimHost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SimHost").field("name", &self.name).finish()
+    }
+}
+
+impl SimHost {
+    fn from_model(model: Model) -> Self {
+        Self {
+            name: Arc::from(model.name.as_str()),
+            inner: Arc::new(Mutex::new(Inner { model, tree: None })),
+        }
+    }
+
+    /// A host from a parsed description (named `spec`; errors carry schema paths but no lines).
+    pub fn from_spec(spec: SimSpec) -> Result<SimHost, SimError> {
+        build::build("spec", "<spec>", None, &spec).map(Self::from_model)
+    }
+
+    /// A host from TOML text; `name` names the host and the file in errors (`demo`, `lab.toml`).
+    pub fn from_toml(name: &str, text: &str) -> Result<SimHost, SimError> {
+        let host_name = Path::new(name)
+            .file_stem()
+            .map_or(name.to_string(), |s| s.to_string_lossy().into_owned());
+        let spec = SimSpec::from_toml(name, text)?;
+        build::build(&host_name, name, Some(text), &spec).map(Self::from_model)
+    }
+
+    /// A shipped host by name ([`SimHost::builtin_names`]).
+    pub fn builtin(name: &str) -> Result<SimHost, SimError> {
+        let (_, text) =
+            BUILTINS
+                .iter()
+                .find(|(n, _)| *n == name)
+                .ok_or_else(|| SimError::UnknownBuiltin {
+                    name: name.to_string(),
+                    known: BUILTIN_NAMES.join(", "),
+                })?;
+        let spec = SimSpec::from_toml(&format!("sims/{name}.toml"), text)?;
+        build::build(name, &format!("sims/{name}.toml"), Some(text), &spec).map(Self::from_model)
+    }
+
+    /// The names of the shipped hosts.
+    pub fn builtin_names() -> &'static [&'static str] {
+        BUILTIN_NAMES
+    }
+
+    /// A builtin host name, or a path to a TOML description.
+    pub fn load(path_or_name: &str) -> Result<SimHost, SimError> {
+        if BUILTIN_NAMES.contains(&path_or_name) {
+            return Self::builtin(path_or_name);
+        }
+        let path = Path::new(path_or_name);
+        let looks_like_path = path_or_name.contains('/') || path_or_name.ends_with(".toml");
+        match std::fs::read_to_string(path) {
+            Ok(text) => Self::from_toml(path_or_name, &text),
+            Err(e) if looks_like_path || e.kind() != io::ErrorKind::NotFound => Err(SimError::Io {
+                path: path.to_path_buf(),
+                source: e,
+            }),
+            Err(_) => Err(SimError::UnknownBuiltin {
+                name: path_or_name.to_string(),
+                known: BUILTIN_NAMES.join(", "),
+            }),
+        }
+    }
+
+    /// The host's name (`demo`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Writes the current simulated tree as a real directory tree below `dir` (files with sysfs modes,
+    /// directories, relative symbolic links), so `SysfsHost::new(dir)` reads the same values and links.
+    pub fn materialize(&self, dir: &Path) -> io::Result<()> {
+        let mut inner = self.lock();
+        materialize::materialize(inner.tree(), dir)
+    }
+
+    /// The kernel state, even if another thread panicked while holding it (every handler leaves the
+    /// state consistent before it can panic, so the data is still valid).
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Dispatches a write to the store handler behind `attr`.
+fn store(model: &mut Model, attr: &Attr, value: &str) -> Result<(), Errno> {
+    match attr {
+        Attr::DriverOverride(a) => pci::set_driver_override(model, a, value),
+        Attr::NumaNode(a) => pci::set_numa_node(model, a, value),
+        Attr::SriovNumvfs(a) => sriov::store_numvfs(model, a, value),
+        Attr::SriovAutoprobe(a) => sriov::store_autoprobe(model, a, value),
+        Attr::Bind(d) => pci::bind(model, d, value),
+        Attr::Unbind(d) => pci::unbind(model, d, value),
+        Attr::NewId(d) => pci::new_id(model, d, value),
+        Attr::RemoveId(d) => pci::remove_id(model, d, value),
+        Attr::DriversProbe => pci::drivers_probe(model, value),
+        Attr::MdevCreate { parent, ty } => mdev::create(model, *parent, *ty, value),
+        Attr::MdevRemove(u) => mdev::store_remove(model, u, value),
+        Attr::NvidiaCurrentType(vf) => nvidia::store_current(model, vf, value),
+        Attr::NvidiaVgpuParams(vf) => nvidia::store_params(model, vf, value),
+        Attr::XeProfile { pf, func, knob } => xe::store_profile(model, pf, *func, *knob, value),
+        Attr::XeBulk { pf, knob } => xe::store_bulk(model, pf, *knob, value),
+        Attr::XeStop { pf, vf } => xe::store_stop(model, pf, *vf, value),
+    }
+}
+
+impl Host for SimHost {
+    fn read(&self, path: &Path) -> Result<String, HostError> {
+        let mut inner = self.lock();
+        let err = |e| HostError::new(HostOp::Read, path, e);
+        match inner.tree().node(path).map_err(err)?.1 {
+            Node::Dir(_) => Err(err(Errno::EISDIR)),
+            Node::File(f) if !f.mode.readable() => Err(err(Errno::EACCES)),
+            Node::File(f) => Ok(f.content.clone()),
+            // node() follows links; a dangling one is ENOENT there.
+            Node::Link(_) => Err(err(Errno::ENOENT)),
+        }
+    }
+
+    fn write(&self, path: &Path, value: &str) -> Result<(), HostError> {
+        let mut inner = self.lock();
+        let err = |e| HostError::write(path, value, e);
+        let attr = match inner.tree().node(path).map_err(err)?.1 {
+            Node::Dir(_) => return Err(err(Errno::EISDIR)),
+            Node::File(f) if !f.mode.writable() => return Err(err(Errno::EACCES)),
+            Node::File(f) => f.attr.clone(),
+            Node::Link(_) => return Err(err(Errno::ENOENT)),
+        };
+        let Some(attr) = attr else {
+            return Err(err(Errno::EACCES));
+        };
+        let result = store(&mut inner.model, &attr, value);
+        inner.tree = None;
+        result.map_err(err)
+    }
+
+    fn list(&self, path: &Path) -> Result<Vec<String>, HostError> {
+        let mut inner = self.lock();
+        inner
+            .tree()
+            .list(path)
+            .map_err(|e| HostError::new(HostOp::List, path, e))
+    }
+
+    fn read_link(&self, path: &Path) -> Result<std::path::PathBuf, HostError> {
+        let mut inner = self.lock();
+        inner
+            .tree()
+            .read_link(path)
+            .map(std::path::PathBuf::from)
+            .map_err(|e| HostError::new(HostOp::ReadLink, path, e))
+    }
+
+    fn canonicalize(&self, path: &Path) -> Result<std::path::PathBuf, HostError> {
+        let mut inner = self.lock();
+        inner
+            .tree()
+            .canonicalize(path)
+            .map_err(|e| HostError::new(HostOp::Canonicalize, path, e))
+    }
+
+    fn describe(&self) -> String {
+        format!("simulated host '{}'", self.name)
+    }
+}

@@ -1,0 +1,118 @@
+//! Renders the simulated sysfs tree from the typed state: PCI functions, PCI drivers and IOMMU groups
+//! here; mdev, NVIDIA vendor-VFIO and xe `sriov_admin` in their modules. Attribute formats are the
+//! kernel's (drivers/pci/pci-sysfs.c, drivers/pci/iov.c, drivers/base/bus.c, drivers/iommu/iommu.c).
+
+use super::attr::Attr;
+use super::model::Model;
+use super::vfs::Vfs;
+use super::{mdev, nvidia, xe};
+
+/// The whole tree.
+pub(crate) fn render(model: &Model) -> Vfs {
+    let mut v = Vfs::default();
+    pci_bus(model, &mut v);
+    iommu_groups(model, &mut v);
+    mdev::render(model, &mut v);
+    nvidia::render(model, &mut v);
+    xe::render(model, &mut v);
+    v
+}
+
+/// `/sys/bus/pci`, every function's directory and the driver directories.
+fn pci_bus(model: &Model, v: &mut Vfs) {
+    v.mkdir("/sys/bus/pci/devices");
+    v.wo("/sys/bus/pci/drivers_probe", Attr::DriversProbe);
+    for d in &model.drivers {
+        let dir = format!("/sys/bus/pci/drivers/{}", d.name);
+        v.wo(&format!("{dir}/bind"), Attr::Bind(d.name.clone()));
+        v.wo(&format!("{dir}/unbind"), Attr::Unbind(d.name.clone()));
+        v.wo(&format!("{dir}/new_id"), Attr::NewId(d.name.clone()));
+        v.wo(&format!("{dir}/remove_id"), Attr::RemoveId(d.name.clone()));
+    }
+    for d in model.pci.values() {
+        let a = d.addr;
+        let dir = model.dev_dir(&a);
+        let f = |name: &str| format!("{dir}/{name}");
+        v.ro(&f("vendor"), format!("0x{:04x}\n", d.vendor));
+        v.ro(&f("device"), format!("0x{:04x}\n", d.device));
+        v.ro(
+            &f("subsystem_vendor"),
+            format!("0x{:04x}\n", d.subsystem_vendor),
+        );
+        v.ro(
+            &f("subsystem_device"),
+            format!("0x{:04x}\n", d.subsystem_device),
+        );
+        v.ro(&f("class"), format!("0x{:06x}\n", d.class));
+        v.ro(&f("revision"), format!("0x{:02x}\n", d.revision));
+        v.rw(
+            &f("numa_node"),
+            format!("{}\n", d.numa_node),
+            Attr::NumaNode(a),
+        );
+        // driver_override_show: sysfs_emit("%s\n") of a NULL pointer prints "(null)".
+        v.rw(
+            &f("driver_override"),
+            format!("{}\n", d.driver_override.as_deref().unwrap_or("(null)")),
+            Attr::DriverOverride(a),
+        );
+        if d.is_vga() {
+            v.ro(&f("boot_vga"), format!("{}\n", u8::from(d.boot_vga)));
+        }
+        v.link(&f("subsystem"), "/sys/bus/pci");
+        v.link(&format!("/sys/bus/pci/devices/{a}"), &dir);
+        if let Some(drv) = &d.driver {
+            let ddir = format!("/sys/bus/pci/drivers/{drv}");
+            v.link(&f("driver"), &ddir);
+            v.link(&format!("{ddir}/{a}"), &dir);
+        }
+        if let Some(g) = d.iommu_group {
+            v.link(&f("iommu_group"), &format!("/sys/kernel/iommu_groups/{g}"));
+        }
+        if let Some(s) = &d.sriov {
+            v.ro(&f("sriov_totalvfs"), format!("{}\n", model.total_vfs(d)));
+            v.rw(
+                &f("sriov_numvfs"),
+                format!("{}\n", s.num),
+                Attr::SriovNumvfs(a),
+            );
+            v.ro(&f("sriov_offset"), format!("{}\n", s.offset));
+            v.ro(&f("sriov_stride"), format!("{}\n", s.stride));
+            // sriov_vf_device_show prints "%x\n" (no 0x, no padding).
+            v.ro(&f("sriov_vf_device"), format!("{:x}\n", s.vf_device));
+            v.rw(
+                &f("sriov_drivers_autoprobe"),
+                format!("{}\n", u8::from(s.autoprobe)),
+                Attr::SriovAutoprobe(a),
+            );
+            for (i, vf) in model.vfs_of(&a) {
+                v.link(&f(&format!("virtfn{i}")), &model.dev_dir(&vf));
+            }
+        }
+        if let Some((pf, _)) = d.vf_of {
+            v.link(&f("physfn"), &model.dev_dir(&pf));
+        }
+    }
+}
+
+/// `/sys/kernel/iommu_groups/<n>/{devices/,type}`; groups vfio allocates for mdevs (emulated IOMMU)
+/// are named `vfio-noiommu` and have no default domain (`type` shows `unknown`).
+fn iommu_groups(model: &Model, v: &mut Vfs) {
+    let mdev_groups: Vec<u32> = model.mdevs.values().map(|m| m.iommu_group).collect();
+    for (g, members) in model.groups() {
+        let dir = format!("/sys/kernel/iommu_groups/{g}");
+        v.mkdir(&format!("{dir}/devices"));
+        for (name, target) in members {
+            v.link(&format!("{dir}/devices/{name}"), &target);
+        }
+        if mdev_groups.contains(&g) {
+            v.ro(&format!("{dir}/name"), "vfio-noiommu\n");
+            v.ro(&format!("{dir}/type"), "unknown\n");
+        } else {
+            v.ro(
+                &format!("{dir}/type"),
+                format!("{}\n", model.iommu_domain_type),
+            );
+        }
+    }
+}
