@@ -81,11 +81,12 @@ impl Target {
 impl fmt::Display for Target {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            // The samples and GVT-g print their type id (or most of it) as `name`: show it once.
             Target::Mdev {
                 type_id,
                 type_name: Some(n),
                 ..
-            } => write!(f, "{type_id} ({n})"),
+            } if !type_id.as_str().ends_with(n.as_str()) => write!(f, "{type_id} ({n})"),
             Target::Mdev { type_id, .. } => write!(f, "{type_id}"),
             Target::SriovVf {
                 pf,
