@@ -1,4 +1,7 @@
 //! vgpu-manager: profiles, matching and the admin CLI over the hardware boundary of `mdev-types`.
 #![deny(missing_docs)]
 
+pub mod cli;
+pub mod client;
+pub mod daemon;
 pub mod profile;

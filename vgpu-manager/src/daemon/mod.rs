@@ -3,4 +3,7 @@
 //! Transports (D-Bus) are thin adapters in [`dbus`].
 
 pub mod api;
+pub mod core;
+pub mod dbus;
+pub mod reconcile;
 pub mod store;

@@ -10,7 +10,8 @@ use crate::daemon::store::{LedgerEntry, LedgerOwnership};
 /// What the executor needs from the daemon core. Implementations must keep the ledger durable
 /// (`put_ledger` returns only once the entry is on disk).
 pub trait StepActions {
-    /// Durably writes (or replaces) a ledger entry.
+    /// Durably writes (or replaces) a ledger entry. Entries for new devices come with `gpu`,
+    /// `profile` and `label` unset; implementations may fill them from the definition.
     fn put_ledger(&mut self, entry: &LedgerEntry) -> Result<(), CoreError>;
     /// Durably removes a ledger entry.
     fn remove_ledger(&mut self, uuid: &MdevUuid) -> Result<(), CoreError>;

@@ -26,7 +26,8 @@
 //! ```
 //!
 //! A ledger entry has `schema`, `uuid`, `parent`, `type_id`, `ownership` (`"daemon"` or `"adopted"`)
-//! and `created_at`. Unknown fields are rejected; a file with a higher `schema` (from a newer vgpud) is
+//! and `created_at`, plus optional `gpu`, `profile` and `label` (what clients see of a transient
+//! instance, which has no definition to hold them). Unknown fields are rejected; a file with a higher `schema` (from a newer vgpud) is
 //! moved aside with a message naming its version rather than misread.
 //!
 //! # Durability

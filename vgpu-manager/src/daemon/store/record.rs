@@ -68,6 +68,12 @@ pub struct LedgerEntry {
     pub ownership: LedgerOwnership,
     /// When the entry was written (seconds since the Unix epoch).
     pub created_at: u64,
+    /// The GPU id clients see, when known (transient instances have no definition to hold it).
+    pub gpu: Option<String>,
+    /// The profile the type was chosen from, if any.
+    pub profile: Option<String>,
+    /// Free-form label of who asked for it.
+    pub label: Option<String>,
 }
 
 /// Why a file's contents were not accepted.
@@ -155,6 +161,15 @@ fn check_device_name(field: &str, name: &str) -> Result<(), String> {
     }
 }
 
+/// An optional name field is either absent or non-blank.
+fn check_optional(field: &str, value: Option<&str>) -> Result<(), String> {
+    if value.is_some_and(|v| v.trim().is_empty()) {
+        Err(format!("`{field}` is empty (leave it out instead)"))
+    } else {
+        Ok(())
+    }
+}
+
 /// TOML integers are signed 64-bit (TOML spec, "Integer"): larger values would be written by the
 /// encoder but rejected by a reader, so they are refused before writing.
 fn check_time(created_at: u64) -> Result<(), String> {
@@ -227,9 +242,7 @@ impl Record for Definition {
         if self.gpu.trim().is_empty() {
             return Err("`gpu` is empty".into());
         }
-        if self.profile.as_deref().is_some_and(|p| p.trim().is_empty()) {
-            return Err("`profile` is empty (leave it out instead)".into());
-        }
+        check_optional("profile", self.profile.as_deref())?;
         check_time(self.created_at)
     }
 }
@@ -244,6 +257,12 @@ struct LedgerV1 {
     type_id: MdevTypeId,
     ownership: LedgerOwnership,
     created_at: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    gpu: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    profile: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    label: Option<String>,
 }
 
 impl Record for LedgerEntry {
@@ -262,6 +281,9 @@ impl Record for LedgerEntry {
             type_id: e.type_id,
             ownership: e.ownership,
             created_at: e.created_at,
+            gpu: e.gpu,
+            profile: e.profile,
+            label: e.label,
         })
         .map_err(|e| e.to_string())
     }
@@ -274,11 +296,16 @@ impl Record for LedgerEntry {
             type_id: e.type_id,
             ownership: e.ownership,
             created_at: e.created_at,
+            gpu: e.gpu,
+            profile: e.profile,
+            label: e.label,
         })
     }
 
     fn validate(&self) -> Result<(), String> {
         check_device_name("parent", &self.parent)?;
+        check_optional("gpu", self.gpu.as_deref())?;
+        check_optional("profile", self.profile.as_deref())?;
         check_time(self.created_at)
     }
 }

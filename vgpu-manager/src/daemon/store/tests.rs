@@ -42,6 +42,9 @@ fn ledger(n: u32) -> LedgerEntry {
             LedgerOwnership::Adopted
         },
         created_at: 1_700_000_000,
+        gpu: (n % 3 == 0).then(|| "0000:3b:00.0".to_string()),
+        profile: (n % 3 == 0).then(|| "vdi-2g".to_string()),
+        label: Some(format!("vm-{n}")),
     }
 }
 
@@ -77,13 +80,15 @@ fn round_trip_survives_reopen() {
         s.put_definition(&bare).unwrap();
         s.put_ledger(&ledger(1)).unwrap();
         s.put_ledger(&ledger(2)).unwrap();
+        s.put_ledger(&ledger(3)).unwrap();
     }
     let (s, report) = StateDir::open(&root).unwrap();
     assert_eq!(report.definitions, 2);
-    assert_eq!(report.ledger_entries, 2);
+    assert_eq!(report.ledger_entries, 3);
     assert!(report.set_aside.is_empty());
     assert_eq!(defs_of(&s), vec![def(1), bare.clone()]);
-    assert_eq!(ledger_of(&s), vec![ledger(1), ledger(2)]);
+    assert_eq!(ledger_of(&s), vec![ledger(1), ledger(2), ledger(3)]);
+    assert_eq!(ledger(3).gpu.as_deref(), Some("0000:3b:00.0"));
     assert_eq!(s.get_definition(&uuid(2)), Some(&bare));
     assert_eq!(s.get_ledger(&uuid(1)), Some(&ledger(1)));
     assert_eq!(s.get_definition(&uuid(3)), None);
@@ -389,6 +394,12 @@ fn invalid_records_are_refused_before_writing() {
     bad.profile = Some(String::new());
     assert!(matches!(
         s.put_definition(&bad),
+        Err(StoreError::Invalid { .. })
+    ));
+    let mut bad = ledger(3);
+    bad.gpu = Some(String::new());
+    assert!(matches!(
+        s.put_ledger(&bad),
         Err(StoreError::Invalid { .. })
     ));
     let mut bad = ledger(4);

@@ -3,6 +3,7 @@
 
 mod build;
 mod catalog;
+mod demo;
 mod hosts;
 mod match_host;
 mod match_mdev;

@@ -1,0 +1,2 @@
+//! `vgpud`: the vgpu-manager daemon (being built).
+fn main() {}

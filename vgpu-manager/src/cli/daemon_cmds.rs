@@ -1,0 +1,524 @@
+//! The `vgpuctl` commands that talk to vgpud over D-Bus: list, create, destroy, start, stop, define,
+//! undefine, autostart, status. Human tables by default, `--json` for scripts; a daemon refusal is one
+//! line (`vgpuctl: <message>`) with exit code 2.
+
+use std::collections::HashMap;
+use std::io::Write;
+
+use clap::{ArgGroup, Args, Subcommand};
+use serde::Serialize;
+use zbus::{Connection, Variant};
+
+use super::{CliError, Table, write_json};
+use crate::client::{
+    BusAddress, ClientError, GpuInfo, InstanceInfo, Manager1Proxy, TARGET_PROFILE, TARGET_TYPE,
+    connect,
+};
+
+/// Which bus vgpud is on.
+#[derive(Debug, Clone, Args)]
+pub struct BusArgs {
+    /// The bus vgpud is on: `system` (default), `session`, or an address such as
+    /// unix:path=/run/vgpu-manager/bus.sock (a `vgpud --listen` bus).
+    #[arg(
+        long,
+        value_name = "ADDRESS",
+        env = "VGPU_BUS",
+        global = true,
+        default_value = "system"
+    )]
+    pub bus: String,
+}
+
+/// What to make an instance of.
+#[derive(Debug, Clone, Args)]
+#[command(group(ArgGroup::new("target").required(true).args(["profile", "type_id"])))]
+pub struct TargetArgs {
+    /// A profile name (`vgpuctl profiles` lists them), e.g. vdi-2g.
+    #[arg(long, value_name = "NAME")]
+    profile: Option<String>,
+    /// An exact mdev type id, e.g. nvidia-231.
+    #[arg(long = "type", value_name = "TYPE")]
+    type_id: Option<String>,
+    /// The GPU to use (PCI address or parent name); default: the daemon chooses.
+    #[arg(long, value_name = "ADDR")]
+    gpu: Option<String>,
+    /// The UUID to give it; default: a random one.
+    #[arg(long, value_name = "UUID")]
+    uuid: Option<String>,
+    /// A free-form label (a VM name, a pool slot).
+    #[arg(long, value_name = "TEXT")]
+    label: Option<String>,
+}
+
+/// The daemon commands.
+#[derive(Debug, Subcommand)]
+pub enum DaemonCommand {
+    /// List instances known to vgpud (its own, defined ones, and foreign ones).
+    List {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Create and start a transient instance.
+    Create {
+        #[command(flatten)]
+        target: TargetArgs,
+        /// Print the instance as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Define a persistent instance (not started; see `start` and `autostart`).
+    Define {
+        #[command(flatten)]
+        target: TargetArgs,
+        /// Start it whenever vgpud starts or its GPU appears.
+        #[arg(long)]
+        autostart: bool,
+        /// Print the instance as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove an instance's device (a defined instance stays defined).
+    Destroy {
+        /// The instance UUID.
+        uuid: String,
+    },
+    /// Start a defined instance.
+    Start {
+        /// The instance UUID.
+        uuid: String,
+    },
+    /// Stop an instance, keeping its definition.
+    Stop {
+        /// The instance UUID.
+        uuid: String,
+    },
+    /// Delete an instance's definition (a running device stays, as a transient instance).
+    Undefine {
+        /// The instance UUID.
+        uuid: String,
+    },
+    /// Turn autostart of a defined instance on (or off with --disable).
+    Autostart {
+        /// The instance UUID.
+        uuid: String,
+        /// Turn autostart off.
+        #[arg(long)]
+        disable: bool,
+    },
+    /// Show the daemon's GPUs and instance counts, or one instance in detail.
+    Status {
+        /// One instance to show.
+        uuid: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Runs one daemon command against the bus in `bus`.
+pub fn run(cmd: &DaemonCommand, bus: &BusArgs, out: &mut dyn Write) -> Result<(), CliError> {
+    let bus: BusAddress = bus.bus.parse()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(ClientError::Runtime)?;
+    rt.block_on(async {
+        let conn = connect(&bus).await?;
+        let client = Client { bus: &bus, conn };
+        client.dispatch(cmd, out).await
+    })
+}
+
+/// One connection to vgpud.
+struct Client<'a> {
+    bus: &'a BusAddress,
+    conn: Connection,
+}
+
+/// The stable JSON form of an instance (absent values are `null`).
+#[derive(Debug, Serialize)]
+struct InstanceJson<'a> {
+    uuid: &'a str,
+    path: &'a str,
+    gpu: &'a str,
+    parent: &'a str,
+    #[serde(rename = "type")]
+    type_id: &'a str,
+    profile: Option<&'a str>,
+    state: &'a str,
+    defined: bool,
+    autostart: bool,
+    owner: &'a str,
+    label: Option<&'a str>,
+    iommu_group: Option<u32>,
+    created_at: u64,
+}
+
+impl<'a> From<&'a InstanceInfo> for InstanceJson<'a> {
+    fn from(i: &'a InstanceInfo) -> Self {
+        InstanceJson {
+            uuid: &i.uuid,
+            path: i.path.as_str(),
+            gpu: &i.gpu,
+            parent: &i.parent,
+            type_id: &i.type_id,
+            profile: i.profile(),
+            state: &i.state,
+            defined: i.defined,
+            autostart: i.autostart,
+            owner: &i.owner,
+            label: i.label(),
+            iommu_group: i.iommu_group(),
+            created_at: i.created_at,
+        }
+    }
+}
+
+/// The stable JSON form of a GPU.
+#[derive(Debug, Serialize)]
+struct GpuJson<'a> {
+    id: &'a str,
+    path: &'a str,
+    vendor: &'a str,
+    model: &'a str,
+    driver: Option<&'a str>,
+    numa_node: Option<u32>,
+    types: Vec<TypeJson<'a>>,
+    instances: &'a [String],
+}
+
+#[derive(Debug, Serialize)]
+struct TypeJson<'a> {
+    #[serde(rename = "type")]
+    type_id: &'a str,
+    available: u32,
+}
+
+impl<'a> From<&'a GpuInfo> for GpuJson<'a> {
+    fn from(g: &'a GpuInfo) -> Self {
+        GpuJson {
+            id: &g.id,
+            path: g.path.as_str(),
+            vendor: &g.vendor,
+            model: &g.model,
+            driver: g.driver(),
+            numa_node: g.numa_node(),
+            types: g
+                .types
+                .iter()
+                .map(|t| TypeJson {
+                    type_id: &t.type_id,
+                    available: t.available,
+                })
+                .collect(),
+            instances: &g.instances,
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct StatusJson<'a> {
+    version: String,
+    gpus: Vec<GpuJson<'a>>,
+    instances: Vec<InstanceJson<'a>>,
+}
+
+fn dash(s: &str) -> String {
+    if s.is_empty() {
+        "-".into()
+    } else {
+        s.to_string()
+    }
+}
+
+fn yes_no(b: bool) -> String {
+    if b { "yes" } else { "no" }.into()
+}
+
+fn instance_table(instances: &[InstanceInfo]) -> Table {
+    let mut t = Table::new(&[
+        "UUID",
+        "STATE",
+        "GPU",
+        "TYPE",
+        "PROFILE",
+        "DEFINED",
+        "AUTOSTART",
+        "OWNER",
+        "LABEL",
+    ]);
+    for i in instances {
+        t.row(vec![
+            i.uuid.clone(),
+            i.state.clone(),
+            i.gpu.clone(),
+            i.type_id.clone(),
+            dash(&i.profile),
+            yes_no(i.defined),
+            yes_no(i.autostart),
+            i.owner.clone(),
+            dash(&i.label),
+        ]);
+    }
+    t
+}
+
+fn gpu_table(gpus: &[GpuInfo]) -> Table {
+    let mut t = Table::new(&[
+        "GPU",
+        "VENDOR",
+        "MODEL",
+        "DRIVER",
+        "INSTANCES",
+        "TYPES (AVAILABLE)",
+    ]);
+    for g in gpus {
+        let types: Vec<String> = g
+            .types
+            .iter()
+            .map(|t| format!("{} ({})", t.type_id, t.available))
+            .collect();
+        t.row(vec![
+            g.id.clone(),
+            g.vendor.clone(),
+            g.model.clone(),
+            dash(&g.driver),
+            g.instances.len().to_string(),
+            if types.is_empty() {
+                "-".into()
+            } else {
+                types.join(", ")
+            },
+        ]);
+    }
+    t
+}
+
+fn describe(i: &InstanceInfo) -> String {
+    let mut s = format!("{} on {}, {}", i.type_id, i.gpu, i.state);
+    if let Some(p) = i.profile() {
+        s = format!("profile {p}: {s}");
+    }
+    if i.defined {
+        s.push_str(if i.autostart {
+            ", defined, autostart on"
+        } else {
+            ", defined"
+        });
+    }
+    s
+}
+
+impl Client<'_> {
+    fn call_err(&self, method: &str) -> impl Fn(zbus::Error) -> ClientError + '_ {
+        let method = method.to_string();
+        move |e| ClientError::from_call(&method, &self.bus.to_string(), e)
+    }
+
+    async fn manager(&self) -> Result<Manager1Proxy<'static>, ClientError> {
+        Manager1Proxy::new(&self.conn)
+            .await
+            .map_err(self.call_err("(connect)"))
+    }
+
+    async fn instance(&self, uuid: &str) -> Result<InstanceInfo, ClientError> {
+        self.manager()
+            .await?
+            .get_instance(uuid)
+            .await
+            .map_err(self.call_err("GetInstance"))
+    }
+
+    async fn create_or_define(
+        &self,
+        method: &str,
+        t: &TargetArgs,
+        autostart: Option<bool>,
+    ) -> Result<InstanceInfo, ClientError> {
+        let (kind, target) = match (&t.profile, &t.type_id) {
+            (Some(p), _) => (TARGET_PROFILE, p.as_str()),
+            (None, Some(ty)) => (TARGET_TYPE, ty.as_str()),
+            // clap's required group makes this unreachable; an empty profile gets the daemon's message.
+            (None, None) => (TARGET_PROFILE, ""),
+        };
+        let mut options: HashMap<&str, Variant<'_>> = HashMap::new();
+        if let Some(l) = &t.label {
+            options.insert("label", Variant::from(l.as_str()));
+        }
+        if let Some(a) = autostart {
+            options.insert("autostart", Variant::from(a));
+        }
+        let gpu = t.gpu.as_deref().unwrap_or("");
+        let uuid = t.uuid.as_deref().unwrap_or("");
+        let m = self.manager().await?;
+        let path = if method == "Define" {
+            m.define(kind, target, gpu, uuid, options).await
+        } else {
+            m.create(kind, target, gpu, uuid, options).await
+        }
+        .map_err(self.call_err(method))?;
+        // The path ends in the UUID with '_' for '-'.
+        let uuid = path
+            .as_str()
+            .rsplit('/')
+            .next()
+            .unwrap_or_default()
+            .replace('_', "-");
+        self.instance(&uuid).await
+    }
+
+    async fn dispatch(&self, cmd: &DaemonCommand, out: &mut dyn Write) -> Result<(), CliError> {
+        match cmd {
+            DaemonCommand::List { json } => {
+                let list = self
+                    .manager()
+                    .await?
+                    .list_instances()
+                    .await
+                    .map_err(self.call_err("ListInstances"))?;
+                if *json {
+                    let j: Vec<InstanceJson<'_>> = list.iter().map(InstanceJson::from).collect();
+                    return write_json(out, &j);
+                }
+                if list.is_empty() {
+                    writeln!(
+                        out,
+                        "no instances (create one with `vgpuctl create --profile NAME`)"
+                    )?;
+                } else {
+                    write!(out, "{}", instance_table(&list).render())?;
+                }
+            }
+            DaemonCommand::Create { target, json } => {
+                let i = self.create_or_define("Create", target, None).await?;
+                if *json {
+                    return write_json(out, &InstanceJson::from(&i));
+                }
+                writeln!(out, "created {} ({})", i.uuid, describe(&i))?;
+            }
+            DaemonCommand::Define {
+                target,
+                autostart,
+                json,
+            } => {
+                let i = self
+                    .create_or_define("Define", target, Some(*autostart))
+                    .await?;
+                if *json {
+                    return write_json(out, &InstanceJson::from(&i));
+                }
+                writeln!(out, "defined {} ({})", i.uuid, describe(&i))?;
+            }
+            DaemonCommand::Destroy { uuid } => {
+                self.manager()
+                    .await?
+                    .destroy(uuid)
+                    .await
+                    .map_err(self.call_err("Destroy"))?;
+                writeln!(out, "destroyed {uuid}")?;
+            }
+            DaemonCommand::Start { uuid } => {
+                self.manager()
+                    .await?
+                    .start(uuid)
+                    .await
+                    .map_err(self.call_err("Start"))?;
+                writeln!(out, "started {uuid}")?;
+            }
+            DaemonCommand::Stop { uuid } => {
+                self.manager()
+                    .await?
+                    .stop(uuid)
+                    .await
+                    .map_err(self.call_err("Stop"))?;
+                writeln!(out, "stopped {uuid}")?;
+            }
+            DaemonCommand::Undefine { uuid } => {
+                self.manager()
+                    .await?
+                    .undefine(uuid)
+                    .await
+                    .map_err(self.call_err("Undefine"))?;
+                writeln!(out, "undefined {uuid}")?;
+            }
+            DaemonCommand::Autostart { uuid, disable } => {
+                self.manager()
+                    .await?
+                    .set_autostart(uuid, !*disable)
+                    .await
+                    .map_err(self.call_err("SetAutostart"))?;
+                writeln!(
+                    out,
+                    "autostart {} for {uuid}",
+                    if *disable { "off" } else { "on" }
+                )?;
+            }
+            DaemonCommand::Status {
+                uuid: Some(uuid),
+                json,
+            } => {
+                let i = self.instance(uuid).await?;
+                if *json {
+                    return write_json(out, &InstanceJson::from(&i));
+                }
+                let rows = [
+                    ("uuid", i.uuid.clone()),
+                    ("state", i.state.clone()),
+                    ("gpu", i.gpu.clone()),
+                    ("parent", i.parent.clone()),
+                    ("type", i.type_id.clone()),
+                    ("profile", dash(&i.profile)),
+                    ("defined", yes_no(i.defined)),
+                    ("autostart", yes_no(i.autostart)),
+                    ("owner", i.owner.clone()),
+                    ("label", dash(&i.label)),
+                    (
+                        "iommu group",
+                        i.iommu_group()
+                            .map(|g| g.to_string())
+                            .unwrap_or_else(|| "-".into()),
+                    ),
+                    ("created at", i.created_at.to_string()),
+                    ("object", i.path.to_string()),
+                ];
+                for (k, v) in rows {
+                    writeln!(out, "{:<12} {v}", format!("{k}:"))?;
+                }
+            }
+            DaemonCommand::Status { uuid: None, json } => {
+                let m = self.manager().await?;
+                let version = m.version().await.map_err(self.call_err("Version"))?;
+                let gpus = m.list_gpus().await.map_err(self.call_err("ListGpus"))?;
+                let instances = m
+                    .list_instances()
+                    .await
+                    .map_err(self.call_err("ListInstances"))?;
+                if *json {
+                    let j = StatusJson {
+                        version,
+                        gpus: gpus.iter().map(GpuJson::from).collect(),
+                        instances: instances.iter().map(InstanceJson::from).collect(),
+                    };
+                    return write_json(out, &j);
+                }
+                let running = instances.iter().filter(|i| i.state == "running").count();
+                let defined = instances.iter().filter(|i| i.defined).count();
+                writeln!(
+                    out,
+                    "vgpud {version} on {}: {} GPUs, {} instances ({running} running, {defined} defined)\n",
+                    self.bus,
+                    gpus.len(),
+                    instances.len()
+                )?;
+                if gpus.is_empty() {
+                    writeln!(out, "no GPUs with mdev support")?;
+                } else {
+                    write!(out, "{}", gpu_table(&gpus).render())?;
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,55 @@
+//! Choosing the host a command reads: `--sim NAME|FILE`, `--sysfs-root DIR` (or `VGPU_SYSFS_ROOT`), or the
+//! live kernel.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use mdev_types::host::sim::SimHost;
+use mdev_types::host::{Host, SysfsHost};
+
+use super::CliError;
+
+/// Where the host comes from.
+#[derive(Debug, Clone, clap::Args)]
+pub struct HostArgs {
+    /// Use a simulated host: a built-in name (e.g. `demo`, `samples`) or a TOML description file.
+    #[arg(
+        long,
+        value_name = "NAME|FILE",
+        global = true,
+        conflicts_with = "sysfs_root"
+    )]
+    pub sim: Option<String>,
+    /// Read the kernel's sysfs below DIR instead of `/` (a fixture tree or a capture).
+    #[arg(long, value_name = "DIR", env = "VGPU_SYSFS_ROOT", global = true)]
+    pub sysfs_root: Option<PathBuf>,
+}
+
+impl HostArgs {
+    /// Opens the selected host.
+    pub fn open(&self) -> Result<Arc<dyn Host>, CliError> {
+        if let Some(sim) = &self.sim {
+            let host = SimHost::load(sim).map_err(|e| CliError::Host(e.to_string()))?;
+            return Ok(Arc::new(host));
+        }
+        match &self.sysfs_root {
+            Some(root) => {
+                let host = SysfsHost::new(root).map_err(|e| {
+                    CliError::Host(format!(
+                        "--sysfs-root {}: {} (give a directory that contains sys/)",
+                        root.display(),
+                        e.errno.desc()
+                    ))
+                })?;
+                if !host.exists(std::path::Path::new("/sys")) {
+                    return Err(CliError::Host(format!(
+                        "--sysfs-root {}: no sys/ directory below it (give the directory that contains sys/, not sys/ itself)",
+                        root.display()
+                    )));
+                }
+                Ok(Arc::new(host))
+            }
+            None => Ok(Arc::new(SysfsHost::live())),
+        }
+    }
+}

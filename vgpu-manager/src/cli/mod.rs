@@ -1,0 +1,115 @@
+//! `vgpuctl`: the admin CLI. Commands render human tables or, with `--json`, the stable JSON documented in
+//! `docs/json.md`. Every user error is one line on stderr and exit code 2.
+
+use std::ffi::OsString;
+use std::io::Write;
+
+use clap::{Parser, Subcommand};
+use thiserror::Error;
+
+mod daemon_cmds;
+mod discover;
+mod host_select;
+mod table;
+
+pub use host_select::HostArgs;
+pub use table::Table;
+
+/// Exit code for a refused request or bad input.
+pub const EXIT_USAGE: i32 = 2;
+
+/// A command's failure, printed as one line.
+#[derive(Debug, Error)]
+pub enum CliError {
+    /// The host could not be opened (unknown simulated host, missing sysfs root).
+    #[error("{0}")]
+    Host(String),
+    /// Discovery failed.
+    #[error("discovery failed: {0}")]
+    Discover(#[from] mdev_types::discover::DiscoverError),
+    /// A bad argument value.
+    #[error("{0}")]
+    BadArgument(String),
+    /// vgpud refused, or could not be reached.
+    #[error(transparent)]
+    Daemon(#[from] crate::client::ClientError),
+    /// Writing the output failed (e.g. a closed pipe).
+    #[error("cannot write output: {0}")]
+    Output(#[from] std::io::Error),
+}
+
+/// vgpuctl — manage virtual GPUs on this host.
+#[derive(Debug, Parser)]
+#[command(name = "vgpuctl", version, about, propagate_version = true)]
+pub struct Cli {
+    #[command(flatten)]
+    host: HostArgs,
+    #[command(flatten)]
+    bus: daemon_cmds::BusArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    #[command(flatten)]
+    Daemon(daemon_cmds::DaemonCommand),
+    /// Show every GPU, what it can offer guests, and existing mdev instances.
+    Discover {
+        /// Print JSON instead of tables.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show the mdev types each parent offers (or one GPU's with --gpu).
+    Types {
+        /// Only this GPU or mdev parent (PCI address such as 0000:3b:00.0 or 3b:00.0, or a parent name).
+        #[arg(long, value_name = "ADDR")]
+        gpu: Option<String>,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Runs vgpuctl with `args` (including the program name), writing to `out` and `err`; returns the exit code.
+pub fn run<I, T>(args: I, out: &mut dyn Write, err: &mut dyn Write) -> i32
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() { EXIT_USAGE } else { 0 };
+            let text = e.render().to_string();
+            let _ = if e.use_stderr() {
+                err.write_all(text.as_bytes())
+            } else {
+                out.write_all(text.as_bytes())
+            };
+            return code;
+        }
+    };
+    match dispatch(&cli, out) {
+        Ok(()) => 0,
+        Err(e) => {
+            let _ = writeln!(err, "vgpuctl: {e}");
+            EXIT_USAGE
+        }
+    }
+}
+
+fn dispatch(cli: &Cli, out: &mut dyn Write) -> Result<(), CliError> {
+    match &cli.command {
+        Command::Daemon(c) => daemon_cmds::run(c, &cli.bus, out),
+        Command::Discover { json } => discover::discover(&cli.host, *json, out),
+        Command::Types { gpu, json } => discover::types(&cli.host, gpu.as_deref(), *json, out),
+    }
+}
+
+/// Writes `value` as pretty JSON followed by a newline.
+fn write_json<T: serde::Serialize>(out: &mut dyn Write, value: &T) -> Result<(), CliError> {
+    serde_json::to_writer_pretty(&mut *out, value).map_err(std::io::Error::from)?;
+    writeln!(out)?;
+    Ok(())
+}

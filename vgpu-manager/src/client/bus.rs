@@ -1,0 +1,96 @@
+//! Which bus to talk on: `system` (the default), `session`, or a D-Bus address such as
+//! `unix:path=/run/vgpu/bus.sock` (the embedded bus of `vgpud --listen`).
+
+use std::fmt;
+use std::str::FromStr;
+
+use zbus::{Address, Connection, connection};
+
+use super::ClientError;
+
+/// A bus to connect to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BusAddress {
+    /// The system bus (`DBUS_SYSTEM_BUS_ADDRESS` or `/run/dbus/system_bus_socket`).
+    System,
+    /// The session bus of the calling user.
+    Session,
+    /// An explicit D-Bus address.
+    Address(String),
+}
+
+impl FromStr for BusAddress {
+    type Err = ClientError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "system" => Ok(BusAddress::System),
+            "session" => Ok(BusAddress::Session),
+            other => match Address::from_str(other) {
+                Ok(_) => Ok(BusAddress::Address(other.to_string())),
+                Err(e) => Err(ClientError::BadAddress {
+                    address: s.to_string(),
+                    reason: e.to_string(),
+                }),
+            },
+        }
+    }
+}
+
+impl fmt::Display for BusAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BusAddress::System => f.write_str("the system bus"),
+            BusAddress::Session => f.write_str("the session bus"),
+            BusAddress::Address(a) => write!(f, "bus {a}"),
+        }
+    }
+}
+
+impl BusAddress {
+    /// A connection builder for this bus (for callers that serve objects or set options).
+    pub fn builder(&self) -> connection::Builder<'static> {
+        match self {
+            BusAddress::System => connection::Builder::system(),
+            BusAddress::Session => connection::Builder::session(),
+            BusAddress::Address(a) => connection::Builder::address(a.as_str()),
+        }
+    }
+}
+
+/// Connects to `bus`. Must run inside a Tokio runtime.
+pub async fn connect(bus: &BusAddress) -> Result<Connection, ClientError> {
+    bus.builder()
+        .build()
+        .await
+        .map_err(|source| ClientError::Connect {
+            bus: bus.to_string(),
+            source,
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_keywords_and_addresses() {
+        assert_eq!(
+            "system".parse::<BusAddress>().ok(),
+            Some(BusAddress::System)
+        );
+        assert_eq!(
+            "session".parse::<BusAddress>().ok(),
+            Some(BusAddress::Session)
+        );
+        assert_eq!(
+            "unix:path=/tmp/x.sock".parse::<BusAddress>().ok(),
+            Some(BusAddress::Address("unix:path=/tmp/x.sock".into()))
+        );
+        let err = "/tmp/x.sock".parse::<BusAddress>().unwrap_err().to_string();
+        assert!(
+            err.contains("/tmp/x.sock") && err.contains("unix:path="),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,114 @@
+//! Client-side failures, each one line that says what went wrong and what to do.
+
+use thiserror::Error;
+
+use super::{ADMIN_GROUP, ERROR_PREFIX, SERVICE};
+
+/// Why a call to vgpud failed.
+#[derive(Debug, Error)]
+pub enum ClientError {
+    /// `--bus` is neither `system`, `session` nor a D-Bus address.
+    #[error(
+        "'{address}' is not a bus: give `system`, `session` or a D-Bus address such as unix:path=/run/vgpu/bus.sock ({reason})"
+    )]
+    BadAddress {
+        /// What was given.
+        address: String,
+        /// The parser's complaint.
+        reason: String,
+    },
+    /// The bus could not be reached.
+    #[error(
+        "cannot connect to {bus}: {source} (is vgpud running? `systemctl status vgpud`, or start one with `vgpud --listen ADDRESS`)"
+    )]
+    Connect {
+        /// Which bus.
+        bus: String,
+        /// zbus's error.
+        source: zbus::Error,
+    },
+    /// Nobody owns the daemon's name on the bus.
+    #[error(
+        "vgpud is not running on {bus} (nobody owns {SERVICE}): start it with `systemctl start vgpud` or `vgpud --listen ADDRESS`"
+    )]
+    NotRunning {
+        /// Which bus.
+        bus: String,
+    },
+    /// The daemon refused or failed the request; `message` says why and what to do.
+    #[error("{message}")]
+    Daemon {
+        /// The short kind (`NotFound`, `TypeFull`, `AccessDenied`, …) from `org.vgpumanager.Error.<Kind>`.
+        kind: String,
+        /// The daemon's message.
+        message: String,
+    },
+    /// The bus's security policy refused the call before it reached the daemon.
+    #[error(
+        "{method} refused by the D-Bus policy of {SERVICE}: changes need root or membership in group {ADMIN_GROUP} (an administrator can run `usermod -aG {ADMIN_GROUP} USER`; log in again afterwards)"
+    )]
+    PolicyDenied {
+        /// The method.
+        method: String,
+        /// The bus's own message, for logs.
+        detail: String,
+    },
+    /// The async runtime for the D-Bus connection could not be created.
+    #[error("cannot start the runtime for the D-Bus connection: {0}")]
+    Runtime(std::io::Error),
+    /// Any other D-Bus failure.
+    #[error("D-Bus error from {SERVICE} while calling {method}: {source}")]
+    Bus {
+        /// The method.
+        method: String,
+        /// zbus's error.
+        source: zbus::Error,
+    },
+}
+
+impl ClientError {
+    /// Classifies the failure of calling `method` on `bus`.
+    pub fn from_call(method: &str, bus: &str, e: zbus::Error) -> ClientError {
+        if let zbus::Error::MethodError(name, desc, _) = &e {
+            let kind = name
+                .as_str()
+                .strip_prefix(ERROR_PREFIX)
+                .and_then(|k| k.strip_prefix('.'));
+            if let Some(kind) = kind {
+                return ClientError::Daemon {
+                    kind: kind.to_string(),
+                    message: desc.clone().unwrap_or_else(|| name.to_string()),
+                };
+            }
+        }
+        match e {
+            zbus::Error::FDO(fdo) => match *fdo {
+                zbus::fdo::Error::AccessDenied(detail) => ClientError::PolicyDenied {
+                    method: method.to_string(),
+                    detail,
+                },
+                zbus::fdo::Error::ServiceUnknown(_) | zbus::fdo::Error::NameHasNoOwner(_) => {
+                    ClientError::NotRunning {
+                        bus: bus.to_string(),
+                    }
+                }
+                other => ClientError::Bus {
+                    method: method.to_string(),
+                    source: zbus::Error::FDO(Box::new(other)),
+                },
+            },
+            other => ClientError::Bus {
+                method: method.to_string(),
+                source: other,
+            },
+        }
+    }
+
+    /// The daemon's error kind, for daemon refusals.
+    pub fn kind(&self) -> Option<&str> {
+        match self {
+            ClientError::Daemon { kind, .. } => Some(kind),
+            _ => None,
+        }
+    }
+}

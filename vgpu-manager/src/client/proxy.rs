@@ -1,0 +1,141 @@
+//! Typed proxies of vgpud's three interfaces. Method and property names match
+//! `data/org.vgpumanager.Manager1.xml`; the daemon's introspection is checked against that file.
+
+#![allow(missing_docs)] // The proxy macro generates items (streams, builders) without docs.
+
+use std::collections::HashMap;
+
+use zbus::{ObjectPath, OwnedObjectPath, Variant, proxy};
+
+use super::wire::{GpuInfo, InstanceInfo, TypeSlot};
+
+/// `org.vgpumanager.Manager1` at `/org/vgpumanager/Manager1`: lists, lifecycle and signals.
+#[proxy(
+    interface = "org.vgpumanager.Manager1",
+    default_service = "org.vgpumanager.Manager1",
+    default_path = "/org/vgpumanager/Manager1"
+)]
+pub trait Manager1 {
+    /// Every GPU with its mdev types and running instances.
+    fn list_gpus(&self) -> zbus::Result<Vec<GpuInfo>>;
+
+    /// Every instance: vgpud's (running or defined) and foreign ones.
+    fn list_instances(&self) -> zbus::Result<Vec<InstanceInfo>>;
+
+    /// One instance by UUID.
+    fn get_instance(&self, uuid: &str) -> zbus::Result<InstanceInfo>;
+
+    /// Creates and starts a transient instance. `target_kind` is `profile` or `type`; `gpu` and
+    /// `uuid` may be `""` (daemon's choice). Options: `label` (s).
+    fn create(
+        &self,
+        target_kind: &str,
+        target: &str,
+        gpu: &str,
+        uuid: &str,
+        options: HashMap<&str, Variant<'_>>,
+    ) -> zbus::Result<OwnedObjectPath>;
+
+    /// Persists a definition without starting it. Options: `label` (s), `autostart` (b).
+    fn define(
+        &self,
+        target_kind: &str,
+        target: &str,
+        gpu: &str,
+        uuid: &str,
+        options: HashMap<&str, Variant<'_>>,
+    ) -> zbus::Result<OwnedObjectPath>;
+
+    /// Removes an instance's device (a defined instance stays defined).
+    fn destroy(&self, uuid: &str) -> zbus::Result<()>;
+
+    /// Starts a defined instance.
+    fn start(&self, uuid: &str) -> zbus::Result<()>;
+
+    /// Stops an instance, keeping its definition.
+    fn stop(&self, uuid: &str) -> zbus::Result<()>;
+
+    /// Deletes a definition (a running device stays, as a transient instance).
+    fn undefine(&self, uuid: &str) -> zbus::Result<()>;
+
+    /// Sets whether a definition starts automatically.
+    fn set_autostart(&self, uuid: &str, autostart: bool) -> zbus::Result<()>;
+
+    /// Converges the host to the desired state now.
+    fn reconcile(&self) -> zbus::Result<()>;
+
+    /// The daemon's version.
+    #[zbus(property)]
+    fn version(&self) -> zbus::Result<String>;
+
+    /// An instance appeared (created, defined, or first seen).
+    #[zbus(signal)]
+    fn instance_added(&self, instance: ObjectPath<'_>, uuid: &str) -> zbus::Result<()>;
+
+    /// An instance is gone entirely.
+    #[zbus(signal)]
+    fn instance_removed(&self, instance: ObjectPath<'_>, uuid: &str) -> zbus::Result<()>;
+
+    /// An instance's state changed.
+    #[zbus(signal)]
+    fn instance_state_changed(
+        &self,
+        instance: ObjectPath<'_>,
+        uuid: &str,
+        state: &str,
+    ) -> zbus::Result<()>;
+}
+
+/// `org.vgpumanager.Gpu1`: one GPU.
+#[proxy(
+    interface = "org.vgpumanager.Gpu1",
+    default_service = "org.vgpumanager.Manager1"
+)]
+pub trait Gpu1 {
+    #[zbus(property)]
+    fn id(&self) -> zbus::Result<String>;
+    #[zbus(property)]
+    fn vendor(&self) -> zbus::Result<String>;
+    #[zbus(property)]
+    fn model(&self) -> zbus::Result<String>;
+    #[zbus(property)]
+    fn driver(&self) -> zbus::Result<String>;
+    #[zbus(property)]
+    fn numa_node(&self) -> zbus::Result<i32>;
+    #[zbus(property)]
+    fn types(&self) -> zbus::Result<Vec<TypeSlot>>;
+    #[zbus(property)]
+    fn instances(&self) -> zbus::Result<Vec<OwnedObjectPath>>;
+}
+
+/// `org.vgpumanager.Instance1`: one instance.
+#[proxy(
+    interface = "org.vgpumanager.Instance1",
+    default_service = "org.vgpumanager.Manager1"
+)]
+pub trait Instance1 {
+    #[zbus(property)]
+    fn uuid(&self) -> zbus::Result<String>;
+    #[zbus(property)]
+    fn gpu(&self) -> zbus::Result<String>;
+    #[zbus(property)]
+    fn parent(&self) -> zbus::Result<String>;
+    #[zbus(property, name = "Type")]
+    fn type_id(&self) -> zbus::Result<String>;
+    #[zbus(property)]
+    fn profile(&self) -> zbus::Result<String>;
+    #[zbus(property)]
+    fn state(&self) -> zbus::Result<String>;
+    #[zbus(property)]
+    fn defined(&self) -> zbus::Result<bool>;
+    #[zbus(property)]
+    fn autostart(&self) -> zbus::Result<bool>;
+    #[zbus(property)]
+    fn owner(&self) -> zbus::Result<String>;
+    #[zbus(property)]
+    fn label(&self) -> zbus::Result<String>;
+    #[zbus(property)]
+    fn iommu_group(&self) -> zbus::Result<i32>;
+    #[zbus(property)]
+    fn created_at(&self) -> zbus::Result<u64>;
+}

@@ -1,0 +1,111 @@
+//! The structures `org.vgpumanager.Manager1` returns. D-Bus has no "maybe" type, so absent values travel
+//! as `""` (strings) or `-1` (numbers); the accessor methods turn them back into `Option`s.
+
+use serde::{Deserialize, Serialize};
+use zbus::{OwnedObjectPath, Type};
+
+/// One instance, as `ListInstances`/`GetInstance` return it: D-Bus signature `(ossssssbbssit)`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct InstanceInfo {
+    /// Its object path (serving `org.vgpumanager.Instance1`).
+    pub path: OwnedObjectPath,
+    /// The mdev UUID.
+    pub uuid: String,
+    /// The GPU id (PCI address or parent name).
+    pub gpu: String,
+    /// The mdev parent device name.
+    pub parent: String,
+    /// The mdev type id, e.g. `nvidia-231`.
+    pub type_id: String,
+    /// The profile it was made from; `""` when made from a type or not by vgpu-manager.
+    pub profile: String,
+    /// `running`, `stopped` or `waiting-for-parent`.
+    pub state: String,
+    /// A persistent definition exists.
+    pub defined: bool,
+    /// Started automatically (definitions only).
+    pub autostart: bool,
+    /// Who owns it: `daemon` (created by vgpud), `adopted` (existed, taken over by a definition) or
+    /// `foreign` (made by mdevctl or by hand; never touched).
+    pub owner: String,
+    /// Free-form label given at creation (a VM name, a pool slot); `""` when none.
+    pub label: String,
+    /// IOMMU group number while running; `-1` when none.
+    pub iommu_group: i32,
+    /// When it was created or defined, seconds since the Unix epoch.
+    pub created_at: u64,
+}
+
+impl InstanceInfo {
+    /// The profile, if any.
+    pub fn profile(&self) -> Option<&str> {
+        non_empty(&self.profile)
+    }
+
+    /// The label, if any.
+    pub fn label(&self) -> Option<&str> {
+        non_empty(&self.label)
+    }
+
+    /// The IOMMU group, if it has one.
+    pub fn iommu_group(&self) -> Option<u32> {
+        u32::try_from(self.iommu_group).ok()
+    }
+}
+
+/// An mdev type a GPU offers and how many more instances of it fit: signature `(su)`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type, zbus::Variant)]
+pub struct TypeSlot {
+    /// The mdev type id.
+    pub type_id: String,
+    /// `available_instances` now.
+    pub available: u32,
+}
+
+/// One GPU, as `ListGpus` returns it: signature `(ossssia(su)as)`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct GpuInfo {
+    /// Its object path (serving `org.vgpumanager.Gpu1`).
+    pub path: OwnedObjectPath,
+    /// GPU id (PCI address or parent name).
+    pub id: String,
+    /// Vendor (`nvidia`, `intel`, …).
+    pub vendor: String,
+    /// Model name.
+    pub model: String,
+    /// Bound driver; `""` when none.
+    pub driver: String,
+    /// NUMA node; `-1` when unknown.
+    pub numa_node: i32,
+    /// The mdev types it offers, with room left.
+    pub types: Vec<TypeSlot>,
+    /// UUIDs of the instances running on it.
+    pub instances: Vec<String>,
+}
+
+impl GpuInfo {
+    /// The driver, if one is bound.
+    pub fn driver(&self) -> Option<&str> {
+        non_empty(&self.driver)
+    }
+
+    /// The NUMA node, if known.
+    pub fn numa_node(&self) -> Option<u32> {
+        u32::try_from(self.numa_node).ok()
+    }
+}
+
+fn non_empty(s: &str) -> Option<&str> {
+    (!s.is_empty()).then_some(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signatures_are_the_documented_ones() {
+        assert_eq!(InstanceInfo::SIGNATURE.to_string(), "(ossssssbbssit)");
+        assert_eq!(GpuInfo::SIGNATURE.to_string(), "(ossssia(su)as)");
+    }
+}

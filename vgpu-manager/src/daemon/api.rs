@@ -1,0 +1,246 @@
+//! The daemon's one internal command type. The D-Bus layer, `vgpuctl` tests and reconcile all drive
+//! [`Command`]s through [`Core::execute`](super::Core::execute); the core never knows who called.
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use mdev_types::ids::{MdevTypeId, MdevUuid};
+use mdev_types::ops::LifecycleError;
+
+/// What an instance should be made of: a vendor-neutral profile, or a concrete mdev type.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "kind", content = "name")]
+pub enum Target {
+    /// A profile name from the catalog (`vdi-2g`); the best matching type on the chosen GPU is used.
+    Profile(String),
+    /// An exact mdev type id (`nvidia-231`); `gpu` must then name its parent unless only one offers it.
+    Type(MdevTypeId),
+}
+
+/// Parameters of [`Command::Create`] and [`Command::Define`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreateRequest {
+    /// Profile or type.
+    pub target: Target,
+    /// The GPU (PCI address or parent name); `None` lets the daemon choose.
+    pub gpu: Option<String>,
+    /// The UUID to use; `None` makes a random one.
+    pub uuid: Option<MdevUuid>,
+    /// Start it whenever the daemon starts or its parent appears (definitions only).
+    pub autostart: bool,
+    /// A free-form label of who asked (a VM name, a pool slot); shown as `Owner`.
+    pub label: Option<String>,
+}
+
+/// Everything a client can ask the daemon. Each variant says when it is allowed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    /// List GPUs and their capacity. Always allowed (read-only).
+    ListGpus,
+    /// List instances: ours, defined-but-stopped, and foreign ones. Always allowed (read-only).
+    ListInstances,
+    /// One instance. Read-only.
+    GetInstance {
+        /// Which.
+        uuid: MdevUuid,
+    },
+    /// Create and start a transient instance (gone after `Destroy` or a host reboot). Mutating.
+    Create(CreateRequest),
+    /// Persist a definition without starting it. Mutating.
+    Define(CreateRequest),
+    /// Start a defined instance (create its device). Mutating; refused for foreign instances.
+    Start {
+        /// Which.
+        uuid: MdevUuid,
+    },
+    /// Stop an instance (remove its device, keep its definition). Mutating; refused for foreign instances.
+    Stop {
+        /// Which.
+        uuid: MdevUuid,
+    },
+    /// Remove an instance's device; a transient instance is then gone, a defined one stays defined.
+    /// Mutating; refused for foreign instances.
+    Destroy {
+        /// Which.
+        uuid: MdevUuid,
+    },
+    /// Delete a definition; a running device stays as a transient instance. Mutating.
+    Undefine {
+        /// Which.
+        uuid: MdevUuid,
+    },
+    /// Set whether a definition starts automatically. Mutating.
+    SetAutostart {
+        /// Which.
+        uuid: MdevUuid,
+        /// The new value.
+        autostart: bool,
+    },
+    /// Converge the host to the desired state now (normally driven by start-up and kernel events).
+    Reconcile,
+}
+
+impl Command {
+    /// True for commands that change the host or the desired state (and so need authorization).
+    pub fn is_mutating(&self) -> bool {
+        !matches!(
+            self,
+            Command::ListGpus | Command::ListInstances | Command::GetInstance { .. }
+        )
+    }
+}
+
+/// Who created an instance, which decides whether the daemon may ever remove it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Ownership {
+    /// The daemon created it.
+    Daemon,
+    /// It existed before and was taken over by an explicit definition with its UUID.
+    Adopted,
+    /// Someone else made it (mdevctl, a shell); shown, never touched.
+    Foreign,
+}
+
+/// The lifecycle state of an instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum InstanceState {
+    /// Its device exists.
+    Running,
+    /// Defined, device not created.
+    Stopped,
+    /// Defined with autostart, but its parent is not registered (driver not loaded yet).
+    WaitingForParent,
+}
+
+/// An instance as clients see it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InstanceView {
+    /// UUID.
+    pub uuid: MdevUuid,
+    /// The GPU id (PCI address or parent name).
+    pub gpu: String,
+    /// The mdev parent device name.
+    pub parent: String,
+    /// The mdev type.
+    pub type_id: MdevTypeId,
+    /// The profile it was made from, if any.
+    pub profile: Option<String>,
+    /// State.
+    pub state: InstanceState,
+    /// Persistent definition exists.
+    pub defined: bool,
+    /// Starts automatically.
+    pub autostart: bool,
+    /// Who owns it.
+    pub ownership: Ownership,
+    /// Free-form label of who asked for it.
+    pub label: Option<String>,
+    /// IOMMU group, while running.
+    pub iommu_group: Option<u32>,
+    /// When it was created or defined (seconds since the Unix epoch).
+    pub created_at: u64,
+}
+
+/// A GPU as clients see it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuView {
+    /// GPU id (PCI address or parent name).
+    pub id: String,
+    /// Vendor (`nvidia`, `intel`, …).
+    pub vendor: String,
+    /// Model name.
+    pub model: String,
+    /// Driver.
+    pub driver: Option<String>,
+    /// NUMA node.
+    pub numa_node: Option<u32>,
+    /// mdev types with (type id, available instances).
+    pub types: Vec<(MdevTypeId, u32)>,
+    /// Instances on it (running).
+    pub instances: Vec<MdevUuid>,
+}
+
+/// The answer to a [`Command`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Reply {
+    /// For `ListGpus`.
+    Gpus(Vec<GpuView>),
+    /// For `ListInstances`.
+    Instances(Vec<InstanceView>),
+    /// For commands about one instance.
+    Instance(InstanceView),
+    /// For `Undefine`/`Destroy` of a transient instance, `Reconcile`: nothing to show.
+    Done,
+}
+
+/// Something that changed, for signals and property updates.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Event {
+    /// A new instance (created, defined, or first seen).
+    InstanceAdded(InstanceView),
+    /// An instance is gone entirely (no device, no definition).
+    InstanceRemoved(MdevUuid),
+    /// An instance's state, autostart or definition changed.
+    InstanceChanged(InstanceView),
+}
+
+/// Why a command was refused. Each names the object and what to do; [`CoreError::kind`] gives a stable
+/// short name (the D-Bus error is `org.vgpumanager.Error.<Kind>`).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum CoreError {
+    /// No such instance.
+    #[error("no instance {uuid}: `vgpuctl list` shows the instances")]
+    NotFound {
+        /// The UUID.
+        uuid: MdevUuid,
+    },
+    /// The instance was not made by vgpu-manager.
+    #[error(
+        "instance {uuid} was not created by vgpu-manager (made by mdevctl or by hand): it is never modified here; remove it with the tool that made it"
+    )]
+    Foreign {
+        /// The UUID.
+        uuid: MdevUuid,
+    },
+    /// The UUID is taken.
+    #[error("instance {uuid} already exists: choose another UUID")]
+    Exists {
+        /// The UUID.
+        uuid: MdevUuid,
+    },
+    /// The request is malformed or impossible (unknown profile, GPU, type; no GPU can serve it).
+    #[error("{0}")]
+    Invalid(String),
+    /// Not in a state that allows it (e.g. Start of a running instance).
+    #[error("{0}")]
+    State(String),
+    /// The kernel refused.
+    #[error(transparent)]
+    Lifecycle(#[from] LifecycleError),
+    /// The state directory could not be written or read.
+    #[error("state directory: {0}")]
+    Store(String),
+    /// The caller may not do this.
+    #[error("{0}")]
+    Denied(String),
+}
+
+impl CoreError {
+    /// Stable short name, e.g. `NotFound`, `TypeFull`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            CoreError::NotFound { .. } => "NotFound",
+            CoreError::Foreign { .. } => "Foreign",
+            CoreError::Exists { .. } => "Exists",
+            CoreError::Invalid(_) => "Invalid",
+            CoreError::State(_) => "State",
+            CoreError::Lifecycle(LifecycleError::TypeFull { .. }) => "TypeFull",
+            CoreError::Lifecycle(LifecycleError::DuplicateUuid { .. }) => "Exists",
+            CoreError::Lifecycle(_) => "Kernel",
+            CoreError::Store(_) => "Store",
+            CoreError::Denied(_) => "AccessDenied",
+        }
+    }
+}

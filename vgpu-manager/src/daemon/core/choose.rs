@@ -1,0 +1,201 @@
+//! Turning a request (profile or type, optional GPU) into a concrete parent and mdev type.
+
+use mdev_types::discover::discover;
+use mdev_types::host::{HostExt, paths};
+use mdev_types::ids::{MdevTypeId, PciAddress};
+
+use super::Core;
+use crate::daemon::api::{CoreError, CreateRequest, Target};
+use crate::profile::{Target as OptionTarget, match_profile};
+
+/// Where an instance goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Placement {
+    /// The mdev parent.
+    pub parent: String,
+    /// The GPU id clients see (the parent name for mdev parents).
+    pub gpu: String,
+    /// The type.
+    pub type_id: MdevTypeId,
+    /// The profile it came from.
+    pub profile: Option<String>,
+}
+
+/// Accepts `3b:00.0` for `0000:3b:00.0`; other names (virtual parents) unchanged.
+fn normalize_gpu(gpu: &str) -> String {
+    gpu.parse::<PciAddress>()
+        .map(|a| a.to_string())
+        .unwrap_or_else(|_| gpu.to_string())
+}
+
+impl Core {
+    /// Chooses parent and type. With `need_capacity` (Create), the type must have an instance left.
+    pub(super) fn place(
+        &self,
+        req: &CreateRequest,
+        need_capacity: bool,
+    ) -> Result<Placement, CoreError> {
+        let gpu = req.gpu.as_deref().map(normalize_gpu);
+        match &req.target {
+            Target::Type(type_id) => self.place_type(type_id, gpu, need_capacity),
+            Target::Profile(name) => self.place_profile(name, gpu, need_capacity),
+        }
+    }
+
+    fn available(&self, parent: &str, type_id: &MdevTypeId) -> Option<u32> {
+        self.host
+            .read_trimmed(&paths::mdev_type_dir(parent, type_id).join("available_instances"))
+            .ok()
+            .and_then(|s| s.parse().ok())
+    }
+
+    fn place_type(
+        &self,
+        type_id: &MdevTypeId,
+        gpu: Option<String>,
+        need_capacity: bool,
+    ) -> Result<Placement, CoreError> {
+        let parent = match gpu {
+            Some(p) => {
+                if !self.parent_exists(&p) {
+                    return Err(CoreError::Invalid(format!(
+                        "no mdev parent {p} on {}: `vgpuctl types` lists parents and their types",
+                        self.host.describe()
+                    )));
+                }
+                match self.available(&p, type_id) {
+                    None => {
+                        return Err(CoreError::Invalid(format!(
+                            "{p} offers no mdev type {type_id}: `vgpuctl types --gpu {p}` lists its types"
+                        )));
+                    }
+                    Some(0) if need_capacity => {
+                        return Err(CoreError::Invalid(format!(
+                            "mdev type {type_id} on {p} is full (available_instances is 0): destroy an instance or choose another GPU"
+                        )));
+                    }
+                    Some(_) => p,
+                }
+            }
+            None => {
+                // Spread: the parent with the most instances of this type left.
+                let inv = discover(self.host.as_ref())?;
+                let offers: Vec<(u32, String)> = inv
+                    .mdev_parents
+                    .iter()
+                    .filter_map(|p| {
+                        p.types
+                            .iter()
+                            .find(|t| &t.id == type_id)
+                            .map(|t| (t.available_instances, p.name.clone()))
+                    })
+                    .collect();
+                if offers.is_empty() {
+                    return Err(CoreError::Invalid(format!(
+                        "no GPU on {} offers mdev type {type_id}: `vgpuctl types` lists the types",
+                        self.host.describe()
+                    )));
+                }
+                let best = offers
+                    .iter()
+                    .max_by_key(|(n, name)| (*n, std::cmp::Reverse(name.clone())));
+                match best {
+                    Some((n, name)) if *n > 0 || !need_capacity => name.clone(),
+                    _ => {
+                        return Err(CoreError::Invalid(format!(
+                            "every GPU offering mdev type {type_id} is full: destroy an instance first"
+                        )));
+                    }
+                }
+            }
+        };
+        Ok(Placement {
+            gpu: parent.clone(),
+            parent,
+            type_id: type_id.clone(),
+            profile: None,
+        })
+    }
+
+    fn place_profile(
+        &self,
+        name: &str,
+        gpu: Option<String>,
+        need_capacity: bool,
+    ) -> Result<Placement, CoreError> {
+        let profile = self.catalog.get(name).ok_or_else(|| {
+            CoreError::Invalid(format!(
+                "unknown profile {name:?}: known profiles are {}",
+                self.catalog.names().join(", ")
+            ))
+        })?;
+        let inv = discover(self.host.as_ref())?;
+        let report = match_profile(profile, &inv);
+        let candidates: Vec<_> = report
+            .gpus
+            .iter()
+            .filter(|g| gpu.as_deref().is_none_or(|want| g.gpu == want))
+            .collect();
+        if let Some(want) = &gpu
+            && candidates.is_empty()
+        {
+            return Err(CoreError::Invalid(format!(
+                "no GPU {want} on {}: `vgpuctl list-gpus` or `vgpuctl discover` lists them",
+                inv.host
+            )));
+        }
+        // Every mdev option of every candidate GPU, best first per GPU.
+        let mut options = Vec::new();
+        let mut other_backends = Vec::new();
+        for g in &candidates {
+            for opt in g.best.iter().chain(&g.alternatives) {
+                match &opt.target {
+                    OptionTarget::Mdev {
+                        parent, type_id, ..
+                    } => {
+                        if opt.capacity > 0 || !need_capacity {
+                            options.push((
+                                g.gpu.clone(),
+                                parent.clone(),
+                                type_id.clone(),
+                                opt.capacity,
+                            ));
+                            break;
+                        }
+                    }
+                    other => other_backends.push(format!("{}: {other}", g.gpu)),
+                }
+            }
+        }
+        // Spread: the GPU with the most capacity for its best mdev option.
+        if let Some((gpu_id, parent, type_id, _)) = options
+            .into_iter()
+            .max_by_key(|(g, _, _, cap)| (*cap, std::cmp::Reverse(g.clone())))
+        {
+            return Ok(Placement {
+                parent,
+                gpu: gpu_id,
+                type_id,
+                profile: Some(profile.name.clone()),
+            });
+        }
+        let mut why: Vec<String> = candidates
+            .iter()
+            .filter_map(|g| g.why_not().map(|w| format!("{}: {w}", g.gpu)))
+            .collect();
+        if !other_backends.is_empty() {
+            why.push(format!(
+                "served only through non-mdev backends, which vgpud does not create yet: {}",
+                other_backends.join("; ")
+            ));
+        }
+        Err(CoreError::Invalid(format!(
+            "no GPU can take an instance of profile {name} now{}",
+            if why.is_empty() {
+                String::new()
+            } else {
+                format!(" — {}", why.join(" | "))
+            }
+        )))
+    }
+}

@@ -1,0 +1,290 @@
+//! The mutating commands. Each follows the ledger protocol of [`crate::daemon::store`]: the ledger entry
+//! is written before a device is created and removed only after it is gone, so a crash at any point
+//! leaves nothing the next start cannot reconcile.
+
+use tracing::{info, warn};
+
+use mdev_types::ids::MdevUuid;
+use mdev_types::ops::{self, LifecycleError};
+
+use super::choose::Placement;
+use super::views::device_identity;
+use super::{Core, lock};
+use crate::daemon::api::{CoreError, CreateRequest, InstanceView, Ownership, Reply};
+use crate::daemon::store::{Definition, LedgerEntry, LedgerOwnership, unix_now};
+
+/// Releases a UUID reservation when dropped.
+struct Reservation<'a> {
+    core: &'a Core,
+    uuid: MdevUuid,
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        lock(&self.core.inflight).remove(&self.uuid);
+    }
+}
+
+fn reply(view: Option<InstanceView>) -> Reply {
+    view.map(Reply::Instance).unwrap_or(Reply::Done)
+}
+
+impl Core {
+    /// Reserves a UUID nobody uses (no definition, no ledger entry, no device, no request in flight).
+    fn reserve_new(&self, uuid: MdevUuid) -> Result<Reservation<'_>, CoreError> {
+        let store = lock(&self.store);
+        let mut inflight = lock(&self.inflight);
+        let taken = inflight.contains(&uuid)
+            || store.get_definition(&uuid).is_some()
+            || store.get_ledger(&uuid).is_some()
+            || self.device_exists(&uuid);
+        if taken {
+            return Err(CoreError::Exists { uuid });
+        }
+        inflight.insert(uuid);
+        Ok(Reservation { core: self, uuid })
+    }
+
+    /// Creates the device of `uuid` with the ledger protocol. The parent lock must be held.
+    fn create_device_owned(
+        &self,
+        uuid: &MdevUuid,
+        place: &Placement,
+        label: Option<String>,
+    ) -> Result<(), CoreError> {
+        let entry = LedgerEntry {
+            uuid: *uuid,
+            parent: place.parent.clone(),
+            type_id: place.type_id.clone(),
+            ownership: LedgerOwnership::Daemon,
+            created_at: unix_now(),
+            gpu: Some(place.gpu.clone()),
+            profile: place.profile.clone(),
+            label,
+        };
+        lock(&self.store).put_ledger(&entry)?;
+        if let Err(e) = ops::create_mdev(self.host.as_ref(), &place.parent, &place.type_id, uuid) {
+            // Only a device known to be absent may lose its ledger entry.
+            if !self.device_exists(uuid)
+                && let Err(se) = lock(&self.store).remove_ledger(uuid)
+            {
+                warn!(%uuid, error = %se, "could not drop the ledger entry of a failed create; reconcile will");
+            }
+            return Err(e.into());
+        }
+        info!(%uuid, parent = %place.parent, type_id = %place.type_id, "instance created");
+        Ok(())
+    }
+
+    /// Removes our device of `uuid`, then its ledger entry. The parent lock must be held.
+    fn remove_device_owned(&self, uuid: &MdevUuid) -> Result<(), CoreError> {
+        match ops::remove_mdev(self.host.as_ref(), uuid) {
+            Ok(()) | Err(LifecycleError::NoSuchInstance { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+        if self.device_exists(uuid) {
+            return Err(CoreError::State(format!(
+                "instance {uuid} is still present after remove (in use by a VM?): stop the VM first"
+            )));
+        }
+        lock(&self.store).remove_ledger(uuid)?;
+        info!(%uuid, "instance removed");
+        Ok(())
+    }
+
+    pub(super) fn create(&self, req: CreateRequest) -> Result<Reply, CoreError> {
+        let place = self.place(&req, true)?;
+        let uuid = req.uuid.unwrap_or_else(MdevUuid::new_random);
+        let _reserved = self.reserve_new(uuid)?;
+        self.locks.with_parent(&place.parent, || {
+            self.create_device_owned(&uuid, &place, req.label.clone())
+        })?;
+        Ok(reply(self.refresh_one(&uuid)))
+    }
+
+    pub(super) fn define(&self, req: CreateRequest) -> Result<Reply, CoreError> {
+        if let Some(uuid) = req.uuid
+            && self.device_exists(&uuid)
+            && lock(&self.store).get_ledger(&uuid).is_none()
+        {
+            return self.adopt(uuid, &req);
+        }
+        let place = self.place(&req, false)?;
+        let uuid = req.uuid.unwrap_or_else(MdevUuid::new_random);
+        let _reserved = self.reserve_new(uuid)?;
+        let def = Definition {
+            uuid,
+            parent: place.parent,
+            gpu: place.gpu,
+            type_id: place.type_id,
+            profile: place.profile,
+            autostart: req.autostart,
+            label: req.label,
+            created_at: unix_now(),
+        };
+        lock(&self.store).put_definition(&def)?;
+        info!(%uuid, parent = %def.parent, type_id = %def.type_id, "instance defined");
+        Ok(reply(self.refresh_one(&uuid)))
+    }
+
+    /// Defining the UUID of an existing foreign device takes it over, if parent and type agree.
+    fn adopt(&self, uuid: MdevUuid, req: &CreateRequest) -> Result<Reply, CoreError> {
+        let Some((parent, type_id)) = device_identity(self.host.as_ref(), &uuid) else {
+            return Err(CoreError::State(format!(
+                "instance {uuid} vanished while being adopted"
+            )));
+        };
+        let place = self.place(req, false)?;
+        if place.type_id != type_id || place.parent != parent {
+            return Err(CoreError::Exists { uuid });
+        }
+        let _reserved = self.reserve_new_for_adoption(uuid)?;
+        self.locks
+            .with_parent(&parent, || -> Result<(), CoreError> {
+                let mut store = lock(&self.store);
+                store.put_ledger(&LedgerEntry {
+                    uuid,
+                    parent: parent.clone(),
+                    type_id: type_id.clone(),
+                    ownership: LedgerOwnership::Adopted,
+                    created_at: unix_now(),
+                    gpu: Some(place.gpu.clone()),
+                    profile: place.profile.clone(),
+                    label: req.label.clone(),
+                })?;
+                store.put_definition(&Definition {
+                    uuid,
+                    parent: parent.clone(),
+                    gpu: place.gpu.clone(),
+                    type_id: type_id.clone(),
+                    profile: place.profile.clone(),
+                    autostart: req.autostart,
+                    label: req.label.clone(),
+                    created_at: unix_now(),
+                })?;
+                Ok(())
+            })?;
+        info!(%uuid, %parent, %type_id, "foreign instance adopted by an explicit definition");
+        Ok(reply(self.refresh_one(&uuid)))
+    }
+
+    fn reserve_new_for_adoption(&self, uuid: MdevUuid) -> Result<Reservation<'_>, CoreError> {
+        let mut inflight = lock(&self.inflight);
+        if !inflight.insert(uuid) {
+            return Err(CoreError::Exists { uuid });
+        }
+        Ok(Reservation { core: self, uuid })
+    }
+
+    /// The current view, or NotFound.
+    fn view(&self, uuid: &MdevUuid) -> Result<InstanceView, CoreError> {
+        if let Some(v) = lock(&self.views).get(uuid) {
+            return Ok(v.clone());
+        }
+        // Not cached (e.g. made behind our back a moment ago): look at the host directly.
+        self.refresh_one(uuid)
+            .ok_or(CoreError::NotFound { uuid: *uuid })
+    }
+
+    fn not_foreign(&self, v: &InstanceView) -> Result<(), CoreError> {
+        if v.ownership == Ownership::Foreign {
+            return Err(CoreError::Foreign { uuid: v.uuid });
+        }
+        Ok(())
+    }
+
+    pub(super) fn start(&self, uuid: MdevUuid) -> Result<Reply, CoreError> {
+        let v = self.view(&uuid)?;
+        self.not_foreign(&v)?;
+        let def = lock(&self.store).get_definition(&uuid).cloned();
+        let Some(def) = def else {
+            return Err(CoreError::State(format!(
+                "instance {uuid} is transient and already running; only defined instances can be started"
+            )));
+        };
+        let place = Placement {
+            parent: def.parent.clone(),
+            gpu: def.gpu.clone(),
+            type_id: def.type_id.clone(),
+            profile: def.profile.clone(),
+        };
+        self.locks.with_parent(&def.parent, || {
+            if self.device_exists(&uuid) {
+                return Err(CoreError::State(format!("instance {uuid} is already running")));
+            }
+            if !self.parent_exists(&def.parent) {
+                return Err(CoreError::State(format!(
+                    "cannot start {uuid}: its parent {} is not registered (vGPU driver not loaded?)",
+                    def.parent
+                )));
+            }
+            self.create_device_owned(&uuid, &place, def.label.clone())
+        })?;
+        Ok(reply(self.refresh_one(&uuid)))
+    }
+
+    /// Removes the running device of an instance we own; `what` names the command for messages.
+    fn remove_running(&self, v: &InstanceView, what: &str) -> Result<(), CoreError> {
+        self.not_foreign(v)?;
+        let owned = lock(&self.store).get_ledger(&v.uuid).is_some();
+        self.locks.with_parent(&v.parent, || {
+            if !self.device_exists(&v.uuid) {
+                return Err(CoreError::State(format!(
+                    "cannot {what} {}: it is not running",
+                    v.uuid
+                )));
+            }
+            if !owned {
+                return Err(CoreError::Foreign { uuid: v.uuid });
+            }
+            self.remove_device_owned(&v.uuid)
+        })
+    }
+
+    pub(super) fn stop(&self, uuid: MdevUuid) -> Result<Reply, CoreError> {
+        let v = self.view(&uuid)?;
+        self.remove_running(&v, "stop")?;
+        Ok(reply(self.refresh_one(&uuid)))
+    }
+
+    pub(super) fn destroy(&self, uuid: MdevUuid) -> Result<Reply, CoreError> {
+        let v = self.view(&uuid)?;
+        self.not_foreign(&v)?;
+        if self.device_exists(&uuid) {
+            self.remove_running(&v, "destroy")?;
+        }
+        lock(&self.store).remove_definition(&uuid)?;
+        Ok(reply(self.refresh_one(&uuid)))
+    }
+
+    pub(super) fn undefine(&self, uuid: MdevUuid) -> Result<Reply, CoreError> {
+        let v = self.view(&uuid)?;
+        self.not_foreign(&v)?;
+        if lock(&self.store).remove_definition(&uuid)?.is_none() {
+            return Err(CoreError::State(format!(
+                "instance {uuid} is not defined (it is transient)"
+            )));
+        }
+        Ok(reply(self.refresh_one(&uuid)))
+    }
+
+    pub(super) fn set_autostart(
+        &self,
+        uuid: MdevUuid,
+        autostart: bool,
+    ) -> Result<Reply, CoreError> {
+        let v = self.view(&uuid)?;
+        self.not_foreign(&v)?;
+        {
+            let mut store = lock(&self.store);
+            let Some(mut def) = store.get_definition(&uuid).cloned() else {
+                return Err(CoreError::State(format!(
+                    "instance {uuid} is transient: define it first (`vgpuctl define --uuid {uuid} …`)"
+                )));
+            };
+            def.autostart = autostart;
+            store.put_definition(&def)?;
+        }
+        Ok(reply(self.refresh_one(&uuid)))
+    }
+}

@@ -1,0 +1,218 @@
+//! [`Core`]: executes [`Command`]s against the host and the state directory. It knows nothing of D-Bus:
+//! transports call [`Core::execute`] and forward [`Core::subscribe`] events.
+//!
+//! Semantics (close to mdevctl's, so libvirt users find what they know):
+//! * `Create` makes a transient instance now (ledger entry first, then the kernel's `create`).
+//! * `Define` persists a definition without starting it; `Start`/`Stop` create/remove its device.
+//! * `Destroy` removes the device and the definition: the instance is gone.
+//! * `Undefine` deletes the definition; a running device stays, as a transient instance.
+//! * `autostart` definitions are created by reconcile: when the daemon starts and when their parent
+//!   appears (its driver loaded late). A `Stop` is respected until then.
+//! * Devices not in the ownership ledger are foreign: listed, never modified.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use tokio::sync::broadcast;
+use tracing::{info, warn};
+
+use mdev_types::discover::discover;
+use mdev_types::host::{Host, HostExt, paths};
+use mdev_types::ids::MdevUuid;
+
+use super::api::{Command, CoreError, Event, GpuView, InstanceState, InstanceView, Reply};
+use super::store::{StateDir, StoreError};
+use crate::profile::Catalog;
+
+mod choose;
+mod lifecycle;
+mod locks;
+mod reconcile;
+mod views;
+
+pub use reconcile::ReconcileScope;
+
+impl From<StoreError> for CoreError {
+    fn from(e: StoreError) -> Self {
+        CoreError::Store(e.to_string())
+    }
+}
+
+impl From<mdev_types::discover::DiscoverError> for CoreError {
+    fn from(e: mdev_types::discover::DiscoverError) -> Self {
+        CoreError::Invalid(format!("cannot read the host: {e}"))
+    }
+}
+
+/// The daemon's core. Thread-safe: every method takes `&self`; operations on one mdev parent are
+/// serialized, different parents proceed in parallel.
+pub struct Core {
+    host: Arc<dyn Host>,
+    catalog: Catalog,
+    store: Mutex<StateDir>,
+    locks: locks::Locks,
+    /// UUIDs with a create/define in flight, so two requests for one UUID cannot race.
+    inflight: Mutex<HashSet<MdevUuid>>,
+    /// The current view of every instance, kept up to date by our own operations and refreshes.
+    views: Mutex<BTreeMap<MdevUuid, InstanceView>>,
+    events: broadcast::Sender<Event>,
+}
+
+impl std::fmt::Debug for Core {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Core")
+            .field("host", &self.host.describe())
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Core {
+    /// Opens the state directory (locking it), then reconciles the host with it (startup scope:
+    /// autostart definitions are created where their parent exists).
+    pub fn open(
+        host: Arc<dyn Host>,
+        state_dir: &Path,
+        catalog: Catalog,
+    ) -> Result<Core, CoreError> {
+        let (store, report) = StateDir::open(state_dir)?;
+        for aside in &report.set_aside {
+            warn!(file = %aside.file.display(), moved_to = %aside.moved_to.display(), reason = %aside.reason, "state file set aside");
+        }
+        info!(
+            state_dir = %state_dir.display(),
+            definitions = report.definitions,
+            ledger = report.ledger_entries,
+            host = %host.describe(),
+            "state loaded"
+        );
+        let (events, _) = broadcast::channel(4096);
+        let core = Core {
+            host,
+            catalog,
+            store: Mutex::new(store),
+            locks: locks::Locks::default(),
+            inflight: Mutex::new(HashSet::new()),
+            views: Mutex::new(BTreeMap::new()),
+            events,
+        };
+        core.reconcile(ReconcileScope::Startup)?;
+        Ok(core)
+    }
+
+    /// The host this core manages.
+    pub fn host(&self) -> &Arc<dyn Host> {
+        &self.host
+    }
+
+    /// The profile catalog.
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    /// Events for signals and property updates. Slow receivers lose the oldest events (and should then
+    /// re-list).
+    pub fn subscribe(&self) -> broadcast::Receiver<Event> {
+        self.events.subscribe()
+    }
+
+    /// Executes one command.
+    pub fn execute(&self, cmd: Command) -> Result<Reply, CoreError> {
+        match cmd {
+            Command::ListGpus => self.list_gpus().map(Reply::Gpus),
+            Command::ListInstances => Ok(Reply::Instances(
+                lock(&self.views).values().cloned().collect(),
+            )),
+            Command::GetInstance { uuid } => lock(&self.views)
+                .get(&uuid)
+                .cloned()
+                .map(Reply::Instance)
+                .ok_or(CoreError::NotFound { uuid }),
+            Command::Create(req) => self.create(req),
+            Command::Define(req) => self.define(req),
+            Command::Start { uuid } => self.start(uuid),
+            Command::Stop { uuid } => self.stop(uuid),
+            Command::Destroy { uuid } => self.destroy(uuid),
+            Command::Undefine { uuid } => self.undefine(uuid),
+            Command::SetAutostart { uuid, autostart } => self.set_autostart(uuid, autostart),
+            Command::Reconcile => self.reconcile(ReconcileScope::Startup).map(|_| Reply::Done),
+        }
+    }
+
+    /// Handles a kernel uevent: a parent that appeared gets its autostart instances; anything else that
+    /// concerns mdevs refreshes the views (a device removed behind our back is noticed).
+    pub fn handle_uevent(&self, ev: &mdev_types::host::uevent::Uevent) {
+        if !ev.is_relevant() {
+            return;
+        }
+        let parent_appeared = ev.action == "add" && ev.subsystem.as_deref() == Some("mdev_bus");
+        let scope = if parent_appeared {
+            ReconcileScope::ParentAppeared(
+                ev.devpath
+                    .rsplit('/')
+                    .next()
+                    .unwrap_or_default()
+                    .to_string(),
+            )
+        } else {
+            ReconcileScope::Refresh
+        };
+        if let Err(e) = self.reconcile(scope) {
+            warn!(error = %e, devpath = %ev.devpath, "reconcile after a kernel event failed");
+        }
+    }
+
+    fn list_gpus(&self) -> Result<Vec<GpuView>, CoreError> {
+        let inv = discover(self.host.as_ref())?;
+        let views = lock(&self.views);
+        Ok(inv
+            .gpus
+            .iter()
+            .map(|g| {
+                let parent = inv.mdev_parents.iter().find(|p| p.name == g.id);
+                GpuView {
+                    id: g.id.clone(),
+                    vendor: g.vendor.as_str().to_string(),
+                    model: g.model.clone(),
+                    driver: g.driver.clone(),
+                    numa_node: g.numa_node,
+                    types: parent
+                        .map(|p| {
+                            p.types
+                                .iter()
+                                .map(|t| (t.id.clone(), t.available_instances))
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                    instances: views
+                        .values()
+                        .filter(|v| v.gpu == g.id && v.state == InstanceState::Running)
+                        .map(|v| v.uuid)
+                        .collect(),
+                }
+            })
+            .collect())
+    }
+
+    /// True when the mdev device exists on the host.
+    fn device_exists(&self, uuid: &MdevUuid) -> bool {
+        self.host.exists(&paths::mdev_device(uuid))
+    }
+
+    /// True when the parent is registered.
+    fn parent_exists(&self, parent: &str) -> bool {
+        self.host.exists(&paths::mdev_parent(parent))
+    }
+
+    fn read_group(&self, uuid: &MdevUuid) -> Option<u32> {
+        self.host
+            .link_name(&paths::mdev_device(uuid).join("iommu_group"))
+            .ok()
+            .flatten()
+            .and_then(|g| g.parse().ok())
+    }
+}

@@ -1,0 +1,120 @@
+//! Wiring the reconcile planner and executor (`daemon::reconcile`) to the host and the store.
+
+use tracing::{info, warn};
+
+use mdev_types::discover::discover;
+use mdev_types::ids::{MdevTypeId, MdevUuid};
+use mdev_types::ops::{self, LifecycleError};
+
+use super::{Core, lock};
+use crate::daemon::api::CoreError;
+use crate::daemon::reconcile::{
+    ExecReport, Plan, ReconcileInput, Step, StepActions, execute, plan,
+};
+use crate::daemon::store::{LedgerEntry, unix_now};
+
+/// Which autostart definitions a reconcile may create.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReconcileScope {
+    /// Daemon start or an explicit request: every autostart definition whose device is missing.
+    Startup,
+    /// A parent registered (its driver loaded): the autostart definitions on that parent.
+    ParentAppeared(String),
+    /// Something changed behind our back: refresh views and forget stale ledger entries only.
+    Refresh,
+}
+
+struct Actions<'a> {
+    core: &'a Core,
+}
+
+impl StepActions for Actions<'_> {
+    fn put_ledger(&mut self, entry: &LedgerEntry) -> Result<(), CoreError> {
+        // Keep what clients see (gpu, profile, label) from the definition the entry serves.
+        let mut store = lock(&self.core.store);
+        let mut entry = entry.clone();
+        if let Some(def) = store.get_definition(&entry.uuid) {
+            entry.gpu = entry.gpu.or_else(|| Some(def.gpu.clone()));
+            entry.profile = entry.profile.or_else(|| def.profile.clone());
+            entry.label = entry.label.or_else(|| def.label.clone());
+        }
+        store.put_ledger(&entry).map_err(Into::into)
+    }
+
+    fn remove_ledger(&mut self, uuid: &MdevUuid) -> Result<(), CoreError> {
+        lock(&self.core.store)
+            .remove_ledger(uuid)
+            .map(|_| ())
+            .map_err(Into::into)
+    }
+
+    fn create_device(
+        &mut self,
+        uuid: &MdevUuid,
+        parent: &str,
+        type_id: &MdevTypeId,
+    ) -> Result<(), CoreError> {
+        ops::create_mdev(self.core.host.as_ref(), parent, type_id, uuid).map_err(Into::into)
+    }
+
+    fn remove_device(&mut self, uuid: &MdevUuid, _parent: &str) -> Result<(), CoreError> {
+        match ops::remove_mdev(self.core.host.as_ref(), uuid) {
+            Ok(()) | Err(LifecycleError::NoSuchInstance { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn device_exists(&mut self, uuid: &MdevUuid) -> Result<bool, CoreError> {
+        Ok(self.core.device_exists(uuid))
+    }
+
+    fn now(&self) -> u64 {
+        unix_now()
+    }
+}
+
+/// Keeps only the creates the scope allows.
+fn scoped(mut plan: Plan, scope: &ReconcileScope) -> Plan {
+    plan.steps.retain(|s| match (s, scope) {
+        (Step::Create { .. }, ReconcileScope::Startup) => true,
+        (Step::Create { parent, .. }, ReconcileScope::ParentAppeared(p)) => parent == p,
+        (Step::Create { .. }, ReconcileScope::Refresh) => false,
+        _ => true,
+    });
+    plan
+}
+
+impl Core {
+    /// Plans and executes a reconcile with every other operation held off, then refreshes all views.
+    pub fn reconcile(&self, scope: ReconcileScope) -> Result<ExecReport, CoreError> {
+        let report = {
+            let _exclusive = self.locks.exclusive();
+            let inv = discover(self.host.as_ref())?;
+            let input = {
+                let store = lock(&self.store);
+                ReconcileInput::from_inventory(
+                    store.definitions().cloned(),
+                    store.ledger().cloned(),
+                    &inv,
+                )
+            };
+            let plan = scoped(plan(&input), &scope);
+            for step in plan
+                .steps
+                .iter()
+                .filter(|s| !matches!(s, Step::Keep { .. }))
+            {
+                info!(?scope, %step, "reconcile step");
+            }
+            execute(&plan, &mut Actions { core: self })
+        };
+        if let Some(f) = &report.failure {
+            warn!(step = %f.step, error = %f.error, rolled_back = report.rolled_back.len(), "reconcile step failed; this run was rolled back");
+        }
+        for e in &report.rollback_errors {
+            warn!(step = %e.step, error = %e.error, "rollback incomplete; the next reconcile sees what is left");
+        }
+        self.refresh_all();
+        Ok(report)
+    }
+}

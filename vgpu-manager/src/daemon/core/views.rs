@@ -1,0 +1,150 @@
+//! Instance views: what clients see, derived from the store (definitions, ledger) and the host, kept in
+//! a cache so listing never walks sysfs. Every change to the cache emits the matching [`Event`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Component, Path};
+
+use mdev_types::host::{Host, HostExt, paths};
+use mdev_types::ids::{MdevTypeId, MdevUuid};
+
+use super::{Core, lock};
+use crate::daemon::api::{Event, InstanceState, InstanceView, Ownership};
+use crate::daemon::store::{StateDir, unix_now};
+
+/// Parent and type of an existing device, from its `mdev_type` link.
+pub(super) fn device_identity(host: &dyn Host, uuid: &MdevUuid) -> Option<(String, MdevTypeId)> {
+    let dir = host
+        .canonicalize(&paths::mdev_device(uuid).join("mdev_type"))
+        .ok()?;
+    let comps: Vec<String> = dir
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(s) => Some(s.to_string_lossy().into_owned()),
+            _ => None,
+        })
+        .collect();
+    match comps.as_slice() {
+        [.., parent, mst, ty] if mst == "mdev_supported_types" => {
+            Some((parent.clone(), ty.parse().ok()?))
+        }
+        _ => None,
+    }
+}
+
+impl Core {
+    /// Computes the view of one UUID from the store and the host; `None` when nothing of it exists.
+    fn compute_view(
+        &self,
+        store: &StateDir,
+        uuid: &MdevUuid,
+        first_seen: Option<u64>,
+    ) -> Option<InstanceView> {
+        let def = store.get_definition(uuid);
+        let led = store.get_ledger(uuid);
+        let device = device_identity(self.host.as_ref(), uuid);
+        let running = device.is_some();
+        let (parent, type_id) = match (&device, def, led) {
+            (Some((p, t)), _, _) => (p.clone(), t.clone()),
+            (None, Some(d), _) => (d.parent.clone(), d.type_id.clone()),
+            // A ledger entry without device or definition is stale: reconcile drops it.
+            (None, None, _) => return None,
+        };
+        let ownership = match (led, running) {
+            (Some(l), _) => l.ownership.into(),
+            (None, true) => Ownership::Foreign,
+            (None, false) => Ownership::Daemon,
+        };
+        let state = if running {
+            InstanceState::Running
+        } else if def.is_some_and(|d| d.autostart) && !self.parent_exists(&parent) {
+            InstanceState::WaitingForParent
+        } else {
+            InstanceState::Stopped
+        };
+        Some(InstanceView {
+            uuid: *uuid,
+            gpu: def
+                .map(|d| d.gpu.clone())
+                .or_else(|| led.and_then(|l| l.gpu.clone()))
+                .unwrap_or_else(|| parent.clone()),
+            parent,
+            type_id,
+            profile: def
+                .and_then(|d| d.profile.clone())
+                .or_else(|| led.and_then(|l| l.profile.clone())),
+            state,
+            defined: def.is_some(),
+            autostart: def.is_some_and(|d| d.autostart),
+            ownership,
+            label: def
+                .and_then(|d| d.label.clone())
+                .or_else(|| led.and_then(|l| l.label.clone())),
+            iommu_group: if running { self.read_group(uuid) } else { None },
+            created_at: def
+                .map(|d| d.created_at)
+                .or_else(|| led.map(|l| l.created_at))
+                .or(first_seen)
+                .unwrap_or_else(unix_now),
+        })
+    }
+
+    /// Recomputes one instance's view and emits what changed.
+    pub(super) fn refresh_one(&self, uuid: &MdevUuid) -> Option<InstanceView> {
+        let new = {
+            let store = lock(&self.store);
+            let first_seen = lock(&self.views).get(uuid).map(|v| v.created_at);
+            self.compute_view(&store, uuid, first_seen)
+        };
+        let mut views = lock(&self.views);
+        let old = match &new {
+            Some(v) => views.insert(*uuid, v.clone()),
+            None => views.remove(uuid),
+        };
+        drop(views);
+        self.emit_diff(old, new.clone(), uuid);
+        new
+    }
+
+    /// Recomputes every view (after start-up, reconcile or a kernel event).
+    pub(super) fn refresh_all(&self) {
+        let mut uuids: BTreeSet<MdevUuid> = BTreeSet::new();
+        for name in self
+            .host
+            .list_optional(Path::new(paths::MDEV_DEVICES))
+            .unwrap_or_default()
+        {
+            if let Ok(u) = name.parse() {
+                uuids.insert(u);
+            }
+        }
+        let new: BTreeMap<MdevUuid, InstanceView> = {
+            let store = lock(&self.store);
+            uuids.extend(store.definitions().map(|d| d.uuid));
+            uuids.extend(store.ledger().map(|l| l.uuid));
+            let old = lock(&self.views);
+            uuids
+                .iter()
+                .filter_map(|u| {
+                    self.compute_view(&store, u, old.get(u).map(|v| v.created_at))
+                        .map(|v| (*u, v))
+                })
+                .collect()
+        };
+        let old = std::mem::replace(&mut *lock(&self.views), new.clone());
+        let all: BTreeSet<&MdevUuid> = old.keys().chain(new.keys()).collect();
+        for u in all {
+            self.emit_diff(old.get(u).cloned(), new.get(u).cloned(), u);
+        }
+    }
+
+    fn emit_diff(&self, old: Option<InstanceView>, new: Option<InstanceView>, uuid: &MdevUuid) {
+        let ev = match (old, new) {
+            (None, Some(n)) => Event::InstanceAdded(n),
+            (Some(_), None) => Event::InstanceRemoved(*uuid),
+            (Some(o), Some(n)) if o != n => Event::InstanceChanged(n),
+            _ => return,
+        };
+        // No receiver is fine: nobody listens yet.
+        let _ = self.events.send(ev);
+    }
+}

@@ -1,0 +1,340 @@
+//! Who is calling, and whether they may change anything.
+//!
+//! Mutating calls ([`Command::is_mutating`](crate::daemon::api::Command::is_mutating)) are allowed for
+//! uid 0 and for members of group `vgpu-admin`; the identity comes from the bus
+//! (`org.freedesktop.DBus.GetConnectionCredentials` of the caller's unique name), never from anything
+//! the caller sends. Where polkit runs (`org.freedesktop.PolicyKit1` has an owner), a non-root caller
+//! must also be granted action `org.vgpumanager.manage`, asked for the subject kind `system-bus-name`
+//! with the CALLER's unique name: polkit then resolves the caller's process itself, and the daemon's own
+//! pid is never the subject. Root is not asked about, as polkit itself always authorizes uid 0
+//! (polkitbackendinteractiveauthority.c: "uid 0, root, is _always_ authorized for anything").
+
+use std::collections::HashMap;
+use std::fmt;
+
+use nix::unistd::{Gid, Group, Uid, User, getgrouplist};
+use zbus::message::{Flags, Header};
+use zbus::names::{BusName, WellKnownName};
+use zbus::{Connection, Variant, proxy};
+
+use super::errors::ApiError;
+use crate::client::{ADMIN_GROUP, POLKIT_ACTION};
+
+/// The bus name polkit's authority owns.
+const POLKIT_NAME: &str = "org.freedesktop.PolicyKit1";
+/// polkit's `CheckAuthorizationFlags.AllowUserInteraction` (polkit's D-Bus API documentation,
+/// org.freedesktop.PolicyKit1.Authority).
+const POLKIT_ALLOW_USER_INTERACTION: u32 = 1;
+
+#[proxy(
+    interface = "org.freedesktop.PolicyKit1.Authority",
+    default_service = "org.freedesktop.PolicyKit1",
+    default_path = "/org/freedesktop/PolicyKit1/Authority"
+)]
+trait Authority {
+    /// `CheckAuthorization(in (sa{sv}) subject, in s action_id, in a{ss} details, in u flags,
+    /// in s cancellation_id, out (bba{ss}) result)`.
+    fn check_authorization(
+        &self,
+        subject: &(&str, HashMap<&str, Variant<'_>>),
+        action_id: &str,
+        details: HashMap<&str, &str>,
+        flags: u32,
+        cancellation_id: &str,
+    ) -> zbus::Result<(bool, bool, HashMap<String, String>)>;
+}
+
+/// The identity of a caller, as the bus reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    /// The caller's unique bus name (`:1.42`).
+    pub bus_name: String,
+    /// Its uid.
+    pub uid: u32,
+    /// Its pid, when the bus knows it.
+    pub pid: Option<u32>,
+    /// Its groups (from the bus's `UnixGroupIDs`, or the uid's groups from the user database).
+    pub groups: Vec<u32>,
+    /// The user name, when the user database has one.
+    pub user: Option<String>,
+}
+
+impl fmt::Display for Caller {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "uid {}", self.uid)?;
+        if let Some(u) = &self.user {
+            write!(f, " ({u})")?;
+        }
+        write!(f, " on bus name {}", self.bus_name)?;
+        if let Some(p) = self.pid {
+            write!(f, ", pid {p}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Decides whether callers may make changes.
+#[derive(Debug, Clone)]
+pub struct Authorizer {
+    admin_group: String,
+    polkit_action: String,
+}
+
+impl Default for Authorizer {
+    fn default() -> Self {
+        Authorizer {
+            admin_group: ADMIN_GROUP.to_string(),
+            polkit_action: POLKIT_ACTION.to_string(),
+        }
+    }
+}
+
+/// Why the group check refused a caller (pure, so it can be tested without a bus).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum GroupCheck {
+    Allowed,
+    NotMember,
+    NoSuchGroup,
+}
+
+fn check_groups(caller: &Caller, admin_gid: Option<u32>) -> GroupCheck {
+    if caller.uid == 0 {
+        return GroupCheck::Allowed;
+    }
+    match admin_gid {
+        None => GroupCheck::NoSuchGroup,
+        Some(g) if caller.groups.contains(&g) => GroupCheck::Allowed,
+        Some(_) => GroupCheck::NotMember,
+    }
+}
+
+impl Authorizer {
+    /// Identifies the sender of the call `hdr` and checks it may call the mutating method in `hdr`.
+    /// Returns the caller for logging; refusals say who was refused and how to get access.
+    pub async fn authorize_change(
+        &self,
+        conn: &Connection,
+        hdr: &Header<'_>,
+    ) -> Result<Caller, ApiError> {
+        let method = hdr.member().map(|m| m.to_string()).unwrap_or_default();
+        let caller = identify(conn, hdr).await?;
+        let admin_gid = if caller.uid == 0 {
+            None
+        } else {
+            lookup_gid(&self.admin_group).await?
+        };
+        let group = &self.admin_group;
+        let user = caller
+            .user
+            .clone()
+            .unwrap_or_else(|| format!("#{}", caller.uid));
+        match check_groups(&caller, admin_gid) {
+            GroupCheck::Allowed => {}
+            GroupCheck::NotMember => {
+                return Err(denied(format!(
+                    "{caller} may not call {method}: changes need root or membership in group {group} (an administrator can run `usermod -aG {group} {user}`; reconnect afterwards)"
+                )));
+            }
+            GroupCheck::NoSuchGroup => {
+                return Err(denied(format!(
+                    "{caller} may not call {method}: changes need root or membership in group {group}, which does not exist on this host (an administrator can run `groupadd --system {group} && usermod -aG {group} {user}`)"
+                )));
+            }
+        }
+        if caller.uid != 0 {
+            let interactive = hdr
+                .primary()
+                .flags()
+                .contains(Flags::ALLOW_INTERACTIVE_AUTH);
+            self.check_polkit(conn, &caller, &method, interactive)
+                .await?;
+        }
+        Ok(caller)
+    }
+
+    /// Asks polkit, if it runs, whether `caller` may perform the manage action.
+    async fn check_polkit(
+        &self,
+        conn: &Connection,
+        caller: &Caller,
+        method: &str,
+        interactive: bool,
+    ) -> Result<(), ApiError> {
+        let action = &self.polkit_action;
+        let dbus = zbus::fdo::DBusProxy::new(conn)
+            .await
+            .map_err(ApiError::internal)?;
+        let running = dbus
+            .name_has_owner(BusName::from(WellKnownName::from_static_str_unchecked(
+                POLKIT_NAME,
+            )))
+            .await
+            .map_err(ApiError::internal)?;
+        if !running {
+            return Ok(());
+        }
+        let polkit = AuthorityProxy::new(conn)
+            .await
+            .map_err(ApiError::internal)?;
+        // The subject is the caller's unique bus name, so polkit looks up the caller's own process and
+        // session; the daemon's pid must never stand in for it.
+        let mut subject_details = HashMap::new();
+        subject_details.insert("name", Variant::from(caller.bus_name.as_str()));
+        let subject = ("system-bus-name", subject_details);
+        let flags = if interactive {
+            POLKIT_ALLOW_USER_INTERACTION
+        } else {
+            0
+        };
+        let (authorized, challenge, _) = polkit
+            .check_authorization(&subject, action, HashMap::new(), flags, "")
+            .await
+            .map_err(|e| {
+                denied(format!(
+                    "{caller} may not call {method}: polkit could not be asked about action {action} ({e}); retry, or check `systemctl status polkit`"
+                ))
+            })?;
+        if authorized {
+            Ok(())
+        } else if challenge {
+            Err(denied(format!(
+                "{caller} may not call {method}: polkit requires authentication for action {action}; run the command from a session with an authentication agent (or under `pkexec`), or ask an administrator to grant it to group {}",
+                self.admin_group
+            )))
+        } else {
+            Err(denied(format!(
+                "{caller} may not call {method}: polkit refused action {action}; an administrator can grant it with a rule in /etc/polkit-1/rules.d/ (vgpu-manager ships one for group {})",
+                self.admin_group
+            )))
+        }
+    }
+}
+
+fn denied(message: String) -> ApiError {
+    ApiError::new("AccessDenied", message)
+}
+
+/// Asks the bus who sent `hdr`.
+async fn identify(conn: &Connection, hdr: &Header<'_>) -> Result<Caller, ApiError> {
+    let sender = hdr
+        .sender()
+        .ok_or_else(|| {
+            denied("the call carries no sender, so its caller cannot be identified".into())
+        })?
+        .to_owned();
+    let dbus = zbus::fdo::DBusProxy::new(conn)
+        .await
+        .map_err(ApiError::internal)?;
+    let creds = dbus
+        .get_connection_credentials(BusName::from(sender.clone()))
+        .await
+        .map_err(|e| {
+            denied(format!(
+                "the bus could not identify caller {sender} ({e}), so it may not make changes"
+            ))
+        })?;
+    let uid = creds.unix_user_id().ok_or_else(|| {
+        denied(format!(
+            "the bus reports no uid for caller {sender}, so it may not make changes"
+        ))
+    })?;
+    let bus_groups = creds.unix_group_ids().cloned();
+    let (user, groups) = tokio::task::spawn_blocking(move || user_and_groups(uid, bus_groups))
+        .await
+        .map_err(ApiError::internal)?;
+    Ok(Caller {
+        bus_name: sender.to_string(),
+        uid,
+        pid: creds.process_id(),
+        groups,
+        user,
+    })
+}
+
+/// The user name of `uid`, and its groups: those the bus reported, else the user database's
+/// (`getgrouplist` of the user's name and primary group). Blocking (NSS).
+fn user_and_groups(uid: u32, bus_groups: Option<Vec<u32>>) -> (Option<String>, Vec<u32>) {
+    let user = User::from_uid(Uid::from_raw(uid)).ok().flatten();
+    let name = user.as_ref().map(|u| u.name.clone());
+    if let Some(g) = bus_groups {
+        return (name, g);
+    }
+    let groups = user
+        .and_then(|u| {
+            let cname = std::ffi::CString::new(u.name).ok()?;
+            getgrouplist(&cname, u.gid).ok()
+        })
+        .map(|gs| gs.into_iter().map(Gid::as_raw).collect())
+        .unwrap_or_default();
+    (name, groups)
+}
+
+/// The gid of group `name`, or `None` if the group does not exist.
+async fn lookup_gid(name: &str) -> Result<Option<u32>, ApiError> {
+    let name = name.to_string();
+    tokio::task::spawn_blocking(move || {
+        Group::from_name(&name)
+            .ok()
+            .flatten()
+            .map(|g| g.gid.as_raw())
+    })
+    .await
+    .map_err(ApiError::internal)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn caller(uid: u32, groups: &[u32]) -> Caller {
+        Caller {
+            bus_name: ":1.9".into(),
+            uid,
+            pid: Some(77),
+            groups: groups.to_vec(),
+            user: Some("alice".into()),
+        }
+    }
+
+    #[test]
+    fn root_always_passes_the_group_check() {
+        assert_eq!(check_groups(&caller(0, &[]), None), GroupCheck::Allowed);
+        assert_eq!(
+            check_groups(&caller(0, &[]), Some(990)),
+            GroupCheck::Allowed
+        );
+    }
+
+    #[test]
+    fn others_need_the_admin_group() {
+        assert_eq!(
+            check_groups(&caller(1000, &[990, 1000]), Some(990)),
+            GroupCheck::Allowed
+        );
+        assert_eq!(
+            check_groups(&caller(1000, &[1000]), Some(990)),
+            GroupCheck::NotMember
+        );
+        assert_eq!(
+            check_groups(&caller(1000, &[1000]), None),
+            GroupCheck::NoSuchGroup
+        );
+    }
+
+    #[test]
+    fn caller_display_names_uid_user_bus_name_and_pid() {
+        assert_eq!(
+            caller(1000, &[]).to_string(),
+            "uid 1000 (alice) on bus name :1.9, pid 77"
+        );
+    }
+
+    #[test]
+    fn root_groups_come_from_the_user_database_when_the_bus_gives_none() {
+        let (name, groups) = user_and_groups(0, None);
+        assert_eq!(name.as_deref(), Some("root"));
+        assert!(groups.contains(&0), "{groups:?}");
+        let (_, given) = user_and_groups(0, Some(vec![5, 6]));
+        assert_eq!(given, vec![5, 6]);
+    }
+}

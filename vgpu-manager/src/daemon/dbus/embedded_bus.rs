@@ -1,0 +1,179 @@
+//! An embedded D-Bus bus (busd, a bus implementation on zbus) for `vgpud --listen ADDRESS`, so the
+//! daemon and its clients work where no system bus runs (demos, tests, minimal guests).
+//!
+//! busd runs on its own runtime (zruntime), so it gets its own thread; the daemon connects to it like
+//! any client. The bus has no security policy: every peer may call every method, and the daemon's own
+//! caller checks ([`super::auth`]) are what protects mutating calls.
+
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::mpsc;
+use std::thread;
+
+use thiserror::Error;
+use zbus::Address;
+use zbus::address::transport::{Transport, UnixSocket};
+
+/// Why the embedded bus could not start.
+#[derive(Debug, Error)]
+pub enum EmbeddedBusError {
+    /// The address is not a D-Bus address busd can listen on.
+    #[error(
+        "--listen {address}: {reason} (give an address such as unix:path=/run/vgpu-manager/bus.sock)"
+    )]
+    BadAddress {
+        /// What was given.
+        address: String,
+        /// Why it is unusable.
+        reason: String,
+    },
+    /// A live bus already listens there.
+    #[error(
+        "--listen {address}: a bus is already listening on {path} (another vgpud?); stop it or pick another path"
+    )]
+    InUse {
+        /// The address.
+        address: String,
+        /// The socket file.
+        path: PathBuf,
+    },
+    /// busd failed to start.
+    #[error("--listen {address}: cannot start the bus: {reason}")]
+    Start {
+        /// The address.
+        address: String,
+        /// busd's error.
+        reason: String,
+    },
+}
+
+/// A running embedded bus. Dropping it removes its socket file; the bus thread ends with the process.
+#[derive(Debug)]
+pub struct EmbeddedBus {
+    address: String,
+    socket: Option<PathBuf>,
+}
+
+impl EmbeddedBus {
+    /// The address clients connect to (with the bus's guid).
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+}
+
+impl Drop for EmbeddedBus {
+    fn drop(&mut self) {
+        if let Some(p) = &self.socket {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+/// The socket file of a `unix:path=` address, if it is one.
+fn socket_file(address: &str) -> Result<Option<PathBuf>, EmbeddedBusError> {
+    let parsed = Address::from_str(address).map_err(|e| EmbeddedBusError::BadAddress {
+        address: address.to_string(),
+        reason: e.to_string(),
+    })?;
+    Ok(match parsed.transport() {
+        Transport::Unix(u) => match u.path() {
+            UnixSocket::File(p) => Some(p.clone()),
+            _ => None,
+        },
+        _ => None,
+    })
+}
+
+/// Removes a socket file left by a bus that died without cleaning up; refuses if a bus answers there.
+fn clear_stale_socket(address: &str, path: &Path) -> Result<(), EmbeddedBusError> {
+    if !path.exists() {
+        return Ok(());
+    }
+    if UnixStream::connect(path).is_ok() {
+        return Err(EmbeddedBusError::InUse {
+            address: address.to_string(),
+            path: path.to_path_buf(),
+        });
+    }
+    tracing::info!(path = %path.display(), "removing the stale socket of an earlier bus");
+    std::fs::remove_file(path).map_err(|e| EmbeddedBusError::Start {
+        address: address.to_string(),
+        reason: format!("cannot remove stale socket {}: {e}", path.display()),
+    })
+}
+
+/// Starts a bus listening on `address` and returns once it accepts connections.
+pub fn start(address: &str) -> Result<EmbeddedBus, EmbeddedBusError> {
+    let socket = socket_file(address)?;
+    if let Some(p) = &socket {
+        clear_stale_socket(address, p)?;
+    }
+    let (tx, rx) = mpsc::channel::<Result<String, String>>();
+    let listen = address.to_string();
+    thread::Builder::new()
+        .name("embedded-bus".into())
+        .spawn(move || {
+            zruntime::block_on(async move {
+                let mut bus = match busd::bus::Bus::for_address(Some(&listen)).await {
+                    Ok(b) => b,
+                    Err(e) => {
+                        let _ = tx.send(Err(format!("{e:#}")));
+                        return;
+                    }
+                };
+                let _ = tx.send(Ok(bus.address().to_string()));
+                if let Err(e) = bus.run().await {
+                    tracing::error!(error = %format!("{e:#}"), "the embedded bus stopped");
+                }
+            });
+        })
+        .map_err(|e| EmbeddedBusError::Start {
+            address: address.to_string(),
+            reason: format!("cannot start its thread: {e}"),
+        })?;
+    match rx.recv() {
+        Ok(Ok(bound)) => {
+            tracing::info!(address = %bound, "embedded bus listening");
+            Ok(EmbeddedBus {
+                address: bound,
+                socket,
+            })
+        }
+        Ok(Err(reason)) => Err(EmbeddedBusError::Start {
+            address: address.to_string(),
+            reason,
+        }),
+        Err(_) => Err(EmbeddedBusError::Start {
+            address: address.to_string(),
+            reason: "the bus thread ended before it was ready".into(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_addresses_are_named() {
+        let e = start("nonsense").unwrap_err().to_string();
+        assert!(e.contains("--listen nonsense"), "{e}");
+    }
+
+    #[test]
+    fn a_stale_socket_is_replaced_and_a_live_bus_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("bus.sock");
+        // A socket file nobody listens on, as a crashed bus leaves behind.
+        drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
+        assert!(sock.exists());
+        let address = format!("unix:path={}", sock.display());
+        let bus = start(&address).unwrap();
+        assert!(bus.address().contains(&sock.display().to_string()));
+        let e = start(&address).unwrap_err().to_string();
+        assert!(e.contains("already listening"), "{e}");
+        drop(bus);
+        assert!(!sock.exists());
+    }
+}

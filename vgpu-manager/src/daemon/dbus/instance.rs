@@ -1,0 +1,240 @@
+//! `org.vgpumanager.Instance1`: one object per instance at
+//! `/org/vgpumanager/Manager1/instance/<uuid>`, its properties read from the instance's
+//! [`InstanceView`]. The mirror replaces the view on every change and emits one PropertiesChanged with
+//! the properties that differ.
+
+use std::collections::HashMap;
+
+use zbus::{Variant, interface};
+
+use crate::client::{InstanceInfo, instance_path};
+use crate::daemon::api::{InstanceState, InstanceView, Ownership};
+
+/// The D-Bus name of an instance state.
+pub(super) fn state_name(s: InstanceState) -> &'static str {
+    match s {
+        InstanceState::Running => "running",
+        InstanceState::Stopped => "stopped",
+        InstanceState::WaitingForParent => "waiting-for-parent",
+    }
+}
+
+/// The D-Bus name of an ownership.
+pub(super) fn owner_name(o: Ownership) -> &'static str {
+    match o {
+        Ownership::Daemon => "daemon",
+        Ownership::Adopted => "adopted",
+        Ownership::Foreign => "foreign",
+    }
+}
+
+/// `-1` for no IOMMU group (kernel group ids are `int`: drivers/iommu/iommu.c `struct iommu_group`).
+fn iommu_group_wire(g: Option<u32>) -> i32 {
+    g.and_then(|g| i32::try_from(g).ok()).unwrap_or(-1)
+}
+
+/// The wire form of an instance.
+pub(super) fn info(v: &InstanceView) -> InstanceInfo {
+    InstanceInfo {
+        path: instance_path(&v.uuid.to_string()),
+        uuid: v.uuid.to_string(),
+        gpu: v.gpu.clone(),
+        parent: v.parent.clone(),
+        type_id: v.type_id.to_string(),
+        profile: v.profile.clone().unwrap_or_default(),
+        state: state_name(v.state).to_string(),
+        defined: v.defined,
+        autostart: v.autostart,
+        owner: owner_name(v.ownership).to_string(),
+        label: v.label.clone().unwrap_or_default(),
+        iommu_group: iommu_group_wire(v.iommu_group),
+        created_at: v.created_at,
+    }
+}
+
+/// The properties whose values differ between `old` and `new`, with their new values.
+pub(super) fn changed_properties(
+    old: &InstanceView,
+    new: &InstanceView,
+) -> HashMap<&'static str, Variant<'static>> {
+    let (o, n) = (info(old), info(new));
+    let mut m = HashMap::new();
+    let mut put = |name: &'static str, differs: bool, value: Variant<'static>| {
+        if differs {
+            m.insert(name, value);
+        }
+    };
+    put("Gpu", o.gpu != n.gpu, Variant::from(n.gpu.clone()));
+    put(
+        "Parent",
+        o.parent != n.parent,
+        Variant::from(n.parent.clone()),
+    );
+    put(
+        "Type",
+        o.type_id != n.type_id,
+        Variant::from(n.type_id.clone()),
+    );
+    put(
+        "Profile",
+        o.profile != n.profile,
+        Variant::from(n.profile.clone()),
+    );
+    put("State", o.state != n.state, Variant::from(n.state.clone()));
+    put("Defined", o.defined != n.defined, Variant::from(n.defined));
+    put(
+        "Autostart",
+        o.autostart != n.autostart,
+        Variant::from(n.autostart),
+    );
+    put("Owner", o.owner != n.owner, Variant::from(n.owner.clone()));
+    put("Label", o.label != n.label, Variant::from(n.label.clone()));
+    put(
+        "IommuGroup",
+        o.iommu_group != n.iommu_group,
+        Variant::from(n.iommu_group),
+    );
+    put(
+        "CreatedAt",
+        o.created_at != n.created_at,
+        Variant::from(n.created_at),
+    );
+    m
+}
+
+/// The object behind one instance path.
+#[derive(Debug)]
+pub(super) struct InstanceObject {
+    pub(super) view: InstanceView,
+}
+
+/// One mdev instance: running, defined, or made by someone else (Owner `foreign`). Lifecycle methods
+/// are on org.vgpumanager.Manager1 and take the Uuid.
+#[interface(name = "org.vgpumanager.Instance1")]
+impl InstanceObject {
+    /// The mdev UUID (the device is /sys/bus/mdev/devices/UUID).
+    #[zbus(property(emits_changed_signal = "const"))]
+    fn uuid(&self) -> String {
+        self.view.uuid.to_string()
+    }
+
+    /// The GPU it is on (PCI address or parent name, as in ListGpus).
+    #[zbus(property)]
+    fn gpu(&self) -> String {
+        self.view.gpu.clone()
+    }
+
+    /// The mdev parent device name.
+    #[zbus(property)]
+    fn parent(&self) -> String {
+        self.view.parent.clone()
+    }
+
+    /// The mdev type id.
+    #[zbus(property, name = "Type")]
+    fn type_id(&self) -> String {
+        self.view.type_id.to_string()
+    }
+
+    /// The profile it was made from; empty when made from a type or not by vgpu-manager.
+    #[zbus(property)]
+    fn profile(&self) -> String {
+        self.view.profile.clone().unwrap_or_default()
+    }
+
+    /// running, stopped or waiting-for-parent.
+    #[zbus(property)]
+    fn state(&self) -> String {
+        state_name(self.view.state).to_string()
+    }
+
+    /// A persistent definition exists.
+    #[zbus(property)]
+    fn defined(&self) -> bool {
+        self.view.defined
+    }
+
+    /// Started whenever the daemon starts or its parent appears.
+    #[zbus(property)]
+    fn autostart(&self) -> bool {
+        self.view.autostart
+    }
+
+    /// daemon (created by vgpud), adopted (taken over by a definition) or foreign (never touched).
+    #[zbus(property)]
+    fn owner(&self) -> String {
+        owner_name(self.view.ownership).to_string()
+    }
+
+    /// Free-form label given at creation (a VM name, a pool slot); empty when none.
+    #[zbus(property)]
+    fn label(&self) -> String {
+        self.view.label.clone().unwrap_or_default()
+    }
+
+    /// IOMMU group number while running; -1 when none.
+    #[zbus(property)]
+    fn iommu_group(&self) -> i32 {
+        iommu_group_wire(self.view.iommu_group)
+    }
+
+    /// When it was created or defined, seconds since the Unix epoch.
+    #[zbus(property)]
+    fn created_at(&self) -> u64 {
+        self.view.created_at
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view() -> InstanceView {
+        InstanceView {
+            uuid: "4b20d080-1b54-4048-85b3-a6a62d165c01".parse().unwrap(),
+            gpu: "0000:3b:00.0".into(),
+            parent: "0000:3b:00.0".into(),
+            type_id: "nvidia-231".parse().unwrap(),
+            profile: Some("vdi-2g".into()),
+            state: InstanceState::Running,
+            defined: true,
+            autostart: false,
+            ownership: Ownership::Daemon,
+            label: None,
+            iommu_group: Some(42),
+            created_at: 1_700_000_000,
+        }
+    }
+
+    #[test]
+    fn wire_form_fills_absent_values_with_sentinels() {
+        let mut v = view();
+        v.profile = None;
+        v.iommu_group = None;
+        let i = info(&v);
+        assert_eq!(i.profile, "");
+        assert_eq!(i.iommu_group, -1);
+        assert_eq!(i.iommu_group(), None);
+        assert_eq!(
+            i.path.as_str(),
+            "/org/vgpumanager/Manager1/instance/4b20d080_1b54_4048_85b3_a6a62d165c01"
+        );
+        assert_eq!(i.state, "running");
+        assert_eq!(i.owner, "daemon");
+    }
+
+    #[test]
+    fn only_differing_properties_are_reported() {
+        let old = view();
+        assert!(changed_properties(&old, &old).is_empty());
+        let mut new = old.clone();
+        new.state = InstanceState::Stopped;
+        new.iommu_group = None;
+        let c = changed_properties(&old, &new);
+        let mut keys: Vec<_> = c.keys().copied().collect();
+        keys.sort();
+        assert_eq!(keys, ["IommuGroup", "State"]);
+        assert_eq!(c["State"], Variant::from("stopped"));
+        assert_eq!(c["IommuGroup"], Variant::from(-1i32));
+    }
+}

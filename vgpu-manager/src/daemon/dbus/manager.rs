@@ -1,0 +1,418 @@
+//! `org.vgpumanager.Manager1` at `/org/vgpumanager/Manager1`: each method turns its arguments into one
+//! [`Command`], checks the caller for mutating ones, runs it on the core (off the async threads, as it
+//! does blocking sysfs I/O), waits until the object tree shows the outcome, and answers.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use zbus::message::Header;
+use zbus::object_server::SignalEmitter;
+use zbus::{Connection, ObjectPath, OwnedObjectPath, OwnedVariant, Variant, interface};
+
+use super::Shared;
+use super::errors::ApiError;
+use crate::client::{GpuInfo, InstanceInfo, TARGET_PROFILE, TARGET_TYPE, instance_path};
+use crate::daemon::api::{Command, CoreError, CreateRequest, InstanceView, Reply, Target};
+use mdev_types::ids::MdevUuid;
+
+/// The manager object.
+pub(super) struct Manager {
+    pub(super) shared: Arc<Shared>,
+}
+
+fn invalid(msg: String) -> ApiError {
+    CoreError::Invalid(msg).into()
+}
+
+fn parse_uuid(uuid: &str) -> Result<MdevUuid, ApiError> {
+    uuid.parse()
+        .map_err(|e: mdev_types::ids::IdError| invalid(e.to_string()))
+}
+
+/// Builds the request of `Create`/`Define` from the D-Bus arguments.
+fn parse_request(
+    method: &str,
+    target_kind: &str,
+    target: &str,
+    gpu: &str,
+    uuid: &str,
+    options: &HashMap<String, OwnedVariant>,
+) -> Result<CreateRequest, ApiError> {
+    let target = match target_kind {
+        TARGET_PROFILE if !target.trim().is_empty() => Target::Profile(target.trim().to_string()),
+        TARGET_PROFILE => return Err(invalid(format!("{method}: the profile name is empty"))),
+        TARGET_TYPE => Target::Type(
+            target
+                .parse()
+                .map_err(|e: mdev_types::ids::IdError| invalid(e.to_string()))?,
+        ),
+        other => {
+            return Err(invalid(format!(
+                "{method}: target kind '{other}' is neither '{TARGET_PROFILE}' nor '{TARGET_TYPE}'"
+            )));
+        }
+    };
+    let gpu = (!gpu.trim().is_empty()).then(|| gpu.trim().to_string());
+    let uuid = if uuid.trim().is_empty() {
+        None
+    } else {
+        Some(parse_uuid(uuid)?)
+    };
+    let mut req = CreateRequest {
+        target,
+        gpu,
+        uuid,
+        autostart: false,
+        label: None,
+    };
+    let known = if method == "Define" {
+        "label (s), autostart (b)"
+    } else {
+        "label (s)"
+    };
+    for (key, value) in options {
+        match (key.as_str(), &**value) {
+            ("label", Variant::Str(s)) => {
+                req.label = Some(s.as_str().to_string()).filter(|s| !s.is_empty())
+            }
+            ("autostart", Variant::Bool(b)) if method == "Define" => req.autostart = *b,
+            ("label" | "autostart", v) if method == "Define" || key == "label" => {
+                return Err(invalid(format!(
+                    "{method}: option '{key}' has type '{}'; known options: {known}",
+                    v.value_signature()
+                )));
+            }
+            _ => {
+                return Err(invalid(format!(
+                    "{method}: unknown option '{key}'; known options: {known}"
+                )));
+            }
+        }
+    }
+    Ok(req)
+}
+
+impl Manager {
+    /// Runs `cmd` for the caller of `hdr`: authorization (mutating commands), execution, then waits
+    /// until the objects and signals reflect the result.
+    async fn run(
+        &self,
+        conn: &Connection,
+        hdr: &Header<'_>,
+        cmd: Command,
+    ) -> Result<Reply, ApiError> {
+        let mutating = cmd.is_mutating();
+        if mutating {
+            let caller = self.shared.auth.authorize_change(conn, hdr).await?;
+            tracing::info!(%caller, command = ?cmd, "request");
+        }
+        let exec = Arc::clone(&self.shared.exec);
+        let result = tokio::task::spawn_blocking(move || exec.execute(cmd))
+            .await
+            .map_err(ApiError::internal)?;
+        if mutating {
+            // Even a failed command may have changed something (a rolled-back step); settle always.
+            self.shared.mirror.settle().await;
+        }
+        result.map_err(|e| {
+            if mutating {
+                tracing::info!(error = %e, "request refused");
+            }
+            ApiError::from(e)
+        })
+    }
+
+    async fn run_instance(
+        &self,
+        conn: &Connection,
+        hdr: &Header<'_>,
+        cmd: Command,
+    ) -> Result<InstanceView, ApiError> {
+        match self.run(conn, hdr, cmd).await? {
+            Reply::Instance(v) => Ok(v),
+            other => Err(ApiError::internal(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    async fn run_done(
+        &self,
+        conn: &Connection,
+        hdr: &Header<'_>,
+        cmd: Command,
+    ) -> Result<(), ApiError> {
+        self.run(conn, hdr, cmd).await.map(|_| ())
+    }
+}
+
+/// The vgpu-manager daemon: GPUs, mdev instances and their lifecycle. Mutating methods need root or
+/// membership in group vgpu-admin (and, where polkit runs, action org.vgpumanager.manage). Errors are
+/// org.vgpumanager.Error.KIND (NotFound, Foreign, Exists, Invalid, State, TypeFull, Kernel, Store,
+/// AccessDenied, Internal) with a one-line message that says what to do.
+#[interface(name = "org.vgpumanager.Manager1")]
+impl Manager {
+    /// Every GPU with the mdev types it offers (and how many more fit) and its running instances.
+    #[zbus(out_args("gpus"))]
+    async fn list_gpus(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<Vec<GpuInfo>, ApiError> {
+        match self.run(conn, &hdr, Command::ListGpus).await? {
+            Reply::Gpus(g) => Ok(g.iter().map(super::gpu::info).collect()),
+            other => Err(ApiError::internal(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    /// Every instance: created or defined by vgpud, and foreign ones (made by mdevctl or by hand).
+    #[zbus(out_args("instances"))]
+    async fn list_instances(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<Vec<InstanceInfo>, ApiError> {
+        match self.run(conn, &hdr, Command::ListInstances).await? {
+            Reply::Instances(v) => Ok(v.iter().map(super::instance::info).collect()),
+            other => Err(ApiError::internal(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    /// One instance by UUID.
+    #[zbus(out_args("instance"))]
+    async fn get_instance(
+        &self,
+        uuid: &str,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<(InstanceInfo,), ApiError> {
+        let uuid = parse_uuid(uuid)?;
+        let v = self
+            .run_instance(conn, &hdr, Command::GetInstance { uuid })
+            .await?;
+        Ok((super::instance::info(&v),))
+    }
+
+    /// Creates and starts a transient instance. target_kind: "profile" or "type"; gpu and uuid may be
+    /// empty (the daemon chooses). Options: label (s).
+    #[zbus(out_args("instance"))]
+    // The D-Bus signature fixes the five arguments; header and connection come from zbus.
+    #[allow(clippy::too_many_arguments)]
+    async fn create(
+        &self,
+        target_kind: &str,
+        target: &str,
+        gpu: &str,
+        uuid: &str,
+        options: HashMap<String, OwnedVariant>,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<OwnedObjectPath, ApiError> {
+        let req = parse_request("Create", target_kind, target, gpu, uuid, &options)?;
+        let v = self.run_instance(conn, &hdr, Command::Create(req)).await?;
+        Ok(instance_path(&v.uuid.to_string()))
+    }
+
+    /// Persists a definition without starting it. Arguments as for Create; options: label (s),
+    /// autostart (b).
+    #[zbus(out_args("instance"))]
+    // The D-Bus signature fixes the five arguments; header and connection come from zbus.
+    #[allow(clippy::too_many_arguments)]
+    async fn define(
+        &self,
+        target_kind: &str,
+        target: &str,
+        gpu: &str,
+        uuid: &str,
+        options: HashMap<String, OwnedVariant>,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<OwnedObjectPath, ApiError> {
+        let req = parse_request("Define", target_kind, target, gpu, uuid, &options)?;
+        let v = self.run_instance(conn, &hdr, Command::Define(req)).await?;
+        Ok(instance_path(&v.uuid.to_string()))
+    }
+
+    /// Removes an instance's device; a transient instance is then gone, a defined one stays defined.
+    async fn destroy(
+        &self,
+        uuid: &str,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<(), ApiError> {
+        let uuid = parse_uuid(uuid)?;
+        self.run_done(conn, &hdr, Command::Destroy { uuid }).await
+    }
+
+    /// Starts a defined instance (creates its device).
+    async fn start(
+        &self,
+        uuid: &str,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<(), ApiError> {
+        let uuid = parse_uuid(uuid)?;
+        self.run_done(conn, &hdr, Command::Start { uuid }).await
+    }
+
+    /// Stops an instance: removes its device, keeps its definition.
+    async fn stop(
+        &self,
+        uuid: &str,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<(), ApiError> {
+        let uuid = parse_uuid(uuid)?;
+        self.run_done(conn, &hdr, Command::Stop { uuid }).await
+    }
+
+    /// Deletes a definition; a running device stays, as a transient instance.
+    async fn undefine(
+        &self,
+        uuid: &str,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<(), ApiError> {
+        let uuid = parse_uuid(uuid)?;
+        self.run_done(conn, &hdr, Command::Undefine { uuid }).await
+    }
+
+    /// Sets whether a definition starts automatically.
+    async fn set_autostart(
+        &self,
+        uuid: &str,
+        autostart: bool,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<(), ApiError> {
+        let uuid = parse_uuid(uuid)?;
+        self.run_done(conn, &hdr, Command::SetAutostart { uuid, autostart })
+            .await
+    }
+
+    /// Converges the host to the desired state now (normally done at start-up and on kernel events).
+    async fn reconcile(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<(), ApiError> {
+        self.run_done(conn, &hdr, Command::Reconcile).await?;
+        self.shared.mirror.refresh_gpus();
+        Ok(())
+    }
+
+    /// The daemon's version.
+    #[zbus(property(emits_changed_signal = "const"))]
+    fn version(&self) -> String {
+        env!("CARGO_PKG_VERSION").to_string()
+    }
+
+    /// An instance appeared (created, defined, or first seen).
+    #[zbus(signal)]
+    pub(super) async fn instance_added(
+        emitter: &SignalEmitter<'_>,
+        instance: ObjectPath<'_>,
+        uuid: &str,
+    ) -> zbus::Result<()>;
+
+    /// An instance is gone entirely (no device, no definition).
+    #[zbus(signal)]
+    pub(super) async fn instance_removed(
+        emitter: &SignalEmitter<'_>,
+        instance: ObjectPath<'_>,
+        uuid: &str,
+    ) -> zbus::Result<()>;
+
+    /// An instance's State changed (running, stopped, waiting-for-parent).
+    #[zbus(signal)]
+    pub(super) async fn instance_state_changed(
+        emitter: &SignalEmitter<'_>,
+        instance: ObjectPath<'_>,
+        uuid: &str,
+        state: &str,
+    ) -> zbus::Result<()>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(pairs: &[(&str, Variant<'static>)]) -> HashMap<String, OwnedVariant> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), OwnedVariant::try_from(v.clone()).unwrap()))
+            .collect()
+    }
+
+    #[test]
+    fn requests_parse_profiles_types_and_options() {
+        let r = parse_request(
+            "Define",
+            "profile",
+            "vdi-2g",
+            "",
+            "",
+            &opts(&[
+                ("autostart", Variant::from(true)),
+                ("label", Variant::from("vm1")),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(r.target, Target::Profile("vdi-2g".into()));
+        assert!(r.autostart);
+        assert_eq!(r.label.as_deref(), Some("vm1"));
+        assert_eq!((r.gpu, r.uuid), (None, None));
+        let r = parse_request(
+            "Create",
+            "type",
+            "nvidia-231",
+            "0000:3b:00.0",
+            "4b20d080-1b54-4048-85b3-a6a62d165c01",
+            &opts(&[]),
+        )
+        .unwrap();
+        assert_eq!(r.target, Target::Type("nvidia-231".parse().unwrap()));
+        assert_eq!(r.gpu.as_deref(), Some("0000:3b:00.0"));
+        assert!(r.uuid.is_some());
+    }
+
+    #[test]
+    fn bad_requests_name_the_problem() {
+        let msg = |r: Result<CreateRequest, ApiError>| r.unwrap_err().message().to_string();
+        assert!(
+            msg(parse_request("Create", "flavour", "x", "", "", &opts(&[]))).contains("'flavour'")
+        );
+        assert!(
+            msg(parse_request(
+                "Create",
+                "profile",
+                "x",
+                "",
+                "bogus",
+                &opts(&[])
+            ))
+            .contains("'bogus' is not an mdev UUID")
+        );
+        assert!(
+            msg(parse_request(
+                "Create",
+                "profile",
+                "x",
+                "",
+                "",
+                &opts(&[("autostart", Variant::from(true))])
+            ))
+            .contains("unknown option 'autostart'")
+        );
+        assert!(
+            msg(parse_request(
+                "Define",
+                "profile",
+                "x",
+                "",
+                "",
+                &opts(&[("autostart", Variant::from("yes"))])
+            ))
+            .contains("has type 's'")
+        );
+        assert!(msg(parse_request("Create", "profile", " ", "", "", &opts(&[]))).contains("empty"));
+    }
+}

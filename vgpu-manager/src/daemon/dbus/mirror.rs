@@ -1,0 +1,326 @@
+//! Keeps the object tree in step with the core: one Instance1 object per instance and one Gpu1 object
+//! per GPU, with Manager1 signals and PropertiesChanged on every change.
+//!
+//! One task applies the core's events in order. A method call that changed something waits for
+//! that task to "settle" (apply every event already sent) before it answers, so a client that gets
+//! an object path back can use it at once, and a later stale event can never resurrect an object a
+//! newer call removed. This relies on the core sending a command's events before `execute` returns.
+//! GPU objects are refreshed by a second task, coalescing bursts of changes into one `ListGpus`.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tokio::sync::{Notify, broadcast, mpsc, oneshot};
+use zbus::Connection;
+use zbus::names::InterfaceName;
+use zbus::object_server::SignalEmitter;
+
+use super::Executor;
+use super::gpu::{self, GpuObject};
+use super::instance::{self, InstanceObject};
+use super::manager::Manager;
+use crate::client::{GPU_INTERFACE, INSTANCE_INTERFACE, MANAGER_PATH, gpu_path, instance_path};
+use crate::daemon::api::{Command, CoreError, Event, GpuView, InstanceView, Reply};
+use mdev_types::ids::MdevUuid;
+
+/// How method handlers reach the mirror tasks.
+#[derive(Debug, Clone)]
+pub(super) struct MirrorHandle {
+    barrier: mpsc::Sender<oneshot::Sender<()>>,
+    gpus: Arc<Notify>,
+}
+
+impl MirrorHandle {
+    /// Returns once every event the core sent before this call is reflected in the object tree.
+    pub(super) async fn settle(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.barrier.send(tx).await.is_ok() {
+            let _ = rx.await;
+        }
+    }
+
+    /// Asks for the GPU objects to be refreshed (capacity may have changed).
+    pub(super) fn refresh_gpus(&self) {
+        self.gpus.notify_one();
+    }
+}
+
+/// Runs a read-only command on the core off the async threads.
+async fn query(exec: &Arc<dyn Executor>, cmd: Command) -> Result<Reply, CoreError> {
+    let exec = Arc::clone(exec);
+    tokio::task::spawn_blocking(move || exec.execute(cmd))
+        .await
+        .map_err(|e| CoreError::State(format!("core worker failed: {e}")))?
+}
+
+/// All instances, from the core.
+pub(super) async fn list_instances(
+    exec: &Arc<dyn Executor>,
+) -> Result<Vec<InstanceView>, CoreError> {
+    match query(exec, Command::ListInstances).await? {
+        Reply::Instances(v) => Ok(v),
+        other => Err(CoreError::State(format!(
+            "ListInstances answered {other:?}"
+        ))),
+    }
+}
+
+/// All GPUs, from the core.
+pub(super) async fn list_gpus(exec: &Arc<dyn Executor>) -> Result<Vec<GpuView>, CoreError> {
+    match query(exec, Command::ListGpus).await? {
+        Reply::Gpus(v) => Ok(v),
+        other => Err(CoreError::State(format!("ListGpus answered {other:?}"))),
+    }
+}
+
+fn manager_emitter(conn: &Connection) -> zbus::Result<SignalEmitter<'static>> {
+    SignalEmitter::new(conn, MANAGER_PATH).map(|e| e.into_owned())
+}
+
+/// The instance objects.
+struct Instances {
+    conn: Connection,
+    exec: Arc<dyn Executor>,
+    known: HashMap<MdevUuid, InstanceView>,
+    gpus: Arc<Notify>,
+}
+
+impl Instances {
+    async fn upsert(&mut self, view: InstanceView) -> zbus::Result<()> {
+        let uuid_text = view.uuid.to_string();
+        let path = instance_path(&uuid_text);
+        let server = self.conn.object_server();
+        match self.known.get(&view.uuid) {
+            None => {
+                self.known.insert(view.uuid, view.clone());
+                server.at(&path, InstanceObject { view }).await?;
+                Manager::instance_added(&manager_emitter(&self.conn)?, path.as_ref(), &uuid_text)
+                    .await?;
+            }
+            Some(old) if *old == view => return Ok(()),
+            Some(old) => {
+                let changed = instance::changed_properties(old, &view);
+                let state_changed = old.state != view.state;
+                self.known.insert(view.uuid, view.clone());
+                let state = instance::state_name(view.state);
+                let iface = server.interface::<_, InstanceObject>(&path).await?;
+                iface.get_mut().await.view = view;
+                if !changed.is_empty() {
+                    zbus::fdo::Properties::properties_changed(
+                        iface.signal_emitter(),
+                        InterfaceName::from_static_str_unchecked(INSTANCE_INTERFACE),
+                        changed.iter().map(|(k, v)| (*k, v.clone())).collect(),
+                        Cow::Borrowed(&[]),
+                    )
+                    .await?;
+                }
+                if state_changed {
+                    Manager::instance_state_changed(
+                        &manager_emitter(&self.conn)?,
+                        path.as_ref(),
+                        &uuid_text,
+                        state,
+                    )
+                    .await?;
+                }
+            }
+        }
+        self.gpus.notify_one();
+        Ok(())
+    }
+
+    async fn remove(&mut self, uuid: MdevUuid) -> zbus::Result<()> {
+        if self.known.remove(&uuid).is_none() {
+            return Ok(());
+        }
+        let uuid_text = uuid.to_string();
+        let path = instance_path(&uuid_text);
+        self.conn
+            .object_server()
+            .remove::<InstanceObject, _>(&path)
+            .await?;
+        Manager::instance_removed(&manager_emitter(&self.conn)?, path.as_ref(), &uuid_text).await?;
+        self.gpus.notify_one();
+        Ok(())
+    }
+
+    /// Re-reads every instance from the core (after lost events) and applies the differences.
+    async fn resync(&mut self) -> zbus::Result<()> {
+        let views = match list_instances(&self.exec).await {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot re-read instances after lost events; objects may be stale until the next change");
+                return Ok(());
+            }
+        };
+        let now: HashMap<MdevUuid, InstanceView> = views.into_iter().map(|v| (v.uuid, v)).collect();
+        let gone: Vec<MdevUuid> = self
+            .known
+            .keys()
+            .filter(|u| !now.contains_key(u))
+            .copied()
+            .collect();
+        for u in gone {
+            self.remove(u).await?;
+        }
+        for v in now.into_values() {
+            self.upsert(v).await?;
+        }
+        Ok(())
+    }
+
+    async fn apply(&mut self, event: Event) {
+        let result = match event {
+            Event::InstanceAdded(v) | Event::InstanceChanged(v) => self.upsert(v).await,
+            Event::InstanceRemoved(u) => self.remove(u).await,
+        };
+        if let Err(e) = result {
+            tracing::warn!(error = %e, "cannot update the D-Bus objects of an instance");
+        }
+    }
+
+    /// Applies every event already queued. Returns false once the core is gone.
+    async fn drain(&mut self, events: &mut broadcast::Receiver<Event>) -> bool {
+        loop {
+            match events.try_recv() {
+                Ok(e) => self.apply(e).await,
+                Err(broadcast::error::TryRecvError::Empty) => return true,
+                Err(broadcast::error::TryRecvError::Lagged(n)) => self.lagged(n).await,
+                Err(broadcast::error::TryRecvError::Closed) => return false,
+            }
+        }
+    }
+
+    async fn lagged(&mut self, n: u64) {
+        tracing::warn!(lost = n, "missed core events; re-reading all instances");
+        if let Err(e) = self.resync().await {
+            tracing::warn!(error = %e, "cannot update the D-Bus objects after lost events");
+        }
+    }
+}
+
+/// Registers the initial objects and starts the mirror tasks. `events` must have been subscribed before
+/// `instances` and `gpus` were read, so that nothing in between is lost.
+pub(super) async fn start(
+    conn: &Connection,
+    exec: Arc<dyn Executor>,
+    mut events: broadcast::Receiver<Event>,
+    instances: Vec<InstanceView>,
+    gpus: Vec<GpuView>,
+) -> zbus::Result<(MirrorHandle, Vec<tokio::task::JoinHandle<()>>)> {
+    let notify = Arc::new(Notify::new());
+    let mut known_gpus = HashMap::new();
+    for g in gpus {
+        conn.object_server()
+            .at(gpu_path(&g.id), GpuObject { view: g.clone() })
+            .await?;
+        known_gpus.insert(g.id.clone(), g);
+    }
+    let mut mirror = Instances {
+        conn: conn.clone(),
+        exec: Arc::clone(&exec),
+        known: HashMap::new(),
+        gpus: Arc::clone(&notify),
+    };
+    for v in instances {
+        let path = instance_path(&v.uuid.to_string());
+        mirror.known.insert(v.uuid, v.clone());
+        conn.object_server()
+            .at(path, InstanceObject { view: v })
+            .await?;
+    }
+    let (barrier_tx, mut barrier_rx) = mpsc::channel::<oneshot::Sender<()>>(64);
+    let instances_task = tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                ev = events.recv() => match ev {
+                    Ok(e) => mirror.apply(e).await,
+                    Err(broadcast::error::RecvError::Lagged(n)) => mirror.lagged(n).await,
+                    Err(broadcast::error::RecvError::Closed) => break,
+                },
+                b = barrier_rx.recv() => match b {
+                    Some(done) => {
+                        let alive = mirror.drain(&mut events).await;
+                        let _ = done.send(());
+                        if !alive {
+                            break;
+                        }
+                    }
+                    None => break,
+                },
+            }
+        }
+        // The core is gone: answer any waiter so no call hangs.
+        while let Some(done) = barrier_rx.recv().await {
+            let _ = done.send(());
+        }
+    });
+    let gpu_conn = conn.clone();
+    let gpu_notify = Arc::clone(&notify);
+    let gpus_task = tokio::spawn(async move {
+        loop {
+            gpu_notify.notified().await;
+            if let Err(e) = refresh_gpus(&gpu_conn, &exec, &mut known_gpus).await {
+                tracing::warn!(error = %e, "cannot update the D-Bus objects of the GPUs");
+            }
+        }
+    });
+    Ok((
+        MirrorHandle {
+            barrier: barrier_tx,
+            gpus: notify,
+        },
+        vec![instances_task, gpus_task],
+    ))
+}
+
+/// Re-reads the GPUs and applies the differences to their objects.
+async fn refresh_gpus(
+    conn: &Connection,
+    exec: &Arc<dyn Executor>,
+    known: &mut HashMap<String, GpuView>,
+) -> zbus::Result<()> {
+    let now = match list_gpus(exec).await {
+        Ok(v) => v,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot re-read GPUs");
+            return Ok(());
+        }
+    };
+    let server = conn.object_server();
+    let ids: std::collections::HashSet<&str> = now.iter().map(|g| g.id.as_str()).collect();
+    let gone: Vec<String> = known
+        .keys()
+        .filter(|k| !ids.contains(k.as_str()))
+        .cloned()
+        .collect();
+    for id in gone {
+        known.remove(&id);
+        server.remove::<GpuObject, _>(gpu_path(&id)).await?;
+    }
+    for g in now {
+        let path = gpu_path(&g.id);
+        match known.get(&g.id) {
+            None => {
+                known.insert(g.id.clone(), g.clone());
+                server.at(&path, GpuObject { view: g }).await?;
+            }
+            Some(old) if *old == g => {}
+            Some(old) => {
+                let changed = gpu::changed_properties(old, &g);
+                known.insert(g.id.clone(), g.clone());
+                let iface = server.interface::<_, GpuObject>(&path).await?;
+                iface.get_mut().await.view = g;
+                zbus::fdo::Properties::properties_changed(
+                    iface.signal_emitter(),
+                    InterfaceName::from_static_str_unchecked(GPU_INTERFACE),
+                    changed.iter().map(|(k, v)| (*k, v.clone())).collect(),
+                    Cow::Borrowed(&[]),
+                )
+                .await?;
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,89 @@
+//! The D-Bus face of the daemon: a thin adapter that turns method calls into [`Command`]s for the core,
+//! checks who may change things ([`auth`]), maps [`CoreError`]s to D-Bus errors ([`errors`]), and keeps
+//! one object per GPU and per instance in step with the core's events.
+//!
+//! Objects: `/org/vgpumanager/Manager1` (`org.vgpumanager.Manager1` and the standard ObjectManager),
+//! `/org/vgpumanager/Manager1/gpu/<id>` (`org.vgpumanager.Gpu1`), `/org/vgpumanager/Manager1/instance/<uuid>`
+//! (`org.vgpumanager.Instance1`); zbus adds Properties, Introspectable and Peer to each.
+//! `data/org.vgpumanager.Manager1.xml` is their introspection.
+
+pub mod auth;
+pub mod embedded_bus;
+pub mod errors;
+mod gpu;
+mod instance;
+mod manager;
+mod mirror;
+
+use std::sync::Arc;
+
+use thiserror::Error;
+use tokio::sync::broadcast;
+use zbus::Connection;
+
+use crate::client::MANAGER_PATH;
+use crate::daemon::api::{Command, CoreError, Event, Reply};
+
+pub use auth::{Authorizer, Caller};
+pub use errors::ApiError;
+
+/// What the D-Bus layer drives: the daemon core (or anything that executes [`Command`]s the same way).
+pub trait Executor: Send + Sync + 'static {
+    /// Executes one command; blocking (sysfs I/O), so the D-Bus layer calls it off the async threads.
+    /// Every [`Event`] a command causes must be sent before this returns.
+    fn execute(&self, cmd: Command) -> Result<Reply, CoreError>;
+    /// A receiver of every event sent from now on.
+    fn subscribe(&self) -> broadcast::Receiver<Event>;
+}
+
+/// State shared by the method handlers.
+struct Shared {
+    exec: Arc<dyn Executor>,
+    auth: Authorizer,
+    mirror: mirror::MirrorHandle,
+}
+
+/// Why the objects could not be served.
+#[derive(Debug, Error)]
+pub enum ServeError {
+    /// The core could not list GPUs or instances.
+    #[error("cannot read the initial GPUs and instances: {0}")]
+    Core(#[from] CoreError),
+    /// zbus refused to register an object.
+    #[error("cannot register the D-Bus objects: {0}")]
+    Register(#[from] zbus::Error),
+}
+
+/// The served objects; dropping it stops keeping them in step with the core.
+#[derive(Debug)]
+pub struct Service {
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// Registers the manager, ObjectManager, GPU and instance objects on `conn` and starts following the
+/// core's events. Requesting the well-known name is left to the caller, to do after this returns, so
+/// that clients never see the name before the objects.
+pub async fn serve(conn: &Connection, exec: Arc<dyn Executor>) -> Result<Service, ServeError> {
+    let events = exec.subscribe();
+    let instances = mirror::list_instances(&exec).await?;
+    let gpus = mirror::list_gpus(&exec).await?;
+    let server = conn.object_server();
+    // The ObjectManager goes first so that later objects below it are announced with InterfacesAdded.
+    server.at(MANAGER_PATH, zbus::fdo::ObjectManager).await?;
+    let (handle, tasks) = mirror::start(conn, Arc::clone(&exec), events, instances, gpus).await?;
+    let shared = Arc::new(Shared {
+        exec,
+        auth: Authorizer::default(),
+        mirror: handle,
+    });
+    server.at(MANAGER_PATH, manager::Manager { shared }).await?;
+    Ok(Service { tasks })
+}
