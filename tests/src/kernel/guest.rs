@@ -106,50 +106,22 @@ impl Guest {
 
     /// Every PCI function with this vendor and device id, sorted by address.
     pub fn pci_by_id(&self, vendor: u16, device: u16) -> Result<Vec<PciAddress>, TestError> {
-        let mut found = Vec::new();
-        for name in self.host.list(Path::new(paths::PCI_DEVICES))? {
-            let Ok(addr) = name.parse::<PciAddress>() else {
-                continue;
-            };
-            let v = self.host.read_trimmed(&paths::pci_attr(&addr, "vendor"))?;
-            let d = self.host.read_trimmed(&paths::pci_attr(&addr, "device"))?;
-            if parse_hex(&v) == Some(vendor) && parse_hex(&d) == Some(device) {
-                found.push(addr);
-            }
-        }
-        found.sort();
-        Ok(found)
+        pci_by_id(&self.host, vendor, device)
     }
 
     /// The one PCI function with this id; fails naming `what` when there is none or several.
     pub fn one_pci(&self, what: &str, vendor: u16, device: u16) -> Result<PciAddress, TestError> {
-        match self.pci_by_id(vendor, device)?.as_slice() {
-            [one] => Ok(*one),
-            other => Err(TestError::Check(format!(
-                "expected one {what} ({vendor:04x}:{device:04x}) in the guest, found {other:?}"
-            ))),
-        }
+        one_pci(&self.host, what, vendor, device)
     }
 
     /// The driver bound to `addr`, if any.
     pub fn driver_of(&self, addr: &PciAddress) -> Result<Option<String>, HostError> {
-        self.host.link_name(&paths::pci_attr(addr, "driver"))
+        driver_of(&self.host, addr)
     }
 
     /// The IOMMU group number of a device directory (its `iommu_group` link).
     pub fn iommu_group_of(&self, device_dir: &Path) -> Result<u32, TestError> {
-        let link = self.host.read_link(&device_dir.join("iommu_group"))?;
-        let name = link
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        name.parse().map_err(|_| {
-            TestError::Check(format!(
-                "{}/iommu_group points to {}, not a group number",
-                device_dir.display(),
-                link.display()
-            ))
-        })
+        iommu_group_of(&self.host, device_dir)
     }
 
     /// The members of IOMMU group `group`, sorted.
@@ -157,21 +129,9 @@ impl Guest {
         self.host.list(&paths::iommu_group_devices(group))
     }
 
-    /// Waits up to 5 s for `path` to appear (or, with `present == false`, to disappear): device
-    /// registration after a sysfs write can finish asynchronously (driver probing, uevents).
+    /// See [`wait_for`].
     pub fn wait_for(&self, path: &Path, present: bool) -> Result<(), TestError> {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while self.host.exists(path) != present {
-            if Instant::now() > deadline {
-                return Err(TestError::Check(format!(
-                    "{} did not {} within 5 s",
-                    path.display(),
-                    if present { "appear" } else { "disappear" }
-                )));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok(())
+        wait_for(&self.host, path, present)
     }
 
     /// True when the kernel has IOMMUFD (`/dev/iommu`, drivers/iommu/iommufd/main.c).
@@ -180,15 +140,86 @@ impl Guest {
     }
 }
 
+/// Every PCI function of `host` with this vendor and device id, sorted by address.
+pub fn pci_by_id(host: &dyn Host, vendor: u16, device: u16) -> Result<Vec<PciAddress>, TestError> {
+    let mut found = Vec::new();
+    for name in host.list(Path::new(paths::PCI_DEVICES))? {
+        let Ok(addr) = name.parse::<PciAddress>() else {
+            continue;
+        };
+        let v = host.read_trimmed(&paths::pci_attr(&addr, "vendor"))?;
+        let d = host.read_trimmed(&paths::pci_attr(&addr, "device"))?;
+        if parse_hex(&v) == Some(vendor) && parse_hex(&d) == Some(device) {
+            found.push(addr);
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+/// The one PCI function of `host` with this id; fails naming `what` when there is none or several.
+pub fn one_pci(
+    host: &dyn Host,
+    what: &str,
+    vendor: u16,
+    device: u16,
+) -> Result<PciAddress, TestError> {
+    match pci_by_id(host, vendor, device)?.as_slice() {
+        [one] => Ok(*one),
+        other => Err(TestError::Check(format!(
+            "expected one {what} ({vendor:04x}:{device:04x}) on {}, found {other:?}",
+            host.describe()
+        ))),
+    }
+}
+
+/// The driver bound to `addr`, if any.
+pub fn driver_of(host: &dyn Host, addr: &PciAddress) -> Result<Option<String>, HostError> {
+    host.link_name(&paths::pci_attr(addr, "driver"))
+}
+
+/// The IOMMU group number of a device directory (its `iommu_group` link).
+pub fn iommu_group_of(host: &dyn Host, device_dir: &Path) -> Result<u32, TestError> {
+    let link = host.read_link(&device_dir.join("iommu_group"))?;
+    let name = link
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    name.parse().map_err(|_| {
+        TestError::Check(format!(
+            "{}/iommu_group points to {}, not a group number",
+            device_dir.display(),
+            link.display()
+        ))
+    })
+}
+
+/// Waits up to 5 s for `path` to appear (or, with `present == false`, to disappear): device
+/// registration after a sysfs write can finish asynchronously (driver probing, uevents).
+pub fn wait_for(host: &dyn Host, path: &Path, present: bool) -> Result<(), TestError> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while host.exists(path) != present {
+        if Instant::now() > deadline {
+            return Err(TestError::Check(format!(
+                "{} did not {} within 5 s",
+                path.display(),
+                if present { "appear" } else { "disappear" }
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
 /// Parses sysfs hex ids such as `0x8086`.
 pub fn parse_hex(s: &str) -> Option<u16> {
     u16::from_str_radix(s.trim().trim_start_matches("0x"), 16).ok()
 }
 
 /// `/sys/bus/pci/devices/<addr>/virtfn<n>` resolved to the VF's address.
-pub fn vf_address(guest: &Guest, pf: &PciAddress, n: u32) -> Result<PciAddress, TestError> {
+pub fn vf_address(host: &dyn Host, pf: &PciAddress, n: u32) -> Result<PciAddress, TestError> {
     let link = paths::pci_attr(pf, &format!("virtfn{n}"));
-    let target: PathBuf = guest.host.read_link(&link)?;
+    let target: PathBuf = host.read_link(&link)?;
     let name = target
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())

@@ -61,7 +61,7 @@ fn intel_active(g: &Guest) -> TestResult {
 /// Behind their own root ports (which QEMU gives ACS), the igb and nvme PFs are each alone in a group.
 fn pf_groups_isolated(g: &Guest) -> TestResult {
     for pf in [Pf::Igb, Pf::Nvme] {
-        let addr = pf.find(g)?;
+        let addr = pf.find(&g.host)?;
         let group = g.iommu_group_of(&paths::pci_device(&addr))?;
         ensure_eq(
             format_args!("members of the {} PF's group {group}", pf.driver()),
@@ -74,7 +74,7 @@ fn pf_groups_isolated(g: &Guest) -> TestResult {
 
 /// Enabled VFs get IOMMU groups, none shared with another VF or the PF.
 fn vf_groups(g: &Guest) -> TestResult {
-    let guard = PfGuard::new(g, Pf::Igb)?;
+    let guard = PfGuard::new(&g.host, Pf::Igb)?;
     let vfs = guard.enable_vfs(2)?;
     let pf_group = g.iommu_group_of(&paths::pci_device(&guard.addr()))?;
     let mut seen = vec![pf_group];

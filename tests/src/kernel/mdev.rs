@@ -83,7 +83,7 @@ fn type_attributes(g: &Guest) -> TestResult {
         )?;
         ensure_eq(
             format_args!("{}/available_instances", t.id),
-            available(g, t.parent, t.id)?,
+            available(&g.host, t.parent, t.id)?,
             t.initial,
         )?;
         // create is write-only (mdev_sysfs.c MDEV_TYPE_ATTR_WO): reading it fails, so an operator tool
@@ -103,7 +103,7 @@ fn type_attributes(g: &Guest) -> TestResult {
 /// An mdev of each parent appears under /sys/bus/mdev/devices with the right type and parent, is listed
 /// in its type's devices/, and disappears on remove.
 fn create_and_remove(g: &Guest) -> TestResult {
-    let mut mdevs = Mdevs::new(g);
+    let mut mdevs = Mdevs::new(&g.host);
     for (n, ty) in ["mtty-1", "mdpy-vga", "mbochs-medium"]
         .into_iter()
         .enumerate()
@@ -139,7 +139,7 @@ fn create_and_remove(g: &Guest) -> TestResult {
 
 /// available_instances goes down on create and back up on remove, across the types that share a pool.
 fn accounting(g: &Guest) -> TestResult {
-    let mut mdevs = Mdevs::new(g);
+    let mut mdevs = Mdevs::new(&g.host);
     // (type to create, [(type, expected available after the create)]) — pools per samples.rs docs.
     let cases: [(&str, [(&str, u32); 2]); 3] = [
         // mtty: one mtty-2 takes 2 of 24 ports.
@@ -156,7 +156,7 @@ fn accounting(g: &Guest) -> TestResult {
         for (other, count) in after {
             ensure_eq(
                 format_args!("{other}/available_instances after creating one {ty}"),
-                available(g, t.parent, other)?,
+                available(&g.host, t.parent, other)?,
                 count,
             )?;
         }
@@ -164,7 +164,7 @@ fn accounting(g: &Guest) -> TestResult {
         for (other, _) in after {
             ensure_eq(
                 format_args!("{other}/available_instances after removing the {ty}"),
-                available(g, t.parent, other)?,
+                available(&g.host, t.parent, other)?,
                 sample(other)?.initial,
             )?;
         }
@@ -175,7 +175,7 @@ fn accounting(g: &Guest) -> TestResult {
 /// A sample mdev is an "emulated IOMMU" VFIO device (vfio_register_emulated_iommu_dev): it gets an
 /// IOMMU group of its own, with a /dev/vfio/<group> node.
 fn own_iommu_group(g: &Guest) -> TestResult {
-    let mut mdevs = Mdevs::new(g);
+    let mut mdevs = Mdevs::new(&g.host);
     let uuid = test_uuid("own_iommu_group", 0);
     mdevs.create("mbochs", "mbochs-small", uuid)?;
     let dev = paths::mdev_device(&uuid);
@@ -208,7 +208,7 @@ fn vfio_device_cdev(g: &Guest) -> TestResult {
                 .into(),
         ));
     }
-    let mut mdevs = Mdevs::new(g);
+    let mut mdevs = Mdevs::new(&g.host);
     let uuid = test_uuid("vfio_device_cdev", 0);
     mdevs.create("mbochs", "mbochs-medium", uuid)?;
     let vdir = paths::mdev_device(&uuid).join("vfio-dev");
@@ -233,7 +233,7 @@ fn vfio_device_cdev(g: &Guest) -> TestResult {
 /// The same UUID twice is EEXIST, on the same parent and on another one (mdev_core.c checks one global
 /// list).
 fn duplicate_uuid(g: &Guest) -> TestResult {
-    let mut mdevs = Mdevs::new(g);
+    let mut mdevs = Mdevs::new(&g.host);
     let uuid = test_uuid("duplicate_uuid", 0);
     mdevs.create("mbochs", "mbochs-small", uuid)?;
     expect_errno(
@@ -248,7 +248,7 @@ fn duplicate_uuid(g: &Guest) -> TestResult {
     )?;
     ensure_eq(
         "mbochs-small/available_instances with one instance",
-        available(g, "mbochs", "mbochs-small")?,
+        available(&g.host, "mbochs", "mbochs-small")?,
         63,
     )?;
     mdevs.remove_all()?;
@@ -258,13 +258,13 @@ fn duplicate_uuid(g: &Guest) -> TestResult {
 /// Filling a type to available_instances 0, then one more create fails with the driver's errno.
 fn type_full(g: &Guest, ty: &str) -> TestResult {
     let t = sample(ty)?;
-    let mut mdevs = Mdevs::new(g);
+    let mut mdevs = Mdevs::new(&g.host);
     for n in 0..t.initial {
         mdevs.create(t.parent, ty, test_uuid(ty, n))?;
     }
     ensure_eq(
         format_args!("{ty}/available_instances when full"),
-        available(g, t.parent, ty)?,
+        available(&g.host, t.parent, ty)?,
         0,
     )?;
     expect_errno(
@@ -275,7 +275,7 @@ fn type_full(g: &Guest, ty: &str) -> TestResult {
     mdevs.remove_all()?;
     ensure_eq(
         format_args!("{ty}/available_instances after removing all"),
-        available(g, t.parent, ty)?,
+        available(&g.host, t.parent, ty)?,
         t.initial,
     )?;
     Ok(Outcome::Passed)
@@ -307,7 +307,7 @@ fn unknown_parent(g: &Guest) -> TestResult {
 
 /// Removing an mdev twice: its directory is gone after the first, so the second is ENOENT.
 fn double_remove(g: &Guest) -> TestResult {
-    let mut mdevs = Mdevs::new(g);
+    let mut mdevs = Mdevs::new(&g.host);
     let uuid = test_uuid("double_remove", 0);
     mdevs.create("mtty", "mtty-1", uuid)?;
     mdevs.remove(&uuid)?;
@@ -335,7 +335,7 @@ fn malformed_uuid(g: &Guest) -> TestResult {
     )?;
     ensure_eq(
         "mtty-1/available_instances after refused creates",
-        available(g, "mtty", "mtty-1")?,
+        available(&g.host, "mtty", "mtty-1")?,
         24,
     )?;
     Ok(Outcome::Passed)

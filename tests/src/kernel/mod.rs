@@ -5,12 +5,16 @@
 //! * [`runner`] — the tiny named-test runner (the guest has no libtest).
 //! * [`guest`] — which kernel and topology are running; sysfs helpers.
 //! * [`samples`] — facts about the sample mdev drivers; a guard that removes created mdevs.
-//! * [`mdev`], [`sriov`], [`iommu`] — the tests, each errno case with its kernel source.
+//! * [`mdev`], [`sriov`], [`iommu`] — raw sysfs tests, each errno case with its kernel source.
+//! * [`lifecycle`] — the same refusals as typed `mdev_types::ops` errors, as host-independent scenarios.
+//! * [`discovery`] — `mdev_types::discover` against what sysfs says.
 //!
 //! Later suites (daemon, VFIO) add modules here and list their tests in [`all_tests`].
 
+pub mod discovery;
 pub mod guest;
 pub mod iommu;
+pub mod lifecycle;
 pub mod mdev;
 pub mod runner;
 pub mod samples;
@@ -25,6 +29,8 @@ pub fn all_tests() -> Vec<Test<Guest>> {
     tests.extend(mdev::tests());
     tests.extend(sriov::tests());
     tests.extend(iommu::tests());
+    tests.extend(lifecycle::tests());
+    tests.extend(discovery::tests());
     tests
 }
 

@@ -12,6 +12,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Instant;
 
 use mdev_types::host::{Errno, HostError};
+use mdev_types::ops::LifecycleError;
 use thiserror::Error;
 
 /// How a test that did not fail ended.
@@ -30,6 +31,9 @@ pub enum TestError {
     /// A kernel interaction failed unexpectedly.
     #[error(transparent)]
     Host(#[from] HostError),
+    /// A lifecycle operation failed unexpectedly.
+    #[error(transparent)]
+    Lifecycle(#[from] LifecycleError),
     /// A check did not hold; the message says what was expected and what was found.
     #[error("{0}")]
     Check(String),

@@ -17,7 +17,6 @@ use std::path::{Path, PathBuf};
 use mdev_types::host::{Errno, Host, HostError, HostExt, paths};
 use mdev_types::ids::{MdevTypeId, MdevUuid};
 
-use super::guest::Guest;
 use super::runner::TestError;
 
 /// One sample type as its driver defines it.
@@ -128,9 +127,9 @@ pub fn create_path(parent: &str, ty: &str) -> Result<PathBuf, TestError> {
 }
 
 /// Reads `available_instances` of a type.
-pub fn available(guest: &Guest, parent: &str, ty: &str) -> Result<u32, TestError> {
+pub fn available(host: &dyn Host, parent: &str, ty: &str) -> Result<u32, TestError> {
     let path = paths::mdev_type_dir(parent, &type_id(ty)?).join("available_instances");
-    let text = guest.host.read_trimmed(&path)?;
+    let text = host.read_trimmed(&path)?;
     text.parse()
         .map_err(|_| TestError::Check(format!("{} reads {text:?}, not a count", path.display())))
 }
@@ -144,33 +143,42 @@ pub fn test_uuid(test: &str, n: u32) -> MdevUuid {
 
 /// The mdevs a test created; dropping it removes those still present, so a failing test leaves the
 /// sample parents empty for the next one.
-pub struct Mdevs<'g> {
-    guest: &'g Guest,
+pub struct Mdevs<'h> {
+    host: &'h dyn Host,
     uuids: Vec<MdevUuid>,
 }
 
-impl<'g> Mdevs<'g> {
-    /// No mdevs yet.
-    pub fn new(guest: &'g Guest) -> Self {
+impl<'h> Mdevs<'h> {
+    /// No mdevs yet on `host`.
+    pub fn new(host: &'h dyn Host) -> Self {
         Self {
-            guest,
+            host,
             uuids: Vec::new(),
         }
+    }
+
+    /// Remembers an mdev created by other means (e.g. `mdev_types::ops::create_mdev`) for removal.
+    pub fn adopt(&mut self, uuid: MdevUuid) {
+        self.uuids.push(uuid);
+    }
+
+    /// Forgets an mdev removed by other means.
+    pub fn forget(&mut self, uuid: &MdevUuid) {
+        self.uuids.retain(|u| u != uuid);
     }
 
     /// Writes `uuid` to the type's `create` through the host layer, remembering it on success.
     pub fn create(&mut self, parent: &str, ty: &str, uuid: MdevUuid) -> Result<(), HostError> {
         let path = paths::mdev_type_dir(parent, &ty.parse().map_err(|_| bad_type(parent, ty))?)
             .join("create");
-        self.guest.host.write(&path, &uuid.to_string())?;
+        self.host.write(&path, &uuid.to_string())?;
         self.uuids.push(uuid);
         Ok(())
     }
 
     /// Writes `1` to the mdev's `remove`.
     pub fn remove(&mut self, uuid: &MdevUuid) -> Result<(), HostError> {
-        self.guest
-            .host
+        self.host
             .write(&paths::mdev_device(uuid).join("remove"), "1")?;
         self.uuids.retain(|u| u != uuid);
         Ok(())
@@ -202,10 +210,10 @@ impl Drop for Mdevs<'_> {
     fn drop(&mut self) {
         for u in std::mem::take(&mut self.uuids) {
             let remove = paths::mdev_device(&u).join("remove");
-            if self.guest.host.exists(&remove) {
+            if self.host.exists(&remove) {
                 // Best effort: the test already failed or is finishing; a leftover shows up in the
                 // next test's accounting checks.
-                let _ = self.guest.host.write(&remove, "1");
+                let _ = self.host.write(&remove, "1");
             }
         }
     }

@@ -11,7 +11,7 @@ use std::path::Path;
 use mdev_types::host::{Errno, Host, HostError, HostExt, paths};
 use mdev_types::ids::PciAddress;
 
-use super::guest::{Guest, vf_address};
+use super::guest::{Guest, driver_of, one_pci, pci_by_id, vf_address};
 use super::runner::{Outcome, Test, TestError, TestResult, ensure, ensure_eq, expect_errno};
 
 /// QEMU's igb: an Intel 82576 PF 8086:10c9 whose VFs are 8086:10ca (hw/net/igb.c, igb_common.h).
@@ -57,15 +57,14 @@ pub enum Pf {
 
 impl Pf {
     /// Finds the PF's address.
-    pub fn find(self, g: &Guest) -> Result<PciAddress, TestError> {
+    pub fn find(self, host: &dyn Host) -> Result<PciAddress, TestError> {
         match self {
-            Pf::Igb => g.one_pci("igb PF", IGB_PF.0, IGB_PF.1),
+            Pf::Igb => one_pci(host, "igb PF", IGB_PF.0, IGB_PF.1),
             Pf::Nvme => {
                 // VFs share the PF's id; the PF is the one with sriov_totalvfs.
-                let pfs: Vec<PciAddress> = g
-                    .pci_by_id(NVME_ID.0, NVME_ID.1)?
+                let pfs: Vec<PciAddress> = pci_by_id(host, NVME_ID.0, NVME_ID.1)?
                     .into_iter()
-                    .filter(|a| g.host.exists(&paths::pci_attr(a, "sriov_totalvfs")))
+                    .filter(|a| host.exists(&paths::pci_attr(a, "sriov_totalvfs")))
                     .collect();
                 match pfs.as_slice() {
                     [one] => Ok(*one),
@@ -102,36 +101,37 @@ impl Pf {
     }
 }
 
-fn read_u32(g: &Guest, path: &Path) -> Result<u32, TestError> {
-    let text = g.host.read_trimmed(path)?;
+/// Reads a decimal attribute.
+pub fn read_u32(host: &dyn Host, path: &Path) -> Result<u32, TestError> {
+    let text = host.read_trimmed(path)?;
     text.parse()
         .map_err(|_| TestError::Check(format!("{} reads {text:?}, not a number", path.display())))
 }
 
 /// Puts a PF back as the suite found it, even when a test fails halfway: PF driver bound, VFs off,
 /// autoprobe on.
-pub struct PfGuard<'g> {
-    guest: &'g Guest,
+pub struct PfGuard<'h> {
+    host: &'h dyn Host,
     pf: PciAddress,
     driver: &'static str,
 }
 
-impl<'g> PfGuard<'g> {
-    /// Guards `pf`, which must be bound to `driver` now.
-    pub fn new(guest: &'g Guest, pf: Pf) -> Result<Self, TestError> {
-        let addr = pf.find(guest)?;
+impl<'h> PfGuard<'h> {
+    /// Guards `pf` on `host`, which must be bound to its driver with no VFs now.
+    pub fn new(host: &'h dyn Host, pf: Pf) -> Result<Self, TestError> {
+        let addr = pf.find(host)?;
         ensure_eq(
             format_args!("driver of the {} PF {addr}", pf.driver()),
-            guest.driver_of(&addr)?,
+            driver_of(host, &addr)?,
             Some(pf.driver().to_string()),
         )?;
         ensure_eq(
             format_args!("{addr}/sriov_numvfs at the start"),
-            read_u32(guest, &paths::pci_attr(&addr, "sriov_numvfs"))?,
+            read_u32(host, &paths::pci_attr(&addr, "sriov_numvfs"))?,
             0,
         )?;
         Ok(Self {
-            guest,
+            host,
             pf: addr,
             driver: pf.driver(),
         })
@@ -144,14 +144,13 @@ impl<'g> PfGuard<'g> {
 
     /// Writes `sriov_numvfs`.
     pub fn set_numvfs(&self, n: u32) -> Result<(), HostError> {
-        self.guest
-            .host
+        self.host
             .write(&paths::pci_attr(&self.pf, "sriov_numvfs"), &n.to_string())
     }
 
     /// Writes `sriov_drivers_autoprobe`.
     pub fn set_autoprobe(&self, on: bool) -> Result<(), HostError> {
-        self.guest.host.write(
+        self.host.write(
             &paths::pci_attr(&self.pf, "sriov_drivers_autoprobe"),
             if on { "1" } else { "0" },
         )
@@ -161,15 +160,13 @@ impl<'g> PfGuard<'g> {
     pub fn enable_vfs(&self, n: u32) -> Result<Vec<PciAddress>, TestError> {
         self.set_autoprobe(false)?;
         self.set_numvfs(n)?;
-        (0..n)
-            .map(|i| vf_address(self.guest, &self.pf, i))
-            .collect()
+        (0..n).map(|i| vf_address(self.host, &self.pf, i)).collect()
     }
 }
 
 impl Drop for PfGuard<'_> {
     fn drop(&mut self) {
-        let h = &self.guest.host;
+        let h = self.host;
         // Best effort, in dependency order: a VF bound to vfio-pci does not block disabling (the PCI
         // core unbinds it), but the PF needs its driver for sriov_numvfs.
         if h.link_name(&paths::pci_attr(&self.pf, "driver"))
@@ -190,7 +187,7 @@ impl Drop for PfGuard<'_> {
 /// Both PFs are there, bound to their drivers, with the expected sriov_totalvfs and no VFs.
 fn pfs_present(g: &Guest) -> TestResult {
     for pf in [Pf::Igb, Pf::Nvme] {
-        let addr = pf.find(g)?;
+        let addr = pf.find(&g.host)?;
         ensure_eq(
             format_args!("driver of {addr}"),
             g.driver_of(&addr)?,
@@ -198,17 +195,17 @@ fn pfs_present(g: &Guest) -> TestResult {
         )?;
         ensure_eq(
             format_args!("{addr}/sriov_totalvfs"),
-            read_u32(g, &paths::pci_attr(&addr, "sriov_totalvfs"))?,
+            read_u32(&g.host, &paths::pci_attr(&addr, "sriov_totalvfs"))?,
             pf.total_vfs(),
         )?;
         ensure_eq(
             format_args!("{addr}/sriov_numvfs"),
-            read_u32(g, &paths::pci_attr(&addr, "sriov_numvfs"))?,
+            read_u32(&g.host, &paths::pci_attr(&addr, "sriov_numvfs"))?,
             0,
         )?;
         ensure_eq(
             format_args!("{addr}/sriov_drivers_autoprobe"),
-            read_u32(g, &paths::pci_attr(&addr, "sriov_drivers_autoprobe"))?,
+            read_u32(&g.host, &paths::pci_attr(&addr, "sriov_drivers_autoprobe"))?,
             1,
         )?;
     }
@@ -218,12 +215,12 @@ fn pfs_present(g: &Guest) -> TestResult {
 /// With autoprobe off, enabling every VF creates virtfnN links to driverless VFs whose physfn points
 /// back; disabling removes them.
 fn enable_disable(g: &Guest, pf: Pf) -> TestResult {
-    let guard = PfGuard::new(g, pf)?;
+    let guard = PfGuard::new(&g.host, pf)?;
     let total = pf.total_vfs();
     let vfs = guard.enable_vfs(total)?;
     ensure_eq(
         "sriov_numvfs after enabling",
-        read_u32(g, &paths::pci_attr(&guard.addr(), "sriov_numvfs"))?,
+        read_u32(&g.host, &paths::pci_attr(&guard.addr(), "sriov_numvfs"))?,
         total,
     )?;
     for vf in &vfs {
@@ -256,7 +253,7 @@ fn enable_disable(g: &Guest, pf: Pf) -> TestResult {
 /// A VF binds to vfio-pci through driver_override + drivers_probe (its /dev/vfio/<group> appears),
 /// then goes back to no driver once unbound and the override is cleared.
 fn bind_vfio_and_restore(g: &Guest, pf: Pf) -> TestResult {
-    let guard = PfGuard::new(g, pf)?;
+    let guard = PfGuard::new(&g.host, pf)?;
     let vfs = guard.enable_vfs(1)?;
     let vf = vfs[0];
     let h = &g.host;
@@ -302,7 +299,7 @@ fn bind_vfio_and_restore(g: &Guest, pf: Pf) -> TestResult {
 /// Without a PF driver, changing sriov_numvfs is ENOENT; writing the current value (0) still succeeds
 /// because iov.c compares with the current count first.
 fn no_pf_driver(g: &Guest) -> TestResult {
-    let guard = PfGuard::new(g, Pf::Igb)?;
+    let guard = PfGuard::new(&g.host, Pf::Igb)?;
     let pf = guard.addr();
     g.host
         .write(&paths::pci_driver("igb").join("unbind"), &pf.to_string())?;
@@ -330,7 +327,7 @@ fn no_pf_driver(g: &Guest) -> TestResult {
 /// More VFs than sriov_totalvfs: ERANGE, for both PFs.
 fn above_total(g: &Guest) -> TestResult {
     for pf in [Pf::Igb, Pf::Nvme] {
-        let guard = PfGuard::new(g, pf)?;
+        let guard = PfGuard::new(&g.host, pf)?;
         expect_errno(
             format_args!(
                 "sriov_numvfs={} on the {} PF",
@@ -347,7 +344,7 @@ fn above_total(g: &Guest) -> TestResult {
 /// From one non-zero count to another: EBUSY, and the count stays.
 fn nonzero_to_nonzero(g: &Guest) -> TestResult {
     for pf in [Pf::Igb, Pf::Nvme] {
-        let guard = PfGuard::new(g, pf)?;
+        let guard = PfGuard::new(&g.host, pf)?;
         guard.enable_vfs(1)?;
         expect_errno(
             format_args!("sriov_numvfs 1 -> 2 on the {} PF", pf.driver()),
@@ -356,7 +353,7 @@ fn nonzero_to_nonzero(g: &Guest) -> TestResult {
         )?;
         ensure_eq(
             "sriov_numvfs after the refused change",
-            read_u32(g, &paths::pci_attr(&guard.addr(), "sriov_numvfs"))?,
+            read_u32(&g.host, &paths::pci_attr(&guard.addr(), "sriov_numvfs"))?,
             1,
         )?;
         // Writing the current count again is a no-op, not EBUSY.
@@ -368,7 +365,7 @@ fn nonzero_to_nonzero(g: &Guest) -> TestResult {
 
 /// A count that is not a number: EINVAL.
 fn invalid_count(g: &Guest) -> TestResult {
-    let guard = PfGuard::new(g, Pf::Igb)?;
+    let guard = PfGuard::new(&g.host, Pf::Igb)?;
     expect_errno(
         "sriov_numvfs=many",
         g.host
@@ -381,7 +378,7 @@ fn invalid_count(g: &Guest) -> TestResult {
 /// Binding a VF that was just disabled: its driver_override is gone (ENOENT) and the bus no longer
 /// knows its name (drivers_probe and vfio-pci's bind: ENODEV).
 fn bind_device_gone(g: &Guest) -> TestResult {
-    let guard = PfGuard::new(g, Pf::Igb)?;
+    let guard = PfGuard::new(&g.host, Pf::Igb)?;
     let vf = guard.enable_vfs(1)?[0];
     guard.set_numvfs(0)?;
     g.wait_for(&paths::pci_device(&vf), false)?;
