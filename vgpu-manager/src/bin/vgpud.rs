@@ -1,2 +1,186 @@
-//! `vgpud`: the vgpu-manager daemon (being built).
-fn main() {}
+//! `vgpud`: the vgpu-manager daemon. Serves `org.vgpumanager.Manager1` on the system bus (default), the
+//! session bus, a given bus address, or an embedded bus of its own (`--listen`), and keeps the host's
+//! mdev instances in line with the persistent definitions in the state directory.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Parser;
+use thiserror::Error;
+use tokio::signal::unix::{SignalKind, signal};
+use tracing::{error, info, warn};
+
+use vgpu_manager::cli::HostArgs;
+use vgpu_manager::client::{BusAddress, ClientError, SERVICE};
+use vgpu_manager::daemon::api::CoreError;
+use vgpu_manager::daemon::core::Core;
+use vgpu_manager::daemon::dbus::embedded_bus::{self, EmbeddedBus, EmbeddedBusError};
+use vgpu_manager::daemon::dbus::{self, Executor, ServeError};
+use vgpu_manager::profile::Catalog;
+
+/// vgpud — the vgpu-manager daemon (virtual GPU lifecycle over D-Bus).
+#[derive(Debug, Parser)]
+#[command(name = "vgpud", version, about)]
+struct Args {
+    #[command(flatten)]
+    host: HostArgs,
+    /// Where definitions and the ownership ledger are kept.
+    #[arg(long, value_name = "DIR", default_value = "/var/lib/vgpu-manager")]
+    state_dir: PathBuf,
+    /// The bus to serve on: `system`, `session`, or a D-Bus address.
+    #[arg(long, value_name = "system|session|ADDRESS", conflicts_with = "listen")]
+    bus: Option<String>,
+    /// Run an embedded bus listening on ADDRESS (e.g. unix:path=/run/vgpu-manager/bus.sock) and serve
+    /// on it; clients use `vgpuctl --bus ADDRESS`.
+    #[arg(long, value_name = "ADDRESS")]
+    listen: Option<String>,
+}
+
+/// Why the daemon could not start or run.
+#[derive(Debug, Error)]
+enum DaemonError {
+    #[error("{0}")]
+    Host(String),
+    #[error("the shipped profiles are broken: {0}")]
+    Catalog(String),
+    #[error("cannot open state directory {dir}: {source}")]
+    Core { dir: String, source: CoreError },
+    #[error(transparent)]
+    EmbeddedBus(#[from] EmbeddedBusError),
+    #[error(transparent)]
+    Bus(#[from] ClientError),
+    #[error(transparent)]
+    Serve(#[from] ServeError),
+    #[error(
+        "{SERVICE} is already owned on {bus}: another vgpud runs there (`systemctl status vgpud`); stop it first"
+    )]
+    NameTaken { bus: String },
+    #[error(
+        "cannot request {SERVICE} on {bus}: {source} (on the system bus only root may own it: install data/org.vgpumanager.Manager1.conf)"
+    )]
+    RequestName { bus: String, source: zbus::Error },
+    #[error("cannot watch for signals: {0}")]
+    Signals(std::io::Error),
+    #[error("a worker thread failed: {0}")]
+    Join(String),
+}
+
+fn main() -> ExitCode {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("VGPU_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+    let args = Args::parse();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("vgpud: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            error!("{e}");
+            eprintln!("vgpud: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Feeds kernel uevents to the core on a thread of its own (the host's stream is blocking).
+fn forward_uevents(
+    core: &Arc<Core>,
+    events: std::sync::mpsc::Receiver<mdev_types::host::uevent::Uevent>,
+) {
+    let core = Arc::downgrade(core);
+    let spawned = std::thread::Builder::new()
+        .name("uevents".into())
+        .spawn(move || {
+            for ev in events {
+                let Some(core) = core.upgrade() else { break };
+                core.handle_uevent(&ev);
+            }
+        });
+    if let Err(e) = spawned {
+        warn!(error = %e, "cannot start the uevent thread: parents that appear later are not noticed");
+    }
+}
+
+async fn run(args: Args) -> Result<(), DaemonError> {
+    let host = args
+        .host
+        .open()
+        .map_err(|e| DaemonError::Host(e.to_string()))?;
+    // Subscribe before the start-up reconcile so that a parent appearing in between is not missed.
+    let uevents = host.subscribe();
+    if uevents.is_none() {
+        info!(host = %host.describe(), "this host reports no kernel events; reconcile runs on start and on request");
+    }
+    let catalog = Catalog::builtin().map_err(|e| DaemonError::Catalog(e.to_string()))?;
+    let dir = args.state_dir.clone();
+    let core = tokio::task::spawn_blocking(move || Core::open(host, &dir, catalog))
+        .await
+        .map_err(|e| DaemonError::Join(e.to_string()))?
+        .map_err(|source| DaemonError::Core {
+            dir: args.state_dir.display().to_string(),
+            source,
+        })?;
+    let core = Arc::new(core);
+    if let Some(rx) = uevents {
+        forward_uevents(&core, rx);
+    }
+
+    // The embedded bus must outlive the connection; it removes its socket when dropped.
+    let (embedded, bus): (Option<EmbeddedBus>, BusAddress) = match &args.listen {
+        Some(listen) => {
+            let b = embedded_bus::start(listen)?;
+            let addr = BusAddress::Address(b.address().to_string());
+            (Some(b), addr)
+        }
+        None => (None, args.bus.as_deref().unwrap_or("system").parse()?),
+    };
+    let conn = vgpu_manager::client::connect(&bus).await?;
+    let exec: Arc<dyn Executor> = core.clone();
+    let service = dbus::serve(&conn, exec).await?;
+    match conn.request_name(SERVICE).await {
+        Ok(()) => {}
+        Err(zbus::Error::NameTaken) => {
+            return Err(DaemonError::NameTaken {
+                bus: bus.to_string(),
+            });
+        }
+        Err(source) => {
+            return Err(DaemonError::RequestName {
+                bus: bus.to_string(),
+                source,
+            });
+        }
+    }
+    info!(name = SERVICE, "ready on {bus}");
+
+    let mut term = signal(SignalKind::terminate()).map_err(DaemonError::Signals)?;
+    let mut int = signal(SignalKind::interrupt()).map_err(DaemonError::Signals)?;
+    tokio::select! {
+        _ = term.recv() => info!("SIGTERM: shutting down"),
+        _ = int.recv() => info!("SIGINT: shutting down"),
+        _ = conn.closed() => warn!("the bus closed the connection: shutting down"),
+    }
+    // Give the name up first so that no new call arrives, then stop following the core.
+    if let Err(e) = conn.release_name(SERVICE).await {
+        warn!(error = %e, "cannot release the bus name");
+    }
+    drop(service);
+    drop(conn);
+    drop(embedded);
+    info!("stopped");
+    Ok(())
+}

@@ -79,7 +79,7 @@ pub enum DaemonCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Remove an instance's device (a defined instance stays defined).
+    /// Remove an instance entirely: its device and its definition (`stop` keeps the definition).
     Destroy {
         /// The instance UUID.
         uuid: String,

@@ -46,7 +46,7 @@ pub trait Manager1 {
         options: HashMap<&str, Variant<'_>>,
     ) -> zbus::Result<OwnedObjectPath>;
 
-    /// Removes an instance's device (a defined instance stays defined).
+    /// Removes an instance entirely: its device and its definition.
     fn destroy(&self, uuid: &str) -> zbus::Result<()>;
 
     /// Starts a defined instance.

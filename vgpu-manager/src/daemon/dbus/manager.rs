@@ -231,7 +231,7 @@ impl Manager {
         Ok(instance_path(&v.uuid.to_string()))
     }
 
-    /// Removes an instance's device; a transient instance is then gone, a defined one stays defined.
+    /// Removes an instance entirely: its device and its definition (Stop keeps the definition).
     async fn destroy(
         &self,
         uuid: &str,

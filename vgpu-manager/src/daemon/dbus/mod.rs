@@ -36,6 +36,16 @@ pub trait Executor: Send + Sync + 'static {
     fn subscribe(&self) -> broadcast::Receiver<Event>;
 }
 
+impl Executor for crate::daemon::core::Core {
+    fn execute(&self, cmd: Command) -> Result<Reply, CoreError> {
+        crate::daemon::core::Core::execute(self, cmd)
+    }
+
+    fn subscribe(&self) -> broadcast::Receiver<Event> {
+        crate::daemon::core::Core::subscribe(self)
+    }
+}
+
 /// State shared by the method handlers.
 struct Shared {
     exec: Arc<dyn Executor>,
