@@ -6,6 +6,27 @@
 //! stay free for big tenants), then the NVIDIA series that fits the class (vdi → B then Q,
 //! workstation → Q, compute → C), then the most capacity left, then the option's name so the answer
 //! is the same on every run.
+//!
+//! A [`MatchReport`] serializes (for `--json`) with these stable names:
+//!
+//! ```json
+//! { "profile": "vdi-2g", "host": "simulated host 'demo'",
+//!   "gpus": [ { "gpu": "0000:01:00.0", "pci": "0000:01:00.0", "vendor": "nvidia",
+//!               "model": "NVIDIA T4", "numa_node": 0,
+//!               "best": { "backend": "mdev", "parent": "0000:01:00.0", "type_id": "nvidia-223",
+//!                         "type_name": "GRID T4-2B", "framebuffer_mib": 2048, "heads": 4,
+//!                         "max_resolution": { "width": 5120, "height": 2880 },
+//!                         "device_api": "vfio-pci", "series": "B", "capacity": 8, "waste_mib": 0 },
+//!               "alternatives": [ … same shape … ],
+//!               "refused": [ { "candidate": "nvidia-222 (GRID T4-1B)",
+//!                              "reasons": [ { "code": "framebuffer-too-small",
+//!                                             "message": "framebuffer 1 GiB < 2 GiB required" } ] } ] } ] }
+//! ```
+//!
+//! `best` is `null` when the GPU cannot serve the profile. The other `backend`s carry: `sriov-vf` —
+//! `pf`, `vf` (null until VFs exist), `vf_driver`, `num_vfs`, `enable_vfs`; `nvidia-vendor-vfio` —
+//! `pf`, `vf`, `type_id` (number), `type_name`; `passthrough` — `pci`, `iommu_group`. Reason codes
+//! are listed at [`Reason::code`].
 
 use std::cmp::Reverse;
 
