@@ -58,6 +58,17 @@ fn count(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
+/// The errno a driver-counted parent's probe returns when a type has nothing left, by mdev driver:
+/// NVIDIA's `nv_vgpu_vfio_create` turns the resource manager's refusal into `EIO`; the samples
+/// (`mtty_init_dev`, `mbochs_init_dev`) and GVT-g (aperture_gm.c `alloc_resource`) return `ENOSPC`,
+/// which is also the default for other drivers.
+pub(crate) fn default_full_errno(mdev_driver: &str) -> Errno {
+    match mdev_driver {
+        "nvidia-vgpu-vfio" => Errno::EIO,
+        _ => Errno::ENOSPC,
+    }
+}
+
 /// `create_store` → `mdev_device_create`:
 /// length not 36 or 37 → `EINVAL`; not a UUID (`guid_parse`) → `EINVAL`; the UUID exists on any
 /// parent → `EEXIST`; a core-counted parent with nothing left → `EUSERS`; a driver-counted type with

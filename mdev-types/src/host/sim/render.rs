@@ -97,7 +97,11 @@ fn pci_bus(model: &Model, v: &mut Vfs) {
 
 /// `/sys/kernel/iommu_groups/<n>/{devices/,type}`; groups vfio allocates for mdevs (emulated IOMMU)
 /// are named `vfio-noiommu` and have no default domain (`type` shows `unknown`).
+///
+/// The `iommu_groups` kset exists whenever the kernel has IOMMU support (drivers/iommu/iommu.c
+/// `iommu_init`), empty on a machine without an IOMMU.
 fn iommu_groups(model: &Model, v: &mut Vfs) {
+    v.mkdir("/sys/kernel/iommu_groups");
     let mdev_groups: Vec<u32> = model.mdevs.values().map(|m| m.iommu_group).collect();
     for (g, members) in model.groups() {
         let dir = format!("/sys/kernel/iommu_groups/{g}");

@@ -246,7 +246,8 @@ pub struct MdevParentSpec {
     pub counting: CountingSpec,
     /// For `counting = "core"`: the parent-wide instance count.
     pub max_instances: Option<u32>,
-    /// For `counting = "driver"`: errno of a create on a type with nothing left (default `ENOSPC`).
+    /// For `counting = "driver"`: errno of a create on a type with nothing left (default by driver:
+    /// `EIO` for `nvidia-vgpu-vfio`, else `ENOSPC`).
     pub full_errno: Option<ErrnoName>,
     /// A total instance limit the driver enforces at create but does not show in `available_instances`.
     pub create_limit: Option<u32>,

@@ -1,5 +1,7 @@
 //! Host descriptions: schema errors with file, line and field; semantic checks; loading.
 
+use nix::errno::Errno;
+
 use super::*;
 use crate::host::sim::{SimError, SimSpec};
 
@@ -117,6 +119,25 @@ type = \"mbochs-large\"
     assert_eq!(e.field(), Some("mdev[1].uuid"));
     assert_eq!(e.line(), Some(16));
     assert!(e.to_string().contains("no instance left"), "{e}");
+}
+
+#[test]
+fn full_errno_defaults_by_driver() {
+    let parent = |driver: &str| {
+        format!(
+            "{GOOD}\n[[mdev_parent]]\ndevice = \"0000:3b:00.0\"\nmdev_driver = \"{driver}\"\n\
+             pools = {{ fb = 2 }}\n[[mdev_parent.type]]\nid = \"nvidia-1\"\nuses = {{ fb = 2 }}\n"
+        )
+    };
+    let create = "/sys/class/mdev_bus/0000:3b:00.0/mdev_supported_types/nvidia-1/create";
+    for (driver, want) in [("nvidia-vgpu-vfio", Errno::EIO), ("other", Errno::ENOSPC)] {
+        let h = SimHost::from_toml("lab.toml", &parent(driver)).unwrap();
+        wr(&h, create, "00000001-0000-4000-8000-000000000001");
+        assert_eq!(
+            wr_err(&h, create, "00000002-0000-4000-8000-000000000002"),
+            want
+        );
+    }
 }
 
 #[test]
