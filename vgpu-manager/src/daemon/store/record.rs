@@ -93,14 +93,21 @@ pub(crate) trait Record: Sized + Clone {
     fn uuid(&self) -> &MdevUuid;
     /// The TOML text to store.
     fn encode(&self) -> Result<String, String>;
-    /// Parses a schema-1 text (the schema number has been checked).
-    fn decode_v1(text: &str) -> Result<Self, String>;
+    /// Parses a text as schema 1, returning its `schema` value (to be checked) and the record.
+    fn decode_v1(text: &str) -> Result<(i64, Self), String>;
     /// Checks values the type system does not.
     fn validate(&self) -> Result<(), String>;
 
     /// Parses and validates a file's text.
     fn decode(text: &str) -> Result<Self, Rejection> {
-        match schema_of(text)? {
+        // One parse in the common case (a valid schema-1 file); only when that fails or the schema
+        // differs is the text parsed generically to tell a newer schema from corruption.
+        let parsed = Self::decode_v1(text);
+        let schema = match &parsed {
+            Ok((n, _)) => *n,
+            Err(_) => schema_of(text)?,
+        };
+        match schema {
             SCHEMA => {}
             n if n > SCHEMA => return Err(Rejection::FutureSchema(n)),
             n => {
@@ -109,7 +116,7 @@ pub(crate) trait Record: Sized + Clone {
                 )));
             }
         }
-        let record = Self::decode_v1(text).map_err(Rejection::Corrupt)?;
+        let (_, record) = parsed.map_err(Rejection::Corrupt)?;
         record.validate().map_err(Rejection::Corrupt)?;
         Ok(record)
     }
@@ -223,18 +230,21 @@ impl Record for Definition {
         .map_err(|e| e.to_string())
     }
 
-    fn decode_v1(text: &str) -> Result<Self, String> {
+    fn decode_v1(text: &str) -> Result<(i64, Self), String> {
         let d: DefinitionV1 = toml::from_str(text).map_err(|e| describe(text, &e))?;
-        Ok(Definition {
-            uuid: d.uuid,
-            parent: d.parent,
-            gpu: d.gpu,
-            type_id: d.type_id,
-            profile: d.profile,
-            autostart: d.autostart,
-            label: d.label,
-            created_at: d.created_at,
-        })
+        Ok((
+            d.schema,
+            Definition {
+                uuid: d.uuid,
+                parent: d.parent,
+                gpu: d.gpu,
+                type_id: d.type_id,
+                profile: d.profile,
+                autostart: d.autostart,
+                label: d.label,
+                created_at: d.created_at,
+            },
+        ))
     }
 
     fn validate(&self) -> Result<(), String> {
@@ -288,18 +298,21 @@ impl Record for LedgerEntry {
         .map_err(|e| e.to_string())
     }
 
-    fn decode_v1(text: &str) -> Result<Self, String> {
+    fn decode_v1(text: &str) -> Result<(i64, Self), String> {
         let e: LedgerV1 = toml::from_str(text).map_err(|e| describe(text, &e))?;
-        Ok(LedgerEntry {
-            uuid: e.uuid,
-            parent: e.parent,
-            type_id: e.type_id,
-            ownership: e.ownership,
-            created_at: e.created_at,
-            gpu: e.gpu,
-            profile: e.profile,
-            label: e.label,
-        })
+        Ok((
+            e.schema,
+            LedgerEntry {
+                uuid: e.uuid,
+                parent: e.parent,
+                type_id: e.type_id,
+                ownership: e.ownership,
+                created_at: e.created_at,
+                gpu: e.gpu,
+                profile: e.profile,
+                label: e.label,
+            },
+        ))
     }
 
     fn validate(&self) -> Result<(), String> {
