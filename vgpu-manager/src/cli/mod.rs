@@ -10,6 +10,7 @@ use thiserror::Error;
 mod daemon_cmds;
 mod discover;
 mod host_select;
+mod profiles;
 mod table;
 
 pub use host_select::HostArgs;
@@ -30,6 +31,9 @@ pub enum CliError {
     /// A bad argument value.
     #[error("{0}")]
     BadArgument(String),
+    /// A profile could not be loaded or is invalid.
+    #[error("{0}")]
+    Profile(String),
     /// vgpud refused, or could not be reached.
     #[error(transparent)]
     Daemon(#[from] crate::client::ClientError),
@@ -69,6 +73,42 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Match a profile against every GPU: the best option per GPU, or why it cannot serve.
+    Match {
+        /// A profile name (`vgpuctl profiles list`) or a profile file (`./my.toml`).
+        profile: String,
+        /// Also load the profiles in this directory (overriding shipped ones with the same name).
+        #[arg(long, value_name = "DIR")]
+        profiles_dir: Option<std::path::PathBuf>,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List or check profiles.
+    #[command(subcommand)]
+    Profiles(ProfilesCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum ProfilesCommand {
+    /// List the shipped profiles (and those of --profiles-dir).
+    List {
+        /// Also load the profiles in this directory.
+        #[arg(long, value_name = "DIR")]
+        profiles_dir: Option<std::path::PathBuf>,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Validate profile files; exit code 2 if any is invalid.
+    Check {
+        /// The files.
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<std::path::PathBuf>,
+        /// Print JSON instead of lines.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Runs vgpuctl with `args` (including the program name), writing to `out` and `err`; returns the exit code.
@@ -104,6 +144,17 @@ fn dispatch(cli: &Cli, out: &mut dyn Write) -> Result<(), CliError> {
         Command::Daemon(c) => daemon_cmds::run(c, &cli.bus, out),
         Command::Discover { json } => discover::discover(&cli.host, *json, out),
         Command::Types { gpu, json } => discover::types(&cli.host, gpu.as_deref(), *json, out),
+        Command::Match {
+            profile,
+            profiles_dir,
+            json,
+        } => profiles::matching(&cli.host, profile, profiles_dir.as_deref(), *json, out),
+        Command::Profiles(ProfilesCommand::List { profiles_dir, json }) => {
+            profiles::list(profiles_dir.as_deref(), *json, out)
+        }
+        Command::Profiles(ProfilesCommand::Check { files, json }) => {
+            profiles::check(files, *json, out)
+        }
     }
 }
 
