@@ -64,6 +64,12 @@
 //! One daemon per directory: [`StateDir::open`] takes an exclusive `flock(2)` on `lock` and fails with
 //! [`StoreError::Locked`] (naming the holder's pid) if another process has it. Within the daemon the
 //! caller serializes access (`&mut self`).
+//!
+//! # Errors
+//!
+//! A failed `put_*`/`remove_*` leaves the in-memory view unchanged. If the failure came after the
+//! rename or unlink (the directory `fsync`), the file on disk may already be in its new state; the
+//! next [`StateDir::open`] shows which, and both states are safe under the ledger protocol above.
 
 mod error;
 mod fsio;
