@@ -112,10 +112,18 @@ fn iommu_groups(model: &Model, v: &mut Vfs) {
         if mdev_groups.contains(&g) {
             v.ro(&format!("{dir}/name"), "vfio-noiommu\n");
             v.ro(&format!("{dir}/type"), "unknown\n");
+            v.ro(&format!("{dir}/reserved_regions"), "");
         } else {
             v.ro(
                 &format!("{dir}/type"),
                 format!("{}\n", model.iommu_domain_type),
+            );
+            // Intel VT-d reserves the interrupt window for MSIs in every group
+            // (drivers/iommu/intel/iommu.c intel_iommu_get_resv_regions: IOAPIC_RANGE_START..END),
+            // printed by iommu_group_show_resv_regions as "0x%016llx 0x%016llx %s".
+            v.ro(
+                &format!("{dir}/reserved_regions"),
+                "0x00000000fee00000 0x00000000feefffff msi\n",
             );
         }
     }
