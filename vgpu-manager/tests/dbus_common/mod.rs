@@ -1,0 +1,291 @@
+//! Shared by the D-Bus integration tests: run the real `vgpud` (on its embedded bus or on a given bus),
+//! run the real `vgpuctl` against it, and watch the daemon's signals.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tokio::sync::mpsc;
+use vgpu_manager::client::{BusAddress, Manager1Proxy, SERVICE};
+use zbus::Connection;
+
+/// How long to wait for something that normally takes milliseconds; only a hang reaches it.
+pub const PATIENCE: Duration = Duration::from_secs(60);
+
+/// A running `vgpud`; killed (by pid) if the test ends without stopping it.
+pub struct Daemon {
+    child: Option<Child>,
+    /// The bus address clients use.
+    pub bus: String,
+    log: PathBuf,
+}
+
+impl Daemon {
+    /// Starts `vgpud --listen unix:path=<dir>/bus.sock --sim demo --state-dir <state>` and waits until
+    /// it owns its name.
+    pub async fn embedded(dir: &Path, state: &Path) -> Daemon {
+        let bus = format!("unix:path={}", dir.join("bus.sock").display());
+        let args = ["--listen", &bus, "--sim", "demo", "--state-dir"];
+        Daemon::start(&args, state, &bus, dir, &[]).await
+    }
+
+    /// Starts `vgpud --bus <bus> --sim demo --state-dir <state> <extra>` and waits until it owns its name.
+    pub async fn on_bus(bus: &str, dir: &Path, state: &Path, extra: &[&str]) -> Daemon {
+        let args = ["--bus", bus, "--sim", "demo", "--state-dir"];
+        Daemon::start(&args, state, bus, dir, extra).await
+    }
+
+    async fn start(args: &[&str], state: &Path, bus: &str, dir: &Path, extra: &[&str]) -> Daemon {
+        static STARTS: AtomicUsize = AtomicUsize::new(0);
+        let log = dir.join(format!(
+            "vgpud-{}.log",
+            STARTS.fetch_add(1, Ordering::Relaxed)
+        ));
+        let child = Command::new(env!("CARGO_BIN_EXE_vgpud"))
+            .args(args)
+            .arg(state)
+            .args(extra)
+            .env("VGPU_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("create daemon log"))
+            .spawn()
+            .expect("start vgpud");
+        let mut d = Daemon {
+            child: Some(child),
+            bus: bus.to_string(),
+            log,
+        };
+        d.wait_ready().await;
+        d
+    }
+
+    /// The daemon's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn pid(&self) -> Pid {
+        Pid::from_raw(self.child.as_ref().expect("running").id() as i32)
+    }
+
+    async fn wait_ready(&mut self) {
+        let deadline = Instant::now() + PATIENCE;
+        let bus: BusAddress = self.bus.parse().expect("bus address");
+        loop {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .expect("running")
+                .try_wait()
+                .expect("poll vgpud")
+            {
+                panic!("vgpud exited early ({status}):\n{}", self.log());
+            }
+            if let Ok(conn) = vgpu_manager::client::connect(&bus).await {
+                let dbus = zbus::fdo::DBusProxy::new(&conn).await.expect("bus proxy");
+                if dbus
+                    .name_has_owner(SERVICE.try_into().expect("name"))
+                    .await
+                    .unwrap_or(false)
+                {
+                    return;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "vgpud not ready:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Sends SIGTERM and waits for the exit status.
+    pub fn terminate(mut self) -> ExitStatus {
+        kill(self.pid(), Signal::SIGTERM).expect("SIGTERM vgpud");
+        self.child
+            .take()
+            .expect("running")
+            .wait()
+            .expect("wait for vgpud")
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = kill(Pid::from_raw(c.id() as i32), Signal::SIGKILL);
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Runs the real `vgpuctl` with `--bus <bus>` appended, optionally as another user via `setpriv`.
+pub async fn vgpuctl_as(user: Option<u32>, bus: &str, args: &[&str]) -> Output {
+    let exe = env!("CARGO_BIN_EXE_vgpuctl");
+    let mut cmd = match user {
+        Some(uid) => {
+            let mut c = tokio::process::Command::new("setpriv");
+            c.arg(format!("--reuid={uid}"))
+                .arg(format!("--regid={uid}"))
+                .arg("--clear-groups")
+                .arg(exe);
+            c
+        }
+        None => tokio::process::Command::new(exe),
+    };
+    cmd.args(args)
+        .arg("--bus")
+        .arg(bus)
+        .env_remove("VGPU_BUS")
+        .env_remove("VGPU_SYSFS_ROOT");
+    tokio::time::timeout(PATIENCE, cmd.output())
+        .await
+        .expect("vgpuctl hung")
+        .expect("run vgpuctl")
+}
+
+/// Runs `vgpuctl` as the test's own user.
+pub async fn vgpuctl(bus: &str, args: &[&str]) -> Output {
+    vgpuctl_as(None, bus, args).await
+}
+
+/// Stdout as text.
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Stderr as text.
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Asserts success and returns stdout.
+pub fn ok(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "vgpuctl failed ({}):\nstdout: {}\nstderr: {}",
+        o.status,
+        stdout(o),
+        stderr(o)
+    );
+    stdout(o)
+}
+
+/// Asserts success and parses stdout as JSON.
+pub fn ok_json(o: &Output) -> serde_json::Value {
+    serde_json::from_str(&ok(o)).expect("vgpuctl --json output is JSON")
+}
+
+/// A daemon refusal: exit code 2, exactly one line `vgpuctl: ...` on stderr containing every needle.
+pub fn assert_refused(o: &Output, needles: &[&str]) -> String {
+    let err = stderr(o);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "stdout: {}\nstderr: {err}",
+        stdout(o)
+    );
+    assert_eq!(
+        err.trim_end().lines().count(),
+        1,
+        "one line expected: {err}"
+    );
+    assert!(err.starts_with("vgpuctl: "), "{err}");
+    for n in needles {
+        assert!(err.contains(n), "{n:?} not in {err:?}");
+    }
+    err
+}
+
+/// A Manager1 signal, as received.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sig {
+    /// InstanceAdded(path, uuid).
+    Added(String, String),
+    /// InstanceRemoved(path, uuid).
+    Removed(String, String),
+    /// InstanceStateChanged(path, uuid, state).
+    State(String, String, String),
+}
+
+/// Collects Manager1 signals from the moment it is created.
+pub struct Signals {
+    rx: mpsc::UnboundedReceiver<Sig>,
+    seen: Vec<Sig>,
+}
+
+impl Signals {
+    /// Subscribes (the match rules are in place when this returns).
+    pub async fn watch(conn: &Connection) -> Signals {
+        let m = Manager1Proxy::new(conn).await.expect("manager proxy");
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut added = m.receive_instance_added().await.expect("subscribe");
+        let mut removed = m.receive_instance_removed().await.expect("subscribe");
+        let mut state = m.receive_instance_state_changed().await.expect("subscribe");
+        let t = tx.clone();
+        tokio::spawn(async move {
+            while let Some(s) = added.next().await {
+                let a = s.args().expect("args");
+                let _ = t.send(Sig::Added(a.instance.to_string(), a.uuid.to_string()));
+            }
+        });
+        let t = tx.clone();
+        tokio::spawn(async move {
+            while let Some(s) = removed.next().await {
+                let a = s.args().expect("args");
+                let _ = t.send(Sig::Removed(a.instance.to_string(), a.uuid.to_string()));
+            }
+        });
+        tokio::spawn(async move {
+            while let Some(s) = state.next().await {
+                let a = s.args().expect("args");
+                let _ = tx.send(Sig::State(
+                    a.instance.to_string(),
+                    a.uuid.to_string(),
+                    a.state.to_string(),
+                ));
+            }
+        });
+        Signals {
+            rx,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Waits until a signal equal to `want` has arrived (signals may interleave across streams).
+    pub async fn expect(&mut self, want: Sig) {
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            if let Some(i) = self.seen.iter().position(|s| *s == want) {
+                self.seen.remove(i);
+                return;
+            }
+            match tokio::time::timeout_at(deadline, self.rx.recv()).await {
+                Ok(Some(s)) => self.seen.push(s),
+                _ => panic!("signal {want:?} never arrived; got {:?}", self.seen),
+            }
+        }
+    }
+
+    /// Every signal that arrived and was not yet expected.
+    pub fn drain(&mut self) -> Vec<Sig> {
+        while let Ok(s) = self.rx.try_recv() {
+            self.seen.push(s);
+        }
+        std::mem::take(&mut self.seen)
+    }
+}
+
+/// Connects a test client to `bus`.
+pub async fn client(bus: &str) -> Connection {
+    vgpu_manager::client::connect(&bus.parse().expect("bus"))
+        .await
+        .expect("connect")
+}
