@@ -146,6 +146,8 @@ pub(crate) struct Driver {
     pub sriov_max_vfs: Option<u16>,
     /// Its remove() disables SR-IOV (igb does; nvme leaves VFs enabled).
     pub disable_sriov_on_unbind: bool,
+    /// Its probe fails on VFs with this errno.
+    pub vf_probe_errno: Option<Errno>,
 }
 
 /// How an mdev parent counts instances.

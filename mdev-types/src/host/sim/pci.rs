@@ -62,8 +62,11 @@ pub(crate) fn probe(model: &mut Model, addr: &PciAddress, drv_name: &str) -> Res
     if !driver_matches(model, dev, drv_name) {
         return Err(Errno::ENODEV);
     }
-    let kind = model.driver(drv_name).map(|d| d.kind);
-    if kind == Some(DriverKind::VfioPci) {
+    let drv = model.driver(drv_name).ok_or(Errno::ENODEV)?;
+    if let (Some(_), Some(e)) = (dev.vf_of, drv.vf_probe_errno) {
+        return Err(e);
+    }
+    if drv.kind == DriverKind::VfioPci {
         // vfio_pci_core_register_device: type 1 headers → -EINVAL; PF with VFs → -EBUSY.
         if dev.is_bridge() {
             return Err(Errno::EINVAL);

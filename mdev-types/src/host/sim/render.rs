@@ -95,6 +95,23 @@ fn pci_bus(model: &Model, v: &mut Vfs) {
     }
 }
 
+/// `reserved_regions` of a PCI group under Intel VT-d, printed by `iommu_group_show_resv_regions` as
+/// `"0x%016llx 0x%016llx %s"` in address order (drivers/iommu/intel/iommu.c
+/// `intel_iommu_get_resv_regions`): the interrupt window (IOAPIC_RANGE_START..END) as `msi` for every
+/// device, and for ISA bridges the first 16 MiB as `direct-relaxable` (CONFIG_INTEL_IOMMU_FLOPPY_WA).
+fn reserved_regions(model: &Model, group: u32) -> String {
+    let isa = model
+        .pci
+        .values()
+        .any(|d| d.iommu_group == Some(group) && d.class >> 8 == 0x0601);
+    let mut s = String::new();
+    if isa {
+        s.push_str("0x0000000000000000 0x0000000000ffffff direct-relaxable\n");
+    }
+    s.push_str("0x00000000fee00000 0x00000000feefffff msi\n");
+    s
+}
+
 /// `/sys/kernel/iommu_groups/<n>/{devices/,type}`; groups vfio allocates for mdevs (emulated IOMMU)
 /// are named `vfio-noiommu` and have no default domain (`type` shows `unknown`).
 ///
@@ -118,12 +135,9 @@ fn iommu_groups(model: &Model, v: &mut Vfs) {
                 &format!("{dir}/type"),
                 format!("{}\n", model.iommu_domain_type),
             );
-            // Intel VT-d reserves the interrupt window for MSIs in every group
-            // (drivers/iommu/intel/iommu.c intel_iommu_get_resv_regions: IOAPIC_RANGE_START..END),
-            // printed by iommu_group_show_resv_regions as "0x%016llx 0x%016llx %s".
             v.ro(
                 &format!("{dir}/reserved_regions"),
-                "0x00000000fee00000 0x00000000feefffff msi\n",
+                reserved_regions(model, g),
             );
         }
     }

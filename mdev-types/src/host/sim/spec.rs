@@ -97,6 +97,9 @@ pub struct DriverSpec {
     pub sriov_max_vfs: Option<u16>,
     /// remove() disables SR-IOV (default true; nvme leaves VFs enabled).
     pub disable_sriov_on_unbind: Option<bool>,
+    /// The driver's probe fails on VFs with this errno (e.g. nvme on QEMU's offline secondary
+    /// controllers: `ENODEV`), so VFs stay unbound.
+    pub vf_probe_errno: Option<ErrnoName>,
 }
 
 /// A PCI function.

@@ -142,6 +142,7 @@ fn drivers(cx: &Ctx, spec: &SimSpec, model: &mut Model) -> Result<(), SimError> 
             sriov_configure: d.sriov_configure,
             sriov_max_vfs: d.sriov_max_vfs,
             disable_sriov_on_unbind: d.disable_sriov_on_unbind.unwrap_or(true),
+            vf_probe_errno: d.vf_probe_errno.map(|e| e.0),
         });
     }
     Ok(())

@@ -132,45 +132,75 @@ fn driver_override_store_rules() {
 
 #[test]
 fn new_id_and_remove_id() {
-    let h = SimHost::builtin("samples").unwrap();
-    // pci-stub has no static ids; a new id binds unbound matching devices (driver_attach).
-    wr(&h, "/sys/bus/pci/devices/0000:02:00.0/sriov_numvfs", "2");
-    wr(&h, &format!("{DRV}/nvme/unbind"), "0000:02:00.1");
-    wr(&h, &format!("{DRV}/nvme/unbind"), "0000:02:00.2");
+    let h = SimHost::builtin("demo").unwrap();
+    // The MI300X VFs match no driver; pci-stub has no static ids. A new id binds every unbound
+    // matching device at once (do_pci_add_dynid → driver_attach).
     assert_eq!(
-        wr_err(&h, &format!("{DRV}/pci-stub/new_id"), "1b36"),
+        wr_err(&h, &format!("{DRV}/pci-stub/new_id"), "1002"),
         Errno::EINVAL
     );
-    wr(&h, &format!("{DRV}/pci-stub/new_id"), "1b36 0010\n");
-    for vf in ["0000:02:00.1", "0000:02:00.2"] {
+    wr(&h, &format!("{DRV}/pci-stub/new_id"), "1002 74b5\n");
+    for vf in 0..4 {
         assert_eq!(
-            link_name(&h, &format!("/sys/bus/pci/devices/{vf}/driver")).as_deref(),
+            link_name(
+                &h,
+                &format!("/sys/bus/pci/devices/0000:86:00.0/virtfn{vf}/driver")
+            )
+            .as_deref(),
             Some("pci-stub")
         );
     }
-    // The PF stays with nvme.
+    // The PF stays with gim.
     assert_eq!(
-        link_name(&h, "/sys/bus/pci/devices/0000:02:00.0/driver").as_deref(),
-        Some("nvme")
+        link_name(&h, "/sys/bus/pci/devices/0000:86:00.0/driver").as_deref(),
+        Some("gim")
     );
     // The same id again, or one the static table has.
     assert_eq!(
-        wr_err(&h, &format!("{DRV}/pci-stub/new_id"), "1b36 0010"),
+        wr_err(&h, &format!("{DRV}/pci-stub/new_id"), "1002 74b5"),
         Errno::EEXIST
     );
     assert_eq!(
-        wr_err(&h, &format!("{DRV}/igb/new_id"), "8086 10c9"),
+        wr_err(&h, &format!("{DRV}/igb/new_id"), "8086 1521"),
         Errno::EEXIST
     );
-    wr(&h, &format!("{DRV}/pci-stub/remove_id"), "1b36 0010");
+    // vfio-pci's only static entry is override-only: a new id is accepted, and takes nothing
+    // already bound.
+    wr(&h, &format!("{DRV}/vfio-pci/new_id"), "10de 1eb8");
     assert_eq!(
-        wr_err(&h, &format!("{DRV}/pci-stub/remove_id"), "1b36 0010"),
+        link_name(&h, "/sys/bus/pci/devices/0000:01:00.0/driver").as_deref(),
+        Some("nvidia")
+    );
+    wr(&h, &format!("{DRV}/pci-stub/remove_id"), "1002 74b5");
+    assert_eq!(
+        wr_err(&h, &format!("{DRV}/pci-stub/remove_id"), "1002 74b5"),
         Errno::ENODEV
     );
     assert_eq!(
         wr_err(&h, &format!("{DRV}/pci-stub/remove_id"), "zz"),
         Errno::EINVAL
     );
+}
+
+#[test]
+fn a_driver_whose_probe_fails_on_vfs() {
+    let h = SimHost::builtin("samples").unwrap();
+    wr(&h, "/sys/bus/pci/devices/0000:02:00.0/sriov_numvfs", "2");
+    // nvme_probe on QEMU's offline secondary controllers: -ENODEV; autoprobe left them unbound.
+    assert_eq!(
+        link_name(&h, "/sys/bus/pci/devices/0000:02:00.1/driver"),
+        None
+    );
+    assert_eq!(
+        wr_err(&h, &format!("{DRV}/nvme/bind"), "0000:02:00.1"),
+        Errno::ENODEV
+    );
+    wr(
+        &h,
+        "/sys/bus/pci/devices/0000:02:00.1/driver_override",
+        "vfio-pci",
+    );
+    wr(&h, &format!("{DRV}/vfio-pci/bind"), "0000:02:00.1");
 }
 
 #[test]
