@@ -36,6 +36,10 @@ struct Args {
     /// on it; clients use `vgpuctl --bus ADDRESS`.
     #[arg(long, value_name = "ADDRESS")]
     listen: Option<String>,
+    /// Members of this group (besides root) may make changes. The shipped bus policy names
+    /// vgpu-admin; change it to match when using another group.
+    #[arg(long, value_name = "GROUP", default_value = vgpu_manager::client::ADMIN_GROUP)]
+    admin_group: String,
 }
 
 /// Why the daemon could not start or run.
@@ -150,7 +154,8 @@ async fn run(args: Args) -> Result<(), DaemonError> {
     };
     let conn = vgpu_manager::client::connect(&bus).await?;
     let exec: Arc<dyn Executor> = core.clone();
-    let service = dbus::serve(&conn, exec).await?;
+    let auth = dbus::Authorizer::with_admin_group(&args.admin_group);
+    let service = dbus::serve_with(&conn, exec, auth).await?;
     match conn.request_name(SERVICE).await {
         Ok(()) => {}
         Err(zbus::Error::NameTaken) => {

@@ -109,6 +109,20 @@ fn check_groups(caller: &Caller, admin_gid: Option<u32>) -> GroupCheck {
 }
 
 impl Authorizer {
+    /// An authorizer whose admin group is `group` instead of `vgpu-admin` (for sites with their own
+    /// group; the bus policy in `data/` names `vgpu-admin` and must then be changed to match).
+    pub fn with_admin_group(group: &str) -> Authorizer {
+        Authorizer {
+            admin_group: group.to_string(),
+            ..Authorizer::default()
+        }
+    }
+
+    /// The group whose members may make changes.
+    pub fn admin_group(&self) -> &str {
+        &self.admin_group
+    }
+
     /// Identifies the sender of the call `hdr` and checks it may call the mutating method in `hdr`.
     /// Returns the caller for logging; refusals say who was refused and how to get access.
     pub async fn authorize_change(
@@ -239,6 +253,7 @@ async fn identify(conn: &Connection, hdr: &Header<'_>) -> Result<Caller, ApiErro
         ))
     })?;
     let bus_groups = creds.unix_group_ids().cloned();
+    tracing::debug!(%sender, uid, bus_groups = ?bus_groups, "caller credentials");
     let (user, groups) = tokio::task::spawn_blocking(move || user_and_groups(uid, bus_groups))
         .await
         .map_err(ApiError::internal)?;

@@ -3,7 +3,8 @@
 //!
 //! busd runs on its own runtime (zruntime), so it gets its own thread; the daemon connects to it like
 //! any client. The bus has no security policy: every peer may call every method, and the daemon's own
-//! caller checks ([`super::auth`]) are what protects mutating calls.
+//! caller checks ([`super::auth`]) are what protects mutating calls. Its socket is open to every local
+//! user, like the system bus.
 
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -103,6 +104,19 @@ fn clear_stale_socket(address: &str, path: &Path) -> Result<(), EmbeddedBusError
     })
 }
 
+/// Lets every local user connect, as to the system bus (dbus-daemon makes its sockets world-writable
+/// too): anyone may read, and the daemon itself refuses changes from callers who are not root or in
+/// the admin group.
+fn open_to_everyone(address: &str, path: &Path) -> Result<(), EmbeddedBusError> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666)).map_err(|e| {
+        EmbeddedBusError::Start {
+            address: address.to_string(),
+            reason: format!("cannot open socket {} to clients: {e}", path.display()),
+        }
+    })
+}
+
 /// Starts a bus listening on `address` and returns once it accepts connections.
 pub fn start(address: &str) -> Result<EmbeddedBus, EmbeddedBusError> {
     let socket = socket_file(address)?;
@@ -134,6 +148,9 @@ pub fn start(address: &str) -> Result<EmbeddedBus, EmbeddedBusError> {
         })?;
     match rx.recv() {
         Ok(Ok(bound)) => {
+            if let Some(p) = &socket {
+                open_to_everyone(address, p)?;
+            }
             tracing::info!(address = %bound, "embedded bus listening");
             Ok(EmbeddedBus {
                 address: bound,

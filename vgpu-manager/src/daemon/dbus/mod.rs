@@ -82,6 +82,15 @@ impl Drop for Service {
 /// core's events. Requesting the well-known name is left to the caller, to do after this returns, so
 /// that clients never see the name before the objects.
 pub async fn serve(conn: &Connection, exec: Arc<dyn Executor>) -> Result<Service, ServeError> {
+    serve_with(conn, exec, Authorizer::default()).await
+}
+
+/// [`serve`] with a given authorizer (e.g. another admin group).
+pub async fn serve_with(
+    conn: &Connection,
+    exec: Arc<dyn Executor>,
+    auth: Authorizer,
+) -> Result<Service, ServeError> {
     let events = exec.subscribe();
     let instances = mirror::list_instances(&exec).await?;
     let gpus = mirror::list_gpus(&exec).await?;
@@ -91,7 +100,7 @@ pub async fn serve(conn: &Connection, exec: Arc<dyn Executor>) -> Result<Service
     let (handle, tasks) = mirror::start(conn, Arc::clone(&exec), events, instances, gpus).await?;
     let shared = Arc::new(Shared {
         exec,
-        auth: Authorizer::default(),
+        auth,
         mirror: handle,
     });
     server.at(MANAGER_PATH, manager::Manager { shared }).await?;
