@@ -100,10 +100,12 @@ fn main() -> ExitCode {
     }
 }
 
-/// Feeds kernel uevents to the core on a thread of its own (the host's stream is blocking).
+/// Feeds kernel uevents to the core on a thread of its own (the host's stream is blocking), and has the
+/// GPU objects re-read after each (a parent may have come or gone without any instance changing).
 fn forward_uevents(
     core: &Arc<Core>,
     events: std::sync::mpsc::Receiver<mdev_types::host::uevent::Uevent>,
+    gpus: dbus::GpuRefresher,
 ) {
     let core = Arc::downgrade(core);
     let spawned = std::thread::Builder::new()
@@ -112,6 +114,9 @@ fn forward_uevents(
             for ev in events {
                 let Some(core) = core.upgrade() else { break };
                 core.handle_uevent(&ev);
+                if ev.is_relevant() {
+                    gpus.gpus_changed();
+                }
             }
         });
     if let Err(e) = spawned {
@@ -139,9 +144,6 @@ async fn run(args: Args) -> Result<(), DaemonError> {
             source,
         })?;
     let core = Arc::new(core);
-    if let Some(rx) = uevents {
-        forward_uevents(&core, rx);
-    }
 
     // The embedded bus must outlive the connection; it removes its socket when dropped.
     let (embedded, bus): (Option<EmbeddedBus>, BusAddress) = match &args.listen {
@@ -156,6 +158,10 @@ async fn run(args: Args) -> Result<(), DaemonError> {
     let exec: Arc<dyn Executor> = core.clone();
     let auth = dbus::Authorizer::with_admin_group(&args.admin_group);
     let service = dbus::serve_with(&conn, exec, auth).await?;
+    // Events that arrived since the subscription above wait in the channel until now.
+    if let Some(rx) = uevents {
+        forward_uevents(&core, rx, service.gpu_refresher());
+    }
     match conn.request_name(SERVICE).await {
         Ok(()) => {}
         Err(zbus::Error::NameTaken) => {

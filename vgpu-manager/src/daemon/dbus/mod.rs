@@ -68,6 +68,26 @@ pub enum ServeError {
 #[derive(Debug)]
 pub struct Service {
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    mirror: mirror::MirrorHandle,
+}
+
+impl Service {
+    /// A handle to tell the service that GPUs may have changed without any instance changing (a
+    /// driver loaded, a parent registered): their objects are then re-read. Usable from any thread.
+    pub fn gpu_refresher(&self) -> GpuRefresher {
+        GpuRefresher(self.mirror.clone())
+    }
+}
+
+/// See [`Service::gpu_refresher`].
+#[derive(Debug, Clone)]
+pub struct GpuRefresher(mirror::MirrorHandle);
+
+impl GpuRefresher {
+    /// Schedules a refresh of the GPU objects (bursts are coalesced).
+    pub fn gpus_changed(&self) {
+        self.0.refresh_gpus();
+    }
 }
 
 impl Drop for Service {
@@ -101,8 +121,11 @@ pub async fn serve_with(
     let shared = Arc::new(Shared {
         exec,
         auth,
-        mirror: handle,
+        mirror: handle.clone(),
     });
     server.at(MANAGER_PATH, manager::Manager { shared }).await?;
-    Ok(Service { tasks })
+    Ok(Service {
+        tasks,
+        mirror: handle,
+    })
 }
