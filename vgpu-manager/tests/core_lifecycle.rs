@@ -1,0 +1,329 @@
+//! The daemon core driven directly through its one command type, on simulated hosts: lifecycle,
+//! persistence across restarts, ownership, events and concurrency.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::Arc;
+
+use mdev_types::host::sim::SimHost;
+use mdev_types::host::{Host, HostExt, paths};
+use mdev_types::ids::{MdevTypeId, MdevUuid};
+use vgpu_manager::daemon::api::{
+    Command, CoreError, CreateRequest, Event, InstanceState, InstanceView, Ownership, Reply, Target,
+};
+use vgpu_manager::daemon::core::Core;
+use vgpu_manager::profile::Catalog;
+
+const FOREIGN: &str = "8f0c2a43-6d1e-4b7a-9c55-0e4b1d2f7a61";
+
+fn open(host: &Arc<SimHost>, dir: &Path) -> Core {
+    Core::open(
+        host.clone() as Arc<dyn Host>,
+        dir,
+        Catalog::builtin().unwrap(),
+    )
+    .unwrap()
+}
+
+fn req(target: Target, gpu: Option<&str>) -> CreateRequest {
+    CreateRequest {
+        target,
+        gpu: gpu.map(str::to_string),
+        uuid: None,
+        autostart: false,
+        label: Some("vm-1".into()),
+    }
+}
+
+fn ty(s: &str) -> Target {
+    Target::Type(s.parse::<MdevTypeId>().unwrap())
+}
+
+fn instance(r: Result<Reply, CoreError>) -> InstanceView {
+    match r.unwrap() {
+        Reply::Instance(v) => v,
+        other => panic!("expected an instance, got {other:?}"),
+    }
+}
+
+fn list(core: &Core) -> Vec<InstanceView> {
+    match core.execute(Command::ListInstances).unwrap() {
+        Reply::Instances(v) => v,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn available(host: &dyn Host, parent: &str, t: &str) -> u32 {
+    host.read_trimmed(
+        &paths::mdev_type_dir(parent, &t.parse().unwrap()).join("available_instances"),
+    )
+    .unwrap()
+    .parse()
+    .unwrap()
+}
+
+#[test]
+fn create_define_start_stop_destroy_undefine() {
+    let host = Arc::new(SimHost::builtin("samples").unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let core = open(&host, dir.path());
+    let mut events = core.subscribe();
+
+    // Transient, by profile: the matching code picks mbochs-medium.
+    let before = available(host.as_ref(), "mbochs", "mbochs-medium");
+    let v = instance(core.execute(Command::Create(req(
+        Target::Profile("sample-display-16m".into()),
+        None,
+    ))));
+    assert_eq!(
+        (v.parent.as_str(), v.type_id.as_str()),
+        ("mbochs", "mbochs-medium")
+    );
+    assert_eq!(
+        (v.state, v.ownership, v.defined),
+        (InstanceState::Running, Ownership::Daemon, false)
+    );
+    assert_eq!(v.profile.as_deref(), Some("sample-display-16m"));
+    assert!(v.iommu_group.is_some());
+    assert!(host.exists(&paths::mdev_device(&v.uuid)));
+    assert_eq!(
+        available(host.as_ref(), "mbochs", "mbochs-medium"),
+        before - 1
+    );
+    assert!(matches!(events.try_recv().unwrap(), Event::InstanceAdded(a) if a.uuid == v.uuid));
+
+    // Defined by type, started, stopped, started, destroyed.
+    let mut r = req(ty("mdpy-vga"), Some("mdpy"));
+    r.autostart = true;
+    let d = instance(core.execute(Command::Define(r)));
+    assert_eq!(
+        (d.state, d.defined, d.autostart),
+        (InstanceState::Stopped, true, true)
+    );
+    assert!(!host.exists(&paths::mdev_device(&d.uuid)));
+    let d = instance(core.execute(Command::Start { uuid: d.uuid }));
+    assert_eq!(d.state, InstanceState::Running);
+    let e = core.execute(Command::Start { uuid: d.uuid }).unwrap_err();
+    assert_eq!(e.kind(), "State", "{e}");
+    let d = instance(core.execute(Command::Stop { uuid: d.uuid }));
+    assert_eq!(d.state, InstanceState::Stopped);
+    assert!(!host.exists(&paths::mdev_device(&d.uuid)));
+    instance(core.execute(Command::Start { uuid: d.uuid }));
+    let d2 = instance(core.execute(Command::SetAutostart {
+        uuid: d.uuid,
+        autostart: false,
+    }));
+    assert!(!d2.autostart);
+
+    // Undefine keeps the running device as transient; destroy removes everything.
+    let u = instance(core.execute(Command::Undefine { uuid: d.uuid }));
+    assert_eq!((u.defined, u.state), (false, InstanceState::Running));
+    assert_eq!(
+        core.execute(Command::Destroy { uuid: d.uuid }).unwrap(),
+        Reply::Done
+    );
+    assert!(!host.exists(&paths::mdev_device(&d.uuid)));
+    assert!(matches!(
+        core.execute(Command::GetInstance { uuid: d.uuid }),
+        Err(CoreError::NotFound { .. })
+    ));
+
+    assert_eq!(
+        core.execute(Command::Destroy { uuid: v.uuid }).unwrap(),
+        Reply::Done
+    );
+    assert_eq!(available(host.as_ref(), "mbochs", "mbochs-medium"), before);
+    assert!(list(&core).is_empty());
+}
+
+#[test]
+fn definitions_survive_a_restart_and_autostart_comes_back() {
+    let host = Arc::new(SimHost::builtin("samples").unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let (auto, manual, transient) = {
+        let core = open(&host, dir.path());
+        let mut r = req(ty("mbochs-small"), Some("mbochs"));
+        r.autostart = true;
+        let auto = instance(core.execute(Command::Define(r))).uuid;
+        let manual = instance(core.execute(Command::Define(req(ty("mtty-1"), Some("mtty"))))).uuid;
+        let transient =
+            instance(core.execute(Command::Create(req(ty("mtty-2"), Some("mtty"))))).uuid;
+        (auto, manual, transient)
+    };
+    // Host "reboot": a fresh kernel, same state directory.
+    let rebooted = Arc::new(SimHost::builtin("samples").unwrap());
+    let core = open(&rebooted, dir.path());
+    let views = list(&core);
+    let by = |u: MdevUuid| views.iter().find(|v| v.uuid == u).cloned();
+    assert_eq!(
+        by(auto).unwrap().state,
+        InstanceState::Running,
+        "autostart created on start"
+    );
+    assert_eq!(by(manual).unwrap().state, InstanceState::Stopped);
+    assert!(
+        by(transient).is_none(),
+        "a transient instance does not survive a reboot"
+    );
+    assert!(rebooted.exists(&paths::mdev_device(&auto)));
+
+    // Daemon restart on the same (not rebooted) host: nothing changes, nothing leaks.
+    drop(core);
+    let core = open(&rebooted, dir.path());
+    assert_eq!(list(&core).len(), 2);
+}
+
+#[test]
+fn foreign_devices_are_listed_and_never_touched() {
+    let host = Arc::new(SimHost::builtin("demo").unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let core = open(&host, dir.path());
+    let foreign: MdevUuid = FOREIGN.parse().unwrap();
+    let v = list(&core)
+        .into_iter()
+        .find(|v| v.uuid == foreign)
+        .expect("foreign instance listed");
+    assert_eq!(v.ownership, Ownership::Foreign);
+    for cmd in [
+        Command::Stop { uuid: foreign },
+        Command::Destroy { uuid: foreign },
+        Command::Start { uuid: foreign },
+        Command::Undefine { uuid: foreign },
+        Command::SetAutostart {
+            uuid: foreign,
+            autostart: true,
+        },
+    ] {
+        let e = core.execute(cmd).unwrap_err();
+        assert_eq!(e.kind(), "Foreign", "{e}");
+        assert!(e.to_string().contains(FOREIGN));
+    }
+    core.execute(Command::Reconcile).unwrap();
+    assert!(
+        host.exists(&paths::mdev_device(&foreign)),
+        "reconcile must not remove a foreign device"
+    );
+
+    // An explicit definition with its UUID and type adopts it; then it is ours to stop.
+    let mut r = req(ty("nvidia-231"), Some("0000:83:00.0"));
+    r.uuid = Some(foreign);
+    let a = instance(core.execute(Command::Define(r)));
+    assert_eq!((a.ownership, a.defined), (Ownership::Adopted, true));
+    instance(core.execute(Command::Stop { uuid: foreign }));
+    assert!(!host.exists(&paths::mdev_device(&foreign)));
+}
+
+#[test]
+fn bad_requests_get_typed_errors_and_change_nothing() {
+    let host = Arc::new(SimHost::builtin("demo").unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let core = open(&host, dir.path());
+    let before = list(&core);
+    let cases: Vec<(Command, &str, &str)> = vec![
+        (
+            Command::Create(req(Target::Profile("nope".into()), None)),
+            "Invalid",
+            "vdi-2g",
+        ),
+        (
+            Command::Create(req(ty("nvidia-231"), Some("0000:3b:00.0"))),
+            "Invalid",
+            "0000:3b:00.0",
+        ),
+        (
+            Command::Create(req(ty("nvidia-999"), Some("01:00.0"))),
+            "Invalid",
+            "nvidia-999",
+        ),
+        (
+            Command::Create(req(ty("nvidia-999"), None)),
+            "Invalid",
+            "nvidia-999",
+        ),
+        (
+            Command::Start {
+                uuid: MdevUuid::new_random(),
+            },
+            "NotFound",
+            "vgpuctl list",
+        ),
+        (
+            Command::Create(req(
+                Target::Profile("compute-8g".into()),
+                Some("0000:00:02.0"),
+            )),
+            "Invalid",
+            "0000:00:02.0",
+        ),
+    ];
+    for (cmd, kind, needle) in cases {
+        let e = core.execute(cmd.clone()).unwrap_err();
+        assert_eq!(e.kind(), kind, "{cmd:?}: {e}");
+        assert!(e.to_string().contains(needle), "{cmd:?}: {e}");
+    }
+    // Homogeneous rule: T4 #2 already runs nvidia-231, so another type there is full.
+    let e = core
+        .execute(Command::Create(req(ty("nvidia-232"), Some("0000:83:00.0"))))
+        .unwrap_err();
+    assert!(e.to_string().contains("full"), "{e}");
+    // Duplicate UUID.
+    let mut r = req(ty("nvidia-231"), Some("0000:01:00.0"));
+    r.uuid = Some(FOREIGN.parse().unwrap());
+    assert_eq!(
+        core.execute(Command::Create(r)).unwrap_err().kind(),
+        "Exists"
+    );
+    assert_eq!(list(&core), before);
+}
+
+#[test]
+fn concurrent_clients_never_exceed_capacity() {
+    let host = Arc::new(SimHost::builtin("samples").unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let core = Arc::new(open(&host, dir.path()));
+    let capacity = available(host.as_ref(), "mbochs", "mbochs-large");
+    let threads: Vec<_> = (0..16)
+        .map(|t| {
+            let core = core.clone();
+            std::thread::spawn(move || {
+                let mut mine = Vec::new();
+                let mut answered = 0;
+                for i in 0..100 {
+                    let r = if i % 3 == 2 && !mine.is_empty() {
+                        let u: MdevUuid = mine.remove((t + i) % mine.len());
+                        core.execute(Command::Destroy { uuid: u })
+                    } else {
+                        let r =
+                            core.execute(Command::Create(req(ty("mbochs-large"), Some("mbochs"))));
+                        if let Ok(Reply::Instance(v)) = &r {
+                            mine.push(v.uuid);
+                        }
+                        r
+                    };
+                    match r {
+                        Ok(_) => {}
+                        Err(e) => assert!(e.to_string().contains("full"), "unexpected error: {e}"),
+                    }
+                    answered += 1;
+                }
+                answered
+            })
+        })
+        .collect();
+    let answered: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    assert_eq!(answered, 1600);
+    let running: BTreeSet<MdevUuid> = list(&core).iter().map(|v| v.uuid).collect();
+    let on_host: BTreeSet<MdevUuid> = host
+        .list(Path::new(paths::MDEV_DEVICES))
+        .unwrap()
+        .iter()
+        .map(|s| s.parse().unwrap())
+        .collect();
+    assert_eq!(running, on_host, "the daemon's view equals the host");
+    assert!(on_host.len() as u32 <= capacity);
+    assert_eq!(
+        available(host.as_ref(), "mbochs", "mbochs-large"),
+        capacity - on_host.len() as u32
+    );
+}
