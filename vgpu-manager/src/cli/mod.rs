@@ -132,6 +132,8 @@ where
     };
     match dispatch(&cli, out) {
         Ok(()) => 0,
+        // A reader that went away (`vgpuctl list | head`) is not an error worth a message.
+        Err(CliError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => 0,
         Err(e) => {
             let _ = writeln!(err, "vgpuctl: {e}");
             EXIT_USAGE

@@ -220,7 +220,7 @@ pub enum CoreError {
     #[error(transparent)]
     Lifecycle(#[from] LifecycleError),
     /// The state directory could not be written or read.
-    #[error("state directory: {0}")]
+    #[error("{0}")]
     Store(String),
     /// The caller may not do this.
     #[error("{0}")]
