@@ -338,7 +338,9 @@ boot_and_test() {
 		-smp 2 -m 1G -nographic -no-reboot -nodefaults -serial stdio -display none
 		-kernel "$VMLINUZ" -initrd "$INITRD"
 		-append "console=ttyS0,115200 intel_iommu=on iommu=pt panic=-1 vmtest.kernel=$kernel vmtest.topology=$topo"
-		-virtfs "local,path=$SHARE,mount_tag=vmshare,security_model=none"
+		# The 9p share at a fixed slot (see scripts/vm/topologies.sh).
+		-fsdev "local,id=vmshare,path=$SHARE,security_model=none"
+		-device virtio-9p-pci,fsdev=vmshare,mount_tag=vmshare,addr=1.0
 	)
 	"topology_${topo//-/_}"
 	note "booting $kernel ($KVER), topology $topo"

@@ -7,8 +7,9 @@ use mdev_types::ids::{IommuGroup, PciId};
 use mdev_types::model::{Capability, Inventory, PciDevice, Vendor};
 use mdev_types::parse::TypeDescription;
 
-use super::guest::{Guest, Topology};
+use super::guest::{Guest, KernelKind, Topology};
 use super::iommu::EDU;
+use super::lifecycle::simulated_guest;
 use super::runner::{Outcome, Test, TestError, TestResult, ensure, ensure_eq};
 use super::samples::{Mdevs, SAMPLE_PARENTS, SAMPLE_TYPES, test_uuid};
 use super::sriov::{IGB_VF, Pf, PfGuard};
@@ -21,6 +22,7 @@ pub fn tests() -> Vec<Test<Guest>> {
         Test::new("discover_sriov_pfs_and_vfs", sriov_pfs_and_vfs),
         Test::new("discover_mdev_instances_and_groups", mdev_instances),
         Test::new("discover_iommu_groups", iommu_groups),
+        Test::new("discover_parity_with_simulated_host", parity),
     ]
 }
 
@@ -276,5 +278,82 @@ fn iommu_groups(g: &Guest) -> TestResult {
             format!("{bridge}, the third member of the shared group, is not a bridge")
         })?;
     }
+    Ok(Outcome::Passed)
+}
+
+/// discover on the simulated guest (mdev-types/sims/samples.toml) reports what it reports on the real
+/// kernel: the same mdev parents and types, and — in the default topology, which the simulated host
+/// mirrors — the same PCI devices, IOMMU groups and GPUs.
+fn parity(g: &Guest) -> TestResult {
+    let real = inventory(g)?;
+    let mut sim = discover(&simulated_guest()?)
+        .map_err(|e| TestError::Check(format!("discover on the simulated host failed: {e}")))?;
+    if g.kernel == KernelKind::Custom {
+        // The simulated host mirrors the stock 6.12 guest, where i2c-i801 is a module nobody loads; the
+        // custom kernel builds it in (CONFIG_I2C_I801=y in ../shared/vm/.../config), so the q35 SMBus
+        // function is bound there.
+        for d in &mut sim.pci_devices {
+            if d.address.to_string() == "0000:00:1f.3" {
+                d.driver = Some("i801_smbus".to_string());
+            }
+        }
+    }
+    let mut diffs = Vec::new();
+    if real.mdev_parents != sim.mdev_parents {
+        diffs.push(format!(
+            "mdev parents: real {:?} / simulated {:?}",
+            real.mdev_parents, sim.mdev_parents
+        ));
+    }
+    let addrs = |inv: &Inventory| -> Vec<String> {
+        inv.pci_devices
+            .iter()
+            .map(|d| d.address.to_string())
+            .collect()
+    };
+    for d in &sim.pci_devices {
+        match real.pci_devices.iter().find(|r| r.address == d.address) {
+            None => diffs.push(format!("{} is simulated but not in the guest", d.address)),
+            Some(r) => {
+                let mut r = r.clone();
+                let mut s = d.clone();
+                if g.topology != Topology::Default {
+                    // Extra devices shift group numbers; only the default topology is mirrored.
+                    r.iommu_group = None;
+                    s.iommu_group = None;
+                }
+                if r != s {
+                    diffs.push(format!("{}: real {r:?} / simulated {s:?}", d.address));
+                }
+            }
+        }
+    }
+    if g.topology == Topology::Default {
+        if addrs(&real) != addrs(&sim) {
+            diffs.push(format!(
+                "PCI devices: real {:?} / simulated {:?}",
+                addrs(&real),
+                addrs(&sim)
+            ));
+        }
+        if real.iommu_groups != sim.iommu_groups {
+            diffs.push(format!(
+                "IOMMU groups: real {:?} / simulated {:?}",
+                real.iommu_groups, sim.iommu_groups
+            ));
+        }
+        if real.gpus != sim.gpus {
+            diffs.push(format!(
+                "GPUs: real {:?} / simulated {:?}",
+                real.gpus, sim.gpus
+            ));
+        }
+    }
+    ensure(diffs.is_empty(), || {
+        format!(
+            "the simulated host differs from the guest:\n  {}",
+            diffs.join("\n  ")
+        )
+    })?;
     Ok(Outcome::Passed)
 }

@@ -2,9 +2,11 @@
 //!
 //! Each [`Scenario`] runs over any [`Host`]: it sets up, provokes exactly one refusal through our ops
 //! layer, checks that the typed [`LifecycleError`] is the expected variant with the expected fields,
-//! cleans up, and returns the error. The real-kernel tests run every scenario on the guest's sysfs;
-//! the same functions can run on a simulated host, so both answer the same scenario the same way.
+//! cleans up, and returns the error. Every `ops_error_*` test runs its scenario on the guest's sysfs
+//! AND on the simulated host that mirrors the guest (`SimHost::builtin("samples")`) and requires the
+//! two errors to be equal (parity); the unit tests run every scenario on the simulated host alone.
 
+use mdev_types::host::sim::SimHost;
 use mdev_types::host::{Host, HostExt, paths};
 use mdev_types::ids::{MdevUuid, PciAddress};
 use mdev_types::ops::{
@@ -90,8 +92,20 @@ pub fn scenario(name: &str) -> Result<Scenario, TestError> {
         .ok_or_else(|| TestError::Check(format!("no lifecycle scenario named {name}")))
 }
 
+/// The simulated host that mirrors the guest (mdev-types/sims/samples.toml).
+pub fn simulated_guest() -> Result<SimHost, TestError> {
+    SimHost::builtin("samples")
+        .map_err(|e| TestError::Check(format!("cannot build the simulated host 'samples': {e}")))
+}
+
+/// Runs scenario `name` on the real kernel and on the simulated host; both must give the expected
+/// error, and the same one.
 fn on_guest(g: &Guest, name: &str) -> TestResult {
-    scenario(name)?(&g.host)?;
+    let run = scenario(name)?;
+    let real = run(&g.host)?;
+    let sim = run(&simulated_guest()?)
+        .map_err(|e| TestError::Check(format!("on the simulated host: {e}")))?;
+    ensure_eq("typed error, simulated host vs real kernel", sim, real)?;
     Ok(Outcome::Passed)
 }
 
@@ -344,5 +358,17 @@ mod tests {
             assert!(names.contains(&want.as_str()), "no test {want}");
         }
         assert_eq!(names.len(), SCENARIOS.len() + 2);
+    }
+
+    /// The simulated half of the parity: every scenario holds on the simulated guest, so a kernel
+    /// model change that breaks parity fails here, without a VM.
+    #[test]
+    fn every_scenario_holds_on_the_simulated_host() {
+        for (name, run) in SCENARIOS {
+            let sim = simulated_guest().unwrap();
+            if let Err(e) = run(&sim) {
+                panic!("scenario {name} on the simulated host: {e}");
+            }
+        }
     }
 }
