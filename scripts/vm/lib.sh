@@ -75,19 +75,20 @@ ensure_host_tools() {
 	fi
 }
 
-# Downloads Debian package $1 into $CACHE/debs (once) and prints the .deb's path.
+# Downloads Debian package $1 into $CACHE/debs (once) and sets DEB to the .deb's path. (A global, not
+# output: apt_update_once must run in this shell so it runs once.)
 fetch_deb() {
-	local pkg=$1 f
+	local pkg=$1
 	mkdir -p "$CACHE/debs"
-	f=$(find "$CACHE/debs" -maxdepth 1 -name "${pkg}_*.deb" | sort -V | tail -n1)
-	if [ -z "$f" ]; then
+	DEB=$(find "$CACHE/debs" -maxdepth 1 -name "${pkg}_*.deb" | sort -V | tail -n1)
+	if [ -z "$DEB" ]; then
 		apt_update_once
+		note "downloading $pkg"
 		(cd "$CACHE/debs" && apt-get download -q -o APT::Sandbox::User=root "$pkg" >/dev/null) ||
 			die "apt-get download $pkg failed"
-		f=$(find "$CACHE/debs" -maxdepth 1 -name "${pkg}_*.deb" | sort -V | tail -n1)
+		DEB=$(find "$CACHE/debs" -maxdepth 1 -name "${pkg}_*.deb" | sort -V | tail -n1)
 	fi
-	[ -n "$f" ] || die "no .deb for $pkg after apt-get download"
-	echo "$f"
+	[ -n "$DEB" ] || die "no .deb for $pkg after apt-get download"
 }
 
 # ---------------------------------------------------------------------------------------------------
@@ -155,39 +156,36 @@ prepare_kernel() {
 	build_initramfs "$1"
 }
 
-# Prints the kernel ABI name to use: the pinned one when cached or on the mirror, else the newest match.
+# Sets ABI to the kernel ABI name to use: the pinned one when cached or on the mirror, else the newest
+# kernel of the same series there.
 resolve_abi() {
-	local kernel=$1 pinned=$2 regex=$3 newest
+	local kernel=$1 pinned=$2 regex=$3
+	ABI=$pinned
 	if [ -e "$CACHE/kernels/$kernel-$pinned/.samples-done" ] ||
 		[ -n "$(find "$CACHE/debs" -maxdepth 1 -name "linux-image-$pinned-amd64_*.deb" 2>/dev/null)" ]; then
-		echo "$pinned"
 		return
 	fi
-	apt_update_once >&2
-	if apt-cache show "linux-image-$pinned-amd64" >/dev/null 2>&1; then
-		echo "$pinned"
-		return
-	fi
-	newest=$(apt-cache search --names-only "^linux-image-${regex}-amd64\$" | awk '{print $1}' |
+	apt_update_once
+	apt-cache show "linux-image-$pinned-amd64" >/dev/null 2>&1 && return
+	ABI=$(apt-cache search --names-only "^linux-image-${regex}-amd64\$" | awk '{print $1}' |
 		sed 's/^linux-image-//; s/-amd64$//' | sort -V | tail -n1)
-	[ -n "$newest" ] || die "neither linux-image-$pinned-amd64 nor a newer kernel of its series is on the mirror"
-	note "linux-image-$pinned-amd64 is gone from the mirror; using linux-image-$newest-amd64" >&2
-	echo "$newest"
+	[ -n "$ABI" ] || die "neither linux-image-$pinned-amd64 nor a newer kernel of its series is on the mirror"
+	note "linux-image-$pinned-amd64 is gone from the mirror; using linux-image-$ABI-amd64"
 }
 
 prepare_stock() {
-	local kernel=$1 series=$4 abi deb
-	abi=$(resolve_abi "$kernel" "$2" "$3")
-	KVER=$abi-amd64
-	KDIR=$CACHE/kernels/$kernel-$abi
+	local kernel=$1 series=$4
+	resolve_abi "$kernel" "$2" "$3"
+	KVER=$ABI-amd64
+	KDIR=$CACHE/kernels/$kernel-$ABI
 	IMG=$KDIR/img
 	VMLINUZ=$IMG/boot/vmlinuz-$KVER
 	mkdir -p "$KDIR"
 	if [ ! -e "$KDIR/.image-done" ]; then
-		deb=$(fetch_deb "linux-image-$KVER")
-		note "unpacking $(basename "$deb")"
+		fetch_deb "linux-image-$KVER"
+		note "unpacking $(basename "$DEB")"
 		rm -rf "$IMG"
-		dpkg-deb -x "$deb" "$IMG"
+		dpkg-deb -x "$DEB" "$IMG"
 		touch "$KDIR/.image-done"
 	fi
 	if [ ! -e "$KDIR/.samples-done" ]; then
@@ -200,7 +198,7 @@ prepare_stock() {
 # Builds the kernel's sample mdev drivers (samples/vfio-mdev: mtty, mdpy, mdpy-fb, mbochs) out of tree
 # against Debian's headers, taking the sources from the linux-source package at build time.
 build_samples() {
-	local series=$1 hdr common kbuild x hdir src deb
+	local series=$1 hdr common kbuild x hdir src pkg
 	hdr=linux-headers-$KVER
 	apt_update_once
 	common=$(apt-cache depends "$hdr" | awk '/Depends: linux-headers-.*-common/{print $2; exit}')
@@ -208,14 +206,16 @@ build_samples() {
 	[ -n "$common" ] && [ -n "$kbuild" ] || die "cannot find the -common and kbuild packages $hdr depends on"
 	x=$KDIR/headers
 	rm -rf "$x" "$KDIR/samples"
-	for deb in "$hdr" "$common" "$kbuild"; do
-		dpkg-deb -x "$(fetch_deb "$deb")" "$x"
+	for pkg in "$hdr" "$common" "$kbuild"; do
+		fetch_deb "$pkg"
+		dpkg-deb -x "$DEB" "$x"
 	done
 	hdir=$x/usr/src/$hdr
 	# Debian's per-flavour headers Makefile includes the -common Makefile by absolute path
 	# (/usr/src/linux-headers-*-common/Makefile); point it at the unpacked copy.
 	sed -i "s#^include /usr/src/#include $x/usr/src/#" "$hdir/Makefile"
-	src=$(fetch_deb "linux-source-$series")
+	fetch_deb "linux-source-$series"
+	src=$DEB
 	note "extracting samples/vfio-mdev from $(basename "$src")"
 	mkdir -p "$KDIR/samples"
 	dpkg-deb --fsys-tarfile "$src" | tar -xO "./usr/src/linux-source-$series.tar.xz" | xz -dc |
