@@ -16,7 +16,11 @@ fn capture() -> PathBuf {
 #[test]
 fn h200_is_found_and_not_assignable_for_lack_of_an_iommu() {
     let root = capture();
-    assert!(root.join("sys").is_dir(), "the shared capture is missing at {}", root.display());
+    assert!(
+        root.join("sys").is_dir(),
+        "the shared capture is missing at {}",
+        root.display()
+    );
     let host = SysfsHost::new(&root).unwrap();
     let inv = discover(&host).unwrap();
 
@@ -33,7 +37,9 @@ fn h200_is_found_and_not_assignable_for_lack_of_an_iommu() {
     assert_eq!(dev.iommu_group, None);
     assert!(dev.sriov.is_none() && dev.physfn.is_none() && dev.nvidia_vf.is_none());
 
-    assert!(inv.mdev_parents.is_empty() && inv.mdev_instances.is_empty() && inv.iommu_groups.is_empty());
+    assert!(
+        inv.mdev_parents.is_empty() && inv.mdev_instances.is_empty() && inv.iommu_groups.is_empty()
+    );
     assert_eq!(inv.gpus.len(), 1);
     let gpu = &inv.gpus[0];
     assert_eq!(gpu.vendor, Vendor::Nvidia);

@@ -327,3 +327,37 @@ fn concurrent_clients_never_exceed_capacity() {
         capacity - on_host.len() as u32
     );
 }
+
+#[test]
+fn a_parent_that_registers_late_gets_its_autostart_instances_and_removals_are_noticed() {
+    let text = include_str!("../../mdev-types/sims/samples.toml").replace(
+        "device = \"mbochs\"\nvirtual_class = \"mbochs\"",
+        "device = \"mbochs\"\nvirtual_class = \"mbochs\"\nunloaded = true",
+    );
+    let host = Arc::new(SimHost::from_toml("late.toml", &text).unwrap());
+    let events = host.subscribe().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let core = open(&host, dir.path());
+    let mut r = req(ty("mbochs-medium"), Some("mbochs"));
+    r.autostart = true;
+    let v = instance(core.execute(Command::Define(r)));
+    assert_eq!(v.state, InstanceState::WaitingForParent);
+
+    // modprobe mbochs: the daemon learns of it only through the kernel's uevents.
+    host.load_module("mbochs").unwrap();
+    for ev in events.try_iter() {
+        core.handle_uevent(&ev);
+    }
+    let v = instance(core.execute(Command::GetInstance { uuid: v.uuid }));
+    assert_eq!(v.state, InstanceState::Running);
+    assert!(host.exists(&paths::mdev_device(&v.uuid)));
+
+    // Someone removes it behind our back: the view follows the kernel event.
+    host.write(&paths::mdev_device(&v.uuid).join("remove"), "1")
+        .unwrap();
+    for ev in events.try_iter() {
+        core.handle_uevent(&ev);
+    }
+    let v = instance(core.execute(Command::GetInstance { uuid: v.uuid }));
+    assert_eq!(v.state, InstanceState::Stopped);
+}

@@ -51,6 +51,16 @@ pub(super) fn assignability(
                 .to_string(),
         };
     };
+    if let Some(s) = dev.sriov.as_ref().filter(|s| s.num_vfs > 0) {
+        // vfio-pci's probe refuses a PF whose VFs are enabled (drivers/vfio/pci/vfio_pci_core.c,
+        // vfio_pci_core_register_device: -EBUSY when pdev->is_physfn && num_vfs).
+        return Assignability::No {
+            reason: format!(
+                "its {} SR-IOV VFs are enabled, and vfio-pci does not take a PF with VFs: set sriov_numvfs to 0 first",
+                s.num_vfs
+            ),
+        };
+    }
     if dev.boot_vga {
         return Assignability::No {
             reason: "it is the boot VGA device: the host console runs on it".to_string(),

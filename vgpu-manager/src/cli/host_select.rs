@@ -20,6 +20,16 @@ pub struct HostArgs {
         conflicts_with = "sysfs_root"
     )]
     pub sim: Option<String>,
+    /// With --sim: keep the simulated kernel's state in this journal file, so it outlives the process the
+    /// way a real kernel outlives the daemon (created if missing; replayed when present).
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "VGPU_SIM_JOURNAL",
+        global = true,
+        requires = "sim"
+    )]
+    pub sim_journal: Option<PathBuf>,
     /// Read the kernel's sysfs below DIR instead of `/` (a fixture tree or a capture).
     #[arg(long, value_name = "DIR", env = "VGPU_SYSFS_ROOT", global = true)]
     pub sysfs_root: Option<PathBuf>,
@@ -29,7 +39,12 @@ impl HostArgs {
     /// Opens the selected host.
     pub fn open(&self) -> Result<Arc<dyn Host>, CliError> {
         if let Some(sim) = &self.sim {
-            let host = SimHost::load(sim).map_err(|e| CliError::Host(e.to_string()))?;
+            let mut host = SimHost::load(sim).map_err(|e| CliError::Host(e.to_string()))?;
+            if let Some(journal) = &self.sim_journal {
+                host = host
+                    .with_journal(journal)
+                    .map_err(|e| CliError::Host(e.to_string()))?;
+            }
             return Ok(Arc::new(host));
         }
         match &self.sysfs_root {

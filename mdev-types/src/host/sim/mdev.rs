@@ -157,7 +157,7 @@ pub(crate) fn render(model: &Model, v: &mut Vfs) {
             continue;
         }
         let dir = model.parent_dir(p);
-        if let ParentLoc::Virtual { class } = &p.loc {
+        if let ParentLoc::Virtual { class, .. } = &p.loc {
             v.link(&format!("/sys/class/{class}/{}", p.name), &dir);
             v.link(&format!("{dir}/subsystem"), &format!("/sys/class/{class}"));
         }

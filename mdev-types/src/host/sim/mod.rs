@@ -20,17 +20,22 @@
 //! ```
 
 use std::fmt;
+use std::fs::File;
 use std::io;
 use std::path::Path;
+use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use nix::errno::Errno;
 
+use super::uevent::Uevent;
 use super::{Host, HostError, HostOp};
 
 mod attr;
 mod build;
 mod error;
+mod events;
+mod journal;
 mod kstr;
 mod locate;
 mod materialize;
@@ -71,6 +76,92 @@ const BUILTIN_NAMES: &[&str] = &["demo", "samples"];
 struct Inner {
     model: Model,
     tree: Option<Vfs>,
+    /// Receivers of uevents ([`Host::subscribe`]); dropped receivers are pruned on the next event.
+    subscribers: Vec<Sender<Uevent>>,
+    /// Where changes are recorded ([`SimHost::with_journal`]).
+    journal: Option<File>,
+}
+
+impl Inner {
+    /// Applies one change: runs it, then journals it and broadcasts the uevents it caused.
+    fn change(
+        &mut self,
+        entry: journal::Entry,
+        f: impl FnOnce(&mut Model) -> Result<(), Errno>,
+    ) -> Result<(), Errno> {
+        let before = (!self.subscribers.is_empty()).then(|| events::snapshot(&self.model));
+        let result = f(&mut self.model);
+        self.tree = None;
+        result?;
+        if let Some(file) = &mut self.journal {
+            // The change happened; a journal that cannot record it would silently lose it on restart.
+            journal::append(file, &entry).map_err(|_| Errno::EIO)?;
+        }
+        if let Some(before) = before {
+            let evs = events::diff(&before, &events::snapshot(&self.model));
+            self.subscribers
+                .retain(|tx| evs.iter().all(|ev| tx.send(ev.clone()).is_ok()));
+        }
+        Ok(())
+    }
+
+    fn set_module(&mut self, module: &str, load: bool) -> Result<(), Errno> {
+        let entry = if load {
+            journal::Entry::Load {
+                module: module.to_string(),
+            }
+        } else {
+            journal::Entry::Unload {
+                module: module.to_string(),
+            }
+        };
+        self.change(entry, |m| set_module(m, module, load))
+    }
+
+    fn apply(&mut self, path: &Path, value: &str) -> Result<(), Errno> {
+        let attr = match self.tree().node(path)?.1 {
+            Node::Dir(_) => return Err(Errno::EISDIR),
+            Node::File(f) if !f.mode.writable() => return Err(Errno::EACCES),
+            Node::File(f) => f.attr.clone(),
+            Node::Link(_) => return Err(Errno::ENOENT),
+        };
+        let Some(attr) = attr else {
+            return Err(Errno::EACCES);
+        };
+        let entry = journal::Entry::Write {
+            path: path.to_string_lossy().into_owned(),
+            value: value.to_string(),
+        };
+        self.change(entry, |m| store(m, &attr, value))
+    }
+}
+
+/// `modprobe`/`rmmod` of the module behind virtual parents of class `module`: unknown → ENOENT; unloading
+/// while instances exist → EBUSY (the module is in use: kernel/module/main.c delete_module).
+fn set_module(model: &mut Model, module: &str, load: bool) -> Result<(), Errno> {
+    let parents: Vec<usize> = model
+        .parents
+        .iter()
+        .enumerate()
+        .filter(
+            |(_, p)| matches!(&p.loc, model::ParentLoc::Virtual { class, .. } if class == module),
+        )
+        .map(|(i, _)| i)
+        .collect();
+    if parents.is_empty() {
+        return Err(Errno::ENOENT);
+    }
+    if !load && model.mdevs.values().any(|m| parents.contains(&m.parent)) {
+        return Err(Errno::EBUSY);
+    }
+    for i in parents {
+        if let Some(model::ParentLoc::Virtual { loaded, .. }) =
+            model.parents.get_mut(i).map(|p| &mut p.loc)
+        {
+            *loaded = load;
+        }
+    }
+    Ok(())
 }
 
 impl Inner {
@@ -99,7 +190,12 @@ impl SimHost {
     fn from_model(model: Model) -> Self {
         Self {
             name: Arc::from(model.name.as_str()),
-            inner: Arc::new(Mutex::new(Inner { model, tree: None })),
+            inner: Arc::new(Mutex::new(Inner {
+                model,
+                tree: None,
+                subscribers: Vec::new(),
+                journal: None,
+            })),
         }
     }
 
@@ -154,6 +250,49 @@ impl SimHost {
                 known: BUILTIN_NAMES.join(", "),
             }),
         }
+    }
+
+    /// Keeps the simulated kernel's state in a journal file, so it outlives the process (as a real
+    /// kernel outlives the daemon): replays the journal's changes on top of the description, then records
+    /// every further change. Errors name the journal and the change that no longer applies.
+    pub fn with_journal(self, path: &Path) -> Result<SimHost, SimError> {
+        let io_err = |source: io::Error| SimError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let entries = journal::read(path).map_err(io_err)?;
+        {
+            let mut inner = self.lock();
+            for (n, entry) in entries.into_iter().enumerate() {
+                let result = match &entry {
+                    journal::Entry::Write { path: p, value } => inner.apply(Path::new(p), value),
+                    journal::Entry::Load { module } => inner.set_module(module, true),
+                    journal::Entry::Unload { module } => inner.set_module(module, false),
+                };
+                if let Err(errno) = result {
+                    return Err(io_err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!(
+                            "change {} ({entry:?}) does not apply to this host ({errno}): the journal belongs to another description; remove it to start fresh",
+                            n + 1
+                        ),
+                    )));
+                }
+            }
+            inner.journal = Some(journal::open(path).map_err(io_err)?);
+        }
+        Ok(self)
+    }
+
+    /// Loads the module that registers the virtual parents of class `module` (like `modprobe`): they
+    /// appear under `/sys/class/mdev_bus` and subscribers get the kernel's uevents.
+    pub fn load_module(&self, module: &str) -> Result<(), Errno> {
+        self.lock().set_module(module, true)
+    }
+
+    /// Unloads it again (like `rmmod`); `EBUSY` while instances exist.
+    pub fn unload_module(&self, module: &str) -> Result<(), Errno> {
+        self.lock().set_module(module, false)
     }
 
     /// The host's name (`demo`).
@@ -213,20 +352,9 @@ impl Host for SimHost {
     }
 
     fn write(&self, path: &Path, value: &str) -> Result<(), HostError> {
-        let mut inner = self.lock();
-        let err = |e| HostError::write(path, value, e);
-        let attr = match inner.tree().node(path).map_err(err)?.1 {
-            Node::Dir(_) => return Err(err(Errno::EISDIR)),
-            Node::File(f) if !f.mode.writable() => return Err(err(Errno::EACCES)),
-            Node::File(f) => f.attr.clone(),
-            Node::Link(_) => return Err(err(Errno::ENOENT)),
-        };
-        let Some(attr) = attr else {
-            return Err(err(Errno::EACCES));
-        };
-        let result = store(&mut inner.model, &attr, value);
-        inner.tree = None;
-        result.map_err(err)
+        self.lock()
+            .apply(path, value)
+            .map_err(|e| HostError::write(path, value, e))
     }
 
     fn list(&self, path: &Path) -> Result<Vec<String>, HostError> {
@@ -256,5 +384,12 @@ impl Host for SimHost {
 
     fn describe(&self) -> String {
         format!("simulated host '{}'", self.name)
+    }
+
+    /// Every later change broadcasts the uevents the kernel would send.
+    fn subscribe(&self) -> Option<Receiver<Uevent>> {
+        let (tx, rx) = channel();
+        self.lock().subscribers.push(tx);
+        Some(rx)
     }
 }

@@ -186,7 +186,12 @@ pub(crate) enum ParentLoc {
     /// A PCI function; registered while bound to `driver`.
     Pci { addr: PciAddress, driver: String },
     /// A class device under `/sys/devices/virtual/<class>/<name>` (the kernel samples).
-    Virtual { class: String },
+    Virtual {
+        /// The device class (and module) name.
+        class: String,
+        /// Whether the module that registers it is loaded.
+        loaded: bool,
+    },
 }
 
 /// An mdev parent.
@@ -298,7 +303,7 @@ impl Model {
     pub(crate) fn parent_dir(&self, p: &Parent) -> String {
         match &p.loc {
             ParentLoc::Pci { addr, .. } => self.dev_dir(addr),
-            ParentLoc::Virtual { class } => format!("/sys/devices/virtual/{class}/{}", p.name),
+            ParentLoc::Virtual { class, .. } => format!("/sys/devices/virtual/{class}/{}", p.name),
         }
     }
 
@@ -310,7 +315,7 @@ impl Model {
                 .pci
                 .get(addr)
                 .is_some_and(|d| d.driver.as_deref() == Some(driver.as_str())),
-            ParentLoc::Virtual { .. } => true,
+            ParentLoc::Virtual { loaded, .. } => *loaded,
         }
     }
 

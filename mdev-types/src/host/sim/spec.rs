@@ -242,6 +242,10 @@ pub struct MdevParentSpec {
     pub device: String,
     /// For virtual parents: the class (`/sys/devices/virtual/<class>/<device>`).
     pub virtual_class: Option<String>,
+    /// For virtual parents: whether the module that registers it is loaded at start (default true);
+    /// [`SimHost::load_module`](super::SimHost::load_module) loads it later, like `modprobe`.
+    #[serde(default)]
+    pub unloaded: bool,
     /// The mdev bus driver instances bind to (`mtty`, `intel_vgpu_mdev`, `nvidia-vgpu-vfio`).
     pub mdev_driver: String,
     /// Who counts instances (default `driver`).

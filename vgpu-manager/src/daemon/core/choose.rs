@@ -57,6 +57,15 @@ impl Core {
     ) -> Result<Placement, CoreError> {
         let parent = match gpu {
             Some(p) => {
+                if !self.parent_exists(&p) && !need_capacity {
+                    // A definition may name a parent whose driver is not loaded yet: it waits for it.
+                    return Ok(Placement {
+                        gpu: p.clone(),
+                        parent: p,
+                        type_id: type_id.clone(),
+                        profile: None,
+                    });
+                }
                 if !self.parent_exists(&p) {
                     return Err(CoreError::Invalid(format!(
                         "no mdev parent {p} on {}: `vgpuctl types` lists parents and their types",

@@ -10,7 +10,7 @@
 //!   appears (its driver loaded late). A `Stop` is respected until then.
 //! * Devices not in the ownership ledger are foreign: listed, never modified.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -56,6 +56,8 @@ pub struct Core {
     inflight: Mutex<HashSet<MdevUuid>>,
     /// The current view of every instance, kept up to date by our own operations and refreshes.
     views: Mutex<BTreeMap<MdevUuid, InstanceView>>,
+    /// The registered mdev parents as last seen, to notice one that appears.
+    known_parents: Mutex<BTreeSet<String>>,
     events: broadcast::Sender<Event>,
 }
 
@@ -98,8 +100,10 @@ impl Core {
             locks: locks::Locks::default(),
             inflight: Mutex::new(HashSet::new()),
             views: Mutex::new(BTreeMap::new()),
+            known_parents: Mutex::new(BTreeSet::new()),
             events,
         };
+        *lock(&core.known_parents) = core.parents_now();
         core.reconcile(ReconcileScope::Startup)?;
         Ok(core)
     }
@@ -143,27 +147,50 @@ impl Core {
         }
     }
 
-    /// Handles a kernel uevent: a parent that appeared gets its autostart instances; anything else that
-    /// concerns mdevs refreshes the views (a device removed behind our back is noticed).
+    /// Handles a kernel uevent. An mdev event refreshes that instance (one removed behind our back is
+    /// noticed); anything else re-reads the registered parents, and a parent that appeared (its driver
+    /// loaded late) gets its autostart instances. Ordering makes this race-free: the kernel sends a PCI
+    /// device's `bind` and a module's `add` only after the probe or init that registered the parent.
     pub fn handle_uevent(&self, ev: &mdev_types::host::uevent::Uevent) {
         if !ev.is_relevant() {
             return;
         }
-        let parent_appeared = ev.action == "add" && ev.subsystem.as_deref() == Some("mdev_bus");
-        let scope = if parent_appeared {
-            ReconcileScope::ParentAppeared(
-                ev.devpath
-                    .rsplit('/')
-                    .next()
-                    .unwrap_or_default()
-                    .to_string(),
-            )
-        } else {
-            ReconcileScope::Refresh
-        };
-        if let Err(e) = self.reconcile(scope) {
-            warn!(error = %e, devpath = %ev.devpath, "reconcile after a kernel event failed");
+        if ev.subsystem.as_deref() == Some("mdev") {
+            if let Some(uuid) = ev.devpath.rsplit('/').next().and_then(|u| u.parse().ok()) {
+                self.refresh_one(&uuid);
+            }
+            return;
         }
+        let now = self.parents_now();
+        let appeared: Vec<String> = {
+            let mut known = lock(&self.known_parents);
+            let new = now.difference(&known).cloned().collect();
+            *known = now;
+            new
+        };
+        let scopes: Vec<ReconcileScope> = if appeared.is_empty() {
+            vec![ReconcileScope::Refresh]
+        } else {
+            appeared
+                .into_iter()
+                .map(ReconcileScope::ParentAppeared)
+                .collect()
+        };
+        for scope in scopes {
+            info!(?scope, action = %ev.action, devpath = %ev.devpath, "reconcile after a kernel event");
+            if let Err(e) = self.reconcile(scope) {
+                warn!(error = %e, devpath = %ev.devpath, "reconcile after a kernel event failed");
+            }
+        }
+    }
+
+    /// The names under `/sys/class/mdev_bus` now.
+    fn parents_now(&self) -> BTreeSet<String> {
+        self.host
+            .list_optional(std::path::Path::new(paths::MDEV_BUS_CLASS))
+            .unwrap_or_default()
+            .into_iter()
+            .collect()
     }
 
     fn list_gpus(&self) -> Result<Vec<GpuView>, CoreError> {

@@ -28,6 +28,7 @@ pub(super) fn parents(cx: &Ctx, spec: &SimSpec, model: &mut Model) -> Result<(),
                 }
                 ParentLoc::Virtual {
                     class: class.clone(),
+                    loaded: !p.unloaded,
                 }
             }
             None => {

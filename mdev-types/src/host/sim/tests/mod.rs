@@ -54,6 +54,7 @@ pub(super) fn link_name(h: &SimHost, path: &str) -> Option<String> {
 
 mod access_tests;
 mod guest_tests;
+mod journal_tests;
 mod materialize_tests;
 mod mdev_tests;
 mod nvidia_tests;
