@@ -4,6 +4,7 @@
 //!
 //! * [`runner`] — the tiny named-test runner (the guest has no libtest).
 //! * [`guest`] — which kernel and topology are running; sysfs helpers.
+//! * [`harness`] — the guest's own modules and device nodes (/dev/kvm, /dev/vfio, /dev/iommu).
 //! * [`samples`] — facts about the sample mdev drivers; a guard that removes created mdevs.
 //! * [`mdev`], [`sriov`], [`iommu`] — raw sysfs tests, each errno case with its kernel source.
 //! * [`lifecycle`] — the same refusals as typed `mdev_types::ops` errors, as host-independent scenarios.
@@ -13,6 +14,7 @@
 
 pub mod discovery;
 pub mod guest;
+pub mod harness;
 pub mod iommu;
 pub mod lifecycle;
 pub mod mdev;
@@ -26,6 +28,7 @@ use runner::Test;
 /// Every real-kernel test, in run order.
 pub fn all_tests() -> Vec<Test<Guest>> {
     let mut tests = Vec::new();
+    tests.extend(harness::tests());
     tests.extend(mdev::tests());
     tests.extend(sriov::tests());
     tests.extend(iommu::tests());
