@@ -51,6 +51,56 @@ pub(super) fn read(path: &Path) -> io::Result<Vec<Entry>> {
     Ok(out)
 }
 
+/// The UUID an mdev `create` entry creates, or the one a `remove` entry removes.
+fn mdev_effect(entry: &Entry) -> Option<(&str, bool)> {
+    let Entry::Write { path, value } = entry else {
+        return None;
+    };
+    if path.ends_with("/create") && path.contains("/mdev_supported_types/") {
+        return Some((value.trim(), true));
+    }
+    let uuid = path
+        .strip_prefix("/sys/bus/mdev/devices/")?
+        .strip_suffix("/remove")?;
+    Some((uuid, false))
+}
+
+/// Drops the mdev history that no longer matters: every create and remove of a UUID except the last
+/// create of a device that still exists (`alive`). Kept entries stay in their order, and dropping a
+/// device's history only ever frees capacity for the entries after it, so the compacted journal
+/// replays to the same state.
+pub(super) fn compact(entries: Vec<Entry>, alive: &dyn Fn(&str) -> bool) -> Vec<Entry> {
+    let mut last_create = std::collections::BTreeMap::new();
+    for (i, e) in entries.iter().enumerate() {
+        if let Some((uuid, true)) = mdev_effect(e) {
+            last_create.insert(uuid.to_string(), i);
+        }
+    }
+    entries
+        .into_iter()
+        .enumerate()
+        .filter(|(i, e)| match mdev_effect(e) {
+            None => true,
+            Some((uuid, true)) => alive(uuid) && last_create.get(uuid) == Some(i),
+            Some((_, false)) => false,
+        })
+        .map(|(_, e)| e)
+        .collect()
+}
+
+/// Replaces the journal with `entries` atomically (temp file, fsync, rename).
+pub(super) fn rewrite(path: &Path, entries: &[Entry]) -> io::Result<()> {
+    let tmp = path.with_extension("compacting");
+    {
+        let mut f = File::create(&tmp)?;
+        for e in entries {
+            append(&mut f, e)?;
+        }
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)
+}
+
 /// Opens the journal for appending.
 pub(super) fn open(path: &Path) -> io::Result<File> {
     OpenOptions::new().create(true).append(true).open(path)

@@ -80,6 +80,9 @@ struct Inner {
     subscribers: Vec<Sender<Uevent>>,
     /// Where changes are recorded ([`SimHost::with_journal`]).
     journal: Option<File>,
+    /// The last rendered tree after a change made it stale; replaying a journal resolves paths in it
+    /// when it can, to avoid a full re-render per entry.
+    stale: Option<Vfs>,
 }
 
 impl Inner {
@@ -91,7 +94,9 @@ impl Inner {
     ) -> Result<(), Errno> {
         let before = (!self.subscribers.is_empty()).then(|| events::snapshot(&self.model));
         let result = f(&mut self.model);
-        self.tree = None;
+        if let Some(t) = self.tree.take() {
+            self.stale = Some(t);
+        }
         result?;
         if let Some(file) = &mut self.journal {
             // The change happened; a journal that cannot record it would silently lose it on restart.
@@ -116,6 +121,30 @@ impl Inner {
             }
         };
         self.change(entry, |m| set_module(m, module, load))
+    }
+
+    /// Re-applies a journalled write. The entry succeeded once on this same sequence of states, so a
+    /// writable attribute found at its path in the last rendered (possibly stale) tree names the same
+    /// kernel object: attributes are keyed by stable identities (addresses, UUIDs, parent/type indices).
+    fn reapply(&mut self, path: &Path, value: &str) -> Result<(), Errno> {
+        let known = self
+            .tree
+            .as_ref()
+            .or(self.stale.as_ref())
+            .and_then(|t| match t.node(path) {
+                Ok((_, Node::File(f))) if f.mode.writable() => f.attr.clone(),
+                _ => None,
+            });
+        match known {
+            Some(attr) => {
+                let entry = journal::Entry::Write {
+                    path: path.to_string_lossy().into_owned(),
+                    value: value.to_string(),
+                };
+                self.change(entry, |m| store(m, &attr, value))
+            }
+            None => self.apply(path, value),
+        }
     }
 
     fn apply(&mut self, path: &Path, value: &str) -> Result<(), Errno> {
@@ -193,6 +222,7 @@ impl SimHost {
             inner: Arc::new(Mutex::new(Inner {
                 model,
                 tree: None,
+                stale: None,
                 subscribers: Vec::new(),
                 journal: None,
             })),
@@ -260,12 +290,38 @@ impl SimHost {
             path: path.to_path_buf(),
             source,
         };
+        let entries = self.replay(path)?;
+        {
+            let mut inner = self.lock();
+            let alive = |u: &str| u.parse().is_ok_and(|u| inner.model.mdevs.contains_key(&u));
+            let compacted = journal::compact(entries.clone(), &alive);
+            if compacted.len() < entries.len() {
+                journal::rewrite(path, &compacted).map_err(io_err)?;
+            }
+            inner.journal = Some(journal::open(path).map_err(io_err)?);
+        }
+        Ok(self)
+    }
+
+    /// The state a journal describes, without recording anything further (for looking at the simulated
+    /// kernel of a running process: only that process may write the journal).
+    pub fn replayed(self, path: &Path) -> Result<SimHost, SimError> {
+        self.replay(path)?;
+        Ok(self)
+    }
+
+    /// Applies a journal's changes; returns them.
+    fn replay(&self, path: &Path) -> Result<Vec<journal::Entry>, SimError> {
+        let io_err = |source: io::Error| SimError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
         let entries = journal::read(path).map_err(io_err)?;
         {
             let mut inner = self.lock();
-            for (n, entry) in entries.into_iter().enumerate() {
+            for (n, entry) in entries.iter().enumerate() {
                 let result = match &entry {
-                    journal::Entry::Write { path: p, value } => inner.apply(Path::new(p), value),
+                    journal::Entry::Write { path: p, value } => inner.reapply(Path::new(p), value),
                     journal::Entry::Load { module } => inner.set_module(module, true),
                     journal::Entry::Unload { module } => inner.set_module(module, false),
                 };
@@ -279,9 +335,8 @@ impl SimHost {
                     )));
                 }
             }
-            inner.journal = Some(journal::open(path).map_err(io_err)?);
         }
-        Ok(self)
+        Ok(entries)
     }
 
     /// Loads the module that registers the virtual parents of class `module` (like `modprobe`): they

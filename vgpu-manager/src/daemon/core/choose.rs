@@ -172,7 +172,11 @@ impl Core {
                             break;
                         }
                     }
-                    other => other_backends.push(format!("{}: {other}", g.gpu)),
+                    _ => {
+                        if !other_backends.contains(&g.gpu) {
+                            other_backends.push(g.gpu.clone());
+                        }
+                    }
                 }
             }
         }
@@ -188,14 +192,24 @@ impl Core {
                 profile: Some(profile.name.clone()),
             });
         }
+        // One short reason per GPU (its closest miss); `vgpuctl match` shows them all.
         let mut why: Vec<String> = candidates
             .iter()
-            .filter_map(|g| g.why_not().map(|w| format!("{}: {w}", g.gpu)))
+            .filter(|g| !other_backends.contains(&g.gpu))
+            .filter_map(|g| {
+                let first = g.refused.first()?;
+                let more = g.refused.len() - 1;
+                Some(if more > 0 {
+                    format!("{}: {first} (+{more} more)", g.gpu)
+                } else {
+                    format!("{}: {first}", g.gpu)
+                })
+            })
             .collect();
         if !other_backends.is_empty() {
             why.push(format!(
-                "served only through non-mdev backends, which vgpud does not create yet: {}",
-                other_backends.join("; ")
+                "{} could serve it through SR-IOV or vendor VFIO, which vgpud does not create yet",
+                other_backends.join(", ")
             ));
         }
         Err(CoreError::Invalid(format!(

@@ -107,3 +107,49 @@ fn the_journal_carries_state_across_processes() {
         "{e}"
     );
 }
+
+#[test]
+fn reopening_compacts_the_journal_to_what_still_exists() {
+    let dir = tempfile::tempdir().unwrap();
+    let j = dir.path().join("kernel.journal");
+    {
+        let h = SimHost::builtin("samples")
+            .unwrap()
+            .with_journal(&j)
+            .unwrap();
+        for _ in 0..20 {
+            h.write(&p(MEDIUM).join("create"), U1).unwrap();
+            h.write(&p(&format!("/sys/bus/mdev/devices/{U1}/remove")), "1")
+                .unwrap();
+        }
+        h.write(&p(MEDIUM).join("create"), U2).unwrap();
+        h.write(
+            &p("/sys/bus/pci/devices/0000:01:00.0/sriov_drivers_autoprobe"),
+            "0",
+        )
+        .unwrap();
+    }
+    assert_eq!(std::fs::read_to_string(&j).unwrap().lines().count(), 42);
+    let h = SimHost::builtin("samples")
+        .unwrap()
+        .with_journal(&j)
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(&j).unwrap().lines().count(),
+        2,
+        "history of removed devices dropped"
+    );
+    assert!(h.exists(&p(&format!("/sys/bus/mdev/devices/{U2}"))));
+    assert!(!h.exists(&p(&format!("/sys/bus/mdev/devices/{U1}"))));
+    assert_eq!(
+        rd(
+            &h,
+            "/sys/bus/pci/devices/0000:01:00.0/sriov_drivers_autoprobe"
+        ),
+        "0"
+    );
+    // A read-only replay sees the same state and leaves the file alone.
+    drop(h);
+    let r = SimHost::builtin("samples").unwrap().replayed(&j).unwrap();
+    assert_eq!(rd(&r, &format!("{MEDIUM}/available_instances")), "15");
+}
