@@ -1,23 +1,33 @@
 //! The real-kernel test suite's entry point, run inside the vm-test guest by scripts/vm-test.
 //!
 //! `kernel-tests [--list] [FILTER...]`: runs every test whose name contains one of the filters (all
-//! without filters) and exits non-zero when any failed. Outside the guest it only lists tests: the
+//! without filters) and exits non-zero when any failed. Benchmarks (`bench_*`) join only when a filter
+//! contains `bench`, so a normal run never starts them. Outside the guest it only lists tests: the
 //! suite creates mdevs, enables VFs and rebinds drivers, which must never happen on a real host.
 
 use std::process::ExitCode;
 
 use mdev_types::host::SysfsHost;
 use vgpu_tests::kernel::guest::Guest;
-use vgpu_tests::kernel::{all_tests, runner};
+use vgpu_tests::kernel::{all_benches, all_tests, runner};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let tests = all_tests();
+    let mut tests = all_tests();
     if args.iter().any(|a| a == "--list") {
         for t in &tests {
             println!("{}", t.name);
         }
+        for b in all_benches() {
+            println!(
+                "{} (benchmark: only with a filter containing \"bench\")",
+                b.name
+            );
+        }
         return ExitCode::SUCCESS;
+    }
+    if args.iter().any(|a| a.contains("bench")) {
+        tests.extend(all_benches());
     }
     if let Some(bad) = args.iter().find(|a| a.starts_with('-')) {
         eprintln!("kernel-tests: unknown option {bad}; usage: kernel-tests [--list] [FILTER...]");

@@ -9,9 +9,13 @@
 //! * [`mdev`], [`sriov`], [`iommu`] — raw sysfs tests, each errno case with its kernel source.
 //! * [`lifecycle`] — the same refusals as typed `mdev_types::ops` errors, as host-independent scenarios.
 //! * [`discovery`] — `mdev_types::discover` against what sysfs says.
+//! * [`vgpud`], [`daemon`] — the real `vgpud` on the guest's sysfs, driven over D-Bus.
+//! * [`bench`] — benchmarks ([`all_benches`]), run only when a filter names them.
 //!
-//! Later suites (daemon, VFIO) add modules here and list their tests in [`all_tests`].
+//! Later suites (VFIO) add modules here and list their tests in [`all_tests`].
 
+pub mod bench;
+pub mod daemon;
 pub mod discovery;
 pub mod guest;
 pub mod harness;
@@ -21,6 +25,7 @@ pub mod mdev;
 pub mod runner;
 pub mod samples;
 pub mod sriov;
+pub mod vgpud;
 
 use guest::Guest;
 use runner::Test;
@@ -34,7 +39,14 @@ pub fn all_tests() -> Vec<Test<Guest>> {
     tests.extend(iommu::tests());
     tests.extend(lifecycle::tests());
     tests.extend(discovery::tests());
+    tests.extend(daemon::tests());
     tests
+}
+
+/// Every benchmark. Not part of a normal run: the kernel-tests binary adds them only when a filter
+/// contains `bench` (they print measurements and fail only when an operation fails).
+pub fn all_benches() -> Vec<Test<Guest>> {
+    bench::benches()
 }
 
 #[cfg(test)]
@@ -43,11 +55,18 @@ mod tests {
 
     #[test]
     fn test_names_are_unique() {
-        let mut names: Vec<&str> = all_tests().iter().map(|t| t.name).collect();
+        let mut names: Vec<&str> = all_tests()
+            .iter()
+            .chain(all_benches().iter())
+            .map(|t| t.name)
+            .collect();
         let n = names.len();
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), n, "duplicate test names");
         assert!(n > 20, "the suite has only {n} tests");
+        // A normal run (no filter) must never select a benchmark, and `-- bench` only benchmarks.
+        assert!(all_tests().iter().all(|t| !t.name.contains("bench")));
+        assert!(all_benches().iter().all(|t| t.name.starts_with("bench_")));
     }
 }

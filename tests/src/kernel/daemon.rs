@@ -1,0 +1,627 @@
+//! The real `vgpud` on the real kernel (issue 4, "Real kernel (in the harness)"): each test starts the
+//! daemon on the guest's sysfs with an embedded bus and a fresh state directory, drives it over D-Bus,
+//! and checks every step against sysfs through our host layer — the device appears or disappears,
+//! `available_instances` moves — never against the daemon's own word alone.
+//!
+//! Every test leaves the sample parents as it found them (checked at its end), kills its daemon even
+//! when it fails, and removes leftover devices through sysfs ([`Mdevs`]).
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use mdev_types::host::{Host, HostExt, paths};
+use mdev_types::ids::MdevUuid;
+use vgpu_manager::client::{InstanceInfo, instance_path};
+
+use super::guest::{Guest, iommu_group_of, wait_for};
+use super::runner::{Outcome, Test, TestError, TestResult, ensure, ensure_eq};
+use super::samples::{Mdevs, SAMPLE_TYPES, available, test_uuid};
+use super::vgpud::{CallError, TargetKind, Vgpud, Workdir, find};
+
+/// The daemon tests.
+pub fn tests() -> Vec<Test<Guest>> {
+    vec![
+        Test::new("daemon_create_destroy_by_type", create_destroy_by_type),
+        Test::new("daemon_create_by_profile", create_by_profile),
+        Test::new(
+            "daemon_define_start_stop_restart",
+            define_start_stop_restart,
+        ),
+        Test::new("daemon_full_type_refused", full_type_refused),
+        Test::new("daemon_foreign_devices_untouched", foreign_untouched),
+        Test::new("daemon_late_parent_autostart", late_parent_autostart),
+    ]
+}
+
+/// How long the daemon may take to notice a kernel event (a uevent, handled with no sleeps; this only
+/// bounds a failure).
+const EVENT_WITHIN: Duration = Duration::from_secs(10);
+
+/// `available_instances` of every sample type, to check that a test left the parents as it found them.
+fn availability(g: &Guest) -> Result<Vec<(&'static str, u32)>, TestError> {
+    SAMPLE_TYPES
+        .iter()
+        .map(|t| Ok((t.id, available(&g.host, t.parent, t.id)?)))
+        .collect()
+}
+
+fn ensure_restored(g: &Guest, before: &[(&'static str, u32)]) -> Result<(), TestError> {
+    ensure_eq(
+        "available_instances of the sample types after the test",
+        availability(g)?,
+        before.to_vec(),
+    )
+}
+
+/// Parent and type of an existing mdev, from its `mdev_type` link
+/// (Documentation/driver-api/vfio-mediated-device.rst: `mdev_type` links to the type directory).
+fn device_type(g: &Guest, uuid: &MdevUuid) -> Result<(String, String), TestError> {
+    let link = paths::mdev_device(uuid).join("mdev_type");
+    let dir = g.host.canonicalize(&link)?;
+    let name = |p: Option<&Path>| {
+        p.and_then(Path::file_name)
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    };
+    let ty = name(Some(&dir));
+    let parent = name(dir.parent().and_then(Path::parent));
+    Ok((parent, ty))
+}
+
+fn device_exists(g: &Guest, uuid: &MdevUuid) -> bool {
+    g.host.exists(&paths::mdev_device(uuid))
+}
+
+/// The daemon's entry for `uuid`, or a failure naming it.
+fn listed(d: &Vgpud, uuid: &MdevUuid) -> Result<InstanceInfo, TestError> {
+    let list = d.list_instances()?;
+    find(&list, uuid).cloned().ok_or_else(|| {
+        d.failure(&format!(
+            "ListInstances does not list {uuid}; it lists {:?}",
+            list.iter().map(|i| &i.uuid).collect::<Vec<_>>()
+        ))
+    })
+}
+
+fn not_listed(d: &Vgpud, uuid: &MdevUuid) -> Result<bool, TestError> {
+    Ok(find(&d.list_instances()?, uuid).is_none())
+}
+
+/// Checks state, owner and whether it is defined.
+fn ensure_entry(
+    i: &InstanceInfo,
+    state: &str,
+    owner: &str,
+    defined: bool,
+) -> Result<(), TestError> {
+    ensure_eq(
+        format_args!("{} (state, owner, defined)", i.uuid),
+        (i.state.as_str(), i.owner.as_str(), i.defined),
+        (state, owner, defined),
+    )
+}
+
+/// A refusal by the daemon with one of `kinds`, whose message contains every needle.
+fn ensure_refused<T: std::fmt::Debug>(
+    what: &str,
+    result: Result<T, CallError>,
+    kinds: &[&str],
+    needles: &[&str],
+) -> Result<CallError, TestError> {
+    let e = match result {
+        Ok(v) => {
+            return Err(TestError::Check(format!(
+                "{what}: expected a refusal, but it succeeded ({v:?})"
+            )));
+        }
+        Err(e) => e,
+    };
+    ensure(
+        e.kind.as_deref().is_some_and(|k| kinds.contains(&k)),
+        || {
+            format!(
+                "{what}: expected error kind {kinds:?}, got {:?}: {e}",
+                e.kind
+            )
+        },
+    )?;
+    for n in needles {
+        ensure(e.message.contains(n), || {
+            format!("{what}: the message does not name {n:?}: {}", e.message)
+        })?;
+    }
+    Ok(e)
+}
+
+/// A scratch dir, a daemon on a fresh state dir below it.
+fn daemon(tag: &str) -> Result<(Workdir, Vgpud), TestError> {
+    let work = Workdir::new(tag)?;
+    let d = Vgpud::spawn(work.path(), &work.path().join("state"))?;
+    Ok((work, d))
+}
+
+/// Create by type on each sample parent, list, destroy; each step against sysfs.
+fn create_destroy_by_type(g: &Guest) -> TestResult {
+    let before = availability(g)?;
+    let mut mdevs = Mdevs::new(&g.host);
+    let (_work, d) = daemon("by-type")?;
+    // (parent, type, listed by ListGpus): mtty is a serial-port sample, not a display, and discovery
+    // counts only display parents as GPUs (mdev_types::discover, `is_display_parent`); the daemon still
+    // manages its instances.
+    let cases = [
+        ("mbochs", "mbochs-small", true),
+        ("mdpy", "mdpy-vga", true),
+        ("mtty", "mtty-1", false),
+    ];
+    for (n, (parent, ty, is_gpu)) in (0u32..).zip(cases) {
+        let uuid = test_uuid("daemon_create_destroy_by_type", n);
+        let avail = available(&g.host, parent, ty)?;
+        ensure(avail > 0, || format!("{ty} has no room before the test"))?;
+        let path = d.create(TargetKind::Type, ty, parent, Some(&uuid))?;
+        mdevs.adopt(uuid);
+        ensure_eq(
+            "Create's object path",
+            path,
+            instance_path(&uuid.to_string()).to_string(),
+        )?;
+        // The reply comes after the device exists: no waiting here.
+        ensure_eq(
+            format_args!("{uuid}'s parent and type in sysfs"),
+            device_type(g, &uuid)?,
+            (parent.to_string(), ty.to_string()),
+        )?;
+        ensure_eq(
+            format_args!("{ty} available_instances after Create"),
+            available(&g.host, parent, ty)?,
+            avail - 1,
+        )?;
+        let i = listed(&d, &uuid)?;
+        ensure_entry(&i, "running", "daemon", false)?;
+        ensure_eq(
+            format_args!("{uuid} (gpu, parent, type, profile)"),
+            (
+                i.gpu.as_str(),
+                i.parent.as_str(),
+                i.type_id.as_str(),
+                i.profile(),
+            ),
+            (parent, parent, ty, None),
+        )?;
+        let group = iommu_group_of(&g.host, &paths::mdev_device(&uuid))?;
+        ensure_eq(
+            format_args!("{uuid} IommuGroup"),
+            i.iommu_group(),
+            Some(group),
+        )?;
+        ensure_eq(
+            format_args!("GetInstance {uuid}"),
+            d.get_instance(&uuid)?,
+            i,
+        )?;
+        let gpus = d.list_gpus()?;
+        let gpu = gpus.iter().find(|x| x.id == parent);
+        ensure_eq(
+            format_args!("ListGpus lists {parent}"),
+            gpu.is_some(),
+            is_gpu,
+        )?;
+        if let Some(gpu) = gpu {
+            ensure(gpu.instances.contains(&uuid.to_string()), || {
+                format!("ListGpus: {parent} does not list {uuid}: {gpu:?}")
+            })?;
+            let slot = gpu.types.iter().find(|t| t.type_id == ty);
+            ensure_eq(
+                format_args!("ListGpus: {parent} {ty} available"),
+                slot.map(|t| t.available),
+                Some(avail - 1),
+            )?;
+        }
+
+        d.destroy(&uuid)?;
+        mdevs.forget(&uuid);
+        ensure(!device_exists(g, &uuid), || {
+            format!("{uuid} still in sysfs after Destroy returned")
+        })?;
+        ensure_eq(
+            format_args!("{ty} available_instances after Destroy"),
+            available(&g.host, parent, ty)?,
+            avail,
+        )?;
+        ensure(not_listed(&d, &uuid)?, || {
+            format!("{uuid} still listed after Destroy")
+        })?;
+        ensure_refused(
+            "Destroy of a destroyed instance",
+            d.destroy(&uuid),
+            &["NotFound"],
+            &[&uuid.to_string()],
+        )?;
+    }
+    d.stop()?;
+    ensure_restored(g, &before)?;
+    Ok(Outcome::Passed)
+}
+
+/// Create by profile with the daemon choosing the GPU: the shipped sample profiles land on the types
+/// their files name (profiles/sample-display-*.toml).
+fn create_by_profile(g: &Guest) -> TestResult {
+    let before = availability(g)?;
+    let mut mdevs = Mdevs::new(&g.host);
+    let (_work, d) = daemon("by-profile")?;
+    let cases = [
+        ("sample-display-16m", "mbochs", "mbochs-medium"),
+        ("sample-display-1080p", "mdpy", "mdpy-hd"),
+    ];
+    for (n, (profile, parent, ty)) in (0u32..).zip(cases) {
+        let uuid = test_uuid("daemon_create_by_profile", n);
+        let avail = available(&g.host, parent, ty)?;
+        d.create(TargetKind::Profile, profile, "", Some(&uuid))?;
+        mdevs.adopt(uuid);
+        ensure_eq(
+            format_args!("profile {profile}: {uuid}'s parent and type in sysfs"),
+            device_type(g, &uuid)?,
+            (parent.to_string(), ty.to_string()),
+        )?;
+        ensure_eq(
+            format_args!("{ty} available_instances after Create"),
+            available(&g.host, parent, ty)?,
+            avail - 1,
+        )?;
+        let i = listed(&d, &uuid)?;
+        ensure_entry(&i, "running", "daemon", false)?;
+        ensure_eq(
+            format_args!("{uuid} (gpu, type, profile)"),
+            (i.gpu.as_str(), i.type_id.as_str(), i.profile()),
+            (parent, ty, Some(profile)),
+        )?;
+        d.destroy(&uuid)?;
+        mdevs.forget(&uuid);
+        ensure(!device_exists(g, &uuid), || {
+            format!("{uuid} still in sysfs after Destroy returned")
+        })?;
+    }
+    d.stop()?;
+    ensure_restored(g, &before)?;
+    Ok(Outcome::Passed)
+}
+
+/// Define → Start → (daemon restart) → Stop → Destroy of a defined instance, and Stop of a transient
+/// one; each step against sysfs.
+fn define_start_stop_restart(g: &Guest) -> TestResult {
+    let before = availability(g)?;
+    let mut mdevs = Mdevs::new(&g.host);
+    let work = Workdir::new("define")?;
+    let state = work.path().join("state");
+    let mut d = Vgpud::spawn(work.path(), &state)?;
+    let (parent, ty) = ("mtty", "mtty-2");
+    let uuid = test_uuid("daemon_define_start_stop_restart", 0);
+    let avail = available(&g.host, parent, ty)?;
+
+    d.define(TargetKind::Type, ty, parent, &uuid, false)?;
+    let i = listed(&d, &uuid)?;
+    ensure_entry(&i, "stopped", "daemon", true)?;
+    ensure(!i.autostart && !device_exists(g, &uuid), || {
+        format!("Define made a device or set autostart: {i:?}")
+    })?;
+    ensure_eq(
+        "available after Define",
+        available(&g.host, parent, ty)?,
+        avail,
+    )?;
+
+    d.start(&uuid)?;
+    mdevs.adopt(uuid);
+    ensure_eq(
+        format_args!("{uuid}'s parent and type after Start"),
+        device_type(g, &uuid)?,
+        (parent.to_string(), ty.to_string()),
+    )?;
+    ensure_eq(
+        "available after Start",
+        available(&g.host, parent, ty)?,
+        avail - 1,
+    )?;
+    ensure_entry(&listed(&d, &uuid)?, "running", "daemon", true)?;
+    ensure_refused(
+        "Start of a running instance",
+        d.start(&uuid),
+        &["State"],
+        &[&uuid.to_string(), "already running"],
+    )?;
+
+    // A restart keeps the definition and the device, and still knows the device is its own.
+    d.stop()?;
+    d = Vgpud::spawn(work.path(), &state)?;
+    ensure_entry(&listed(&d, &uuid)?, "running", "daemon", true)?;
+    ensure(device_exists(g, &uuid), || {
+        format!("{uuid} vanished across a daemon restart")
+    })?;
+
+    d.stop_instance(&uuid)?;
+    ensure(!device_exists(g, &uuid), || {
+        format!("{uuid} still in sysfs after Stop returned")
+    })?;
+    mdevs.forget(&uuid);
+    ensure_eq(
+        "available after Stop",
+        available(&g.host, parent, ty)?,
+        avail,
+    )?;
+    ensure_entry(&listed(&d, &uuid)?, "stopped", "daemon", true)?;
+    ensure_refused(
+        "Stop of a stopped instance",
+        d.stop_instance(&uuid),
+        &["State"],
+        &[&uuid.to_string(), "not running"],
+    )?;
+
+    d.destroy(&uuid)?;
+    ensure(not_listed(&d, &uuid)?, || {
+        format!("{uuid} still listed after Destroy")
+    })?;
+    ensure_refused(
+        "GetInstance after Destroy",
+        d.get_instance(&uuid),
+        &["NotFound"],
+        &[&uuid.to_string()],
+    )?;
+
+    // Stop of a transient instance removes its device, and with it the instance.
+    let t = test_uuid("daemon_define_start_stop_restart", 1);
+    d.create(TargetKind::Type, "mtty-1", parent, Some(&t))?;
+    mdevs.adopt(t);
+    ensure(device_exists(g, &t), || format!("{t} missing after Create"))?;
+    d.stop_instance(&t)?;
+    mdevs.forget(&t);
+    ensure(!device_exists(g, &t), || {
+        format!("transient {t} still in sysfs after Stop returned")
+    })?;
+    ensure(not_listed(&d, &t)?, || {
+        format!("transient {t} still listed after Stop")
+    })?;
+    d.stop()?;
+    ensure_restored(g, &before)?;
+    Ok(Outcome::Passed)
+}
+
+/// Fill a type through the daemon; the next Create is refused naming type and GPU, and makes nothing.
+/// mdpy's parent count is kept by the mdev core, mbochs counts its memory itself (samples.rs).
+fn full_type_refused(g: &Guest) -> TestResult {
+    let before = availability(g)?;
+    let mut mdevs = Mdevs::new(&g.host);
+    let (_work, d) = daemon("full")?;
+    let mut n = 0u32;
+    for (parent, ty, profile) in [
+        ("mdpy", "mdpy-hd", "sample-display-1080p"),
+        ("mbochs", "mbochs-large", "sample-display-16m"),
+    ] {
+        let cap = available(&g.host, parent, ty)?;
+        ensure(cap > 0, || format!("{ty} has no room before the test"))?;
+        let mut made = Vec::new();
+        for k in 0..cap {
+            let u = test_uuid("daemon_full_type_refused", n);
+            n += 1;
+            d.create(TargetKind::Type, ty, parent, Some(&u))?;
+            mdevs.adopt(u);
+            made.push(u);
+            ensure_eq(
+                format_args!("{ty} available after {} creates", k + 1),
+                available(&g.host, parent, ty)?,
+                cap - k - 1,
+            )?;
+        }
+        let extra = test_uuid("daemon_full_type_refused", n);
+        n += 1;
+        // The daemon refuses up front when available_instances reads 0 ("Invalid"); a kernel refusal
+        // in a race would be "TypeFull". Both name the type and the GPU.
+        ensure_refused(
+            &format!("Create of {ty} on full {parent}"),
+            d.create(TargetKind::Type, ty, parent, Some(&extra)),
+            &["Invalid", "TypeFull"],
+            &[ty, parent, "full"],
+        )?;
+        ensure_refused(
+            &format!("Create of profile {profile} on full {parent}"),
+            d.create(TargetKind::Profile, profile, parent, Some(&extra)),
+            &["Invalid", "TypeFull"],
+            &[profile, parent],
+        )?;
+        ensure(!device_exists(g, &extra), || {
+            format!("a refused Create left {extra} in sysfs")
+        })?;
+        ensure(not_listed(&d, &extra)?, || {
+            format!("a refused Create left {extra} listed")
+        })?;
+        let ours = d
+            .list_instances()?
+            .iter()
+            .filter(|i| i.type_id == ty)
+            .count();
+        ensure_eq(format_args!("instances of {ty} listed"), ours, made.len())?;
+        for u in &made {
+            d.destroy(u)?;
+            mdevs.forget(u);
+        }
+        ensure_eq(
+            format_args!("{ty} available after destroying all"),
+            available(&g.host, parent, ty)?,
+            cap,
+        )?;
+    }
+    d.stop()?;
+    ensure_restored(g, &before)?;
+    Ok(Outcome::Passed)
+}
+
+/// Devices made through sysfs (before and after the daemon started) are listed as foreign, and every
+/// change to them is refused; the daemon notices their removal.
+fn foreign_untouched(g: &Guest) -> TestResult {
+    let before = availability(g)?;
+    let mut mdevs = Mdevs::new(&g.host);
+    let early = test_uuid("daemon_foreign_devices_untouched", 0);
+    let late = test_uuid("daemon_foreign_devices_untouched", 1);
+    mdevs.create("mtty", "mtty-1", early)?;
+    let (_work, d) = daemon("foreign")?;
+    mdevs.create("mdpy", "mdpy-vga", late)?;
+    let mid = availability(g)?;
+    // `early` is seen at start-up; `late` through its uevent.
+    d.wait_until("both foreign devices listed", EVENT_WITHIN, |d| {
+        let list = d.list_instances()?;
+        Ok(find(&list, &early).is_some() && find(&list, &late).is_some())
+    })?;
+    for (uuid, parent, ty) in [(early, "mtty", "mtty-1"), (late, "mdpy", "mdpy-vga")] {
+        let i = listed(&d, &uuid)?;
+        ensure_entry(&i, "running", "foreign", false)?;
+        ensure_eq(
+            format_args!("{uuid} (parent, type)"),
+            (i.parent.as_str(), i.type_id.as_str()),
+            (parent, ty),
+        )?;
+        let u = uuid.to_string();
+        ensure_refused(
+            "Stop of a foreign device",
+            d.stop_instance(&uuid),
+            &["Foreign"],
+            &[&u],
+        )?;
+        ensure_refused(
+            "Destroy of a foreign device",
+            d.destroy(&uuid),
+            &["Foreign"],
+            &[&u],
+        )?;
+        ensure_refused(
+            "Start of a foreign device",
+            d.start(&uuid),
+            &["Foreign"],
+            &[&u],
+        )?;
+        ensure_refused(
+            "Create with a foreign device's UUID",
+            d.create(TargetKind::Type, ty, parent, Some(&uuid)),
+            &["Exists"],
+            &[&u],
+        )?;
+        ensure(device_exists(g, &uuid), || {
+            format!("foreign {uuid} vanished after refused calls")
+        })?;
+    }
+    ensure_eq("availability after refused calls", availability(g)?, mid)?;
+    mdevs.remove(&late)?;
+    d.wait_until("a removed foreign device is unlisted", EVENT_WITHIN, |d| {
+        not_listed(d, &late)
+    })?;
+    d.stop()?;
+    mdevs.remove_all()?;
+    ensure_restored(g, &before)?;
+    Ok(Outcome::Passed)
+}
+
+/// Runs a busybox module tool (`modprobe`, as the guest's /init loads modules, or `rmmod`).
+fn module_tool(tool: &str, args: &[&str]) -> Result<(), TestError> {
+    let out = Command::new(tool)
+        .args(args)
+        .output()
+        .map_err(|e| TestError::Check(format!("cannot run {tool} {args:?}: {e}")))?;
+    ensure(out.status.success(), || {
+        format!(
+            "{tool} {args:?} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )
+    })
+}
+
+/// Loads mbochs again when dropped, if its parent is missing, so a failing test leaves the guest whole.
+struct MbochsBack<'h>(&'h dyn Host);
+
+impl Drop for MbochsBack<'_> {
+    fn drop(&mut self) {
+        if !self.0.exists(&paths::mdev_parent("mbochs")) {
+            let _ = module_tool("modprobe", &["mbochs"]);
+        }
+    }
+}
+
+/// A definition for a parent whose driver is not loaded waits for it; when the driver loads (after the
+/// daemon started), the daemon creates the autostart instance, driven by the module's uevent. A
+/// daemon restart keeps both definitions.
+fn late_parent_autostart(g: &Guest) -> TestResult {
+    let before = availability(g)?;
+    let parent_dir = paths::mdev_parent("mbochs");
+    let mut mdevs = Mdevs::new(&g.host);
+    let _back = MbochsBack(&g.host);
+    let busy = g
+        .host
+        .list_optional(Path::new(paths::MDEV_DEVICES))?
+        .into_iter()
+        .filter(|u| {
+            u.parse()
+                .ok()
+                .and_then(|u: MdevUuid| device_type(g, &u).ok())
+                .is_some_and(|(p, _)| p == "mbochs")
+        })
+        .collect::<Vec<_>>();
+    ensure(busy.is_empty(), || {
+        format!("mbochs has devices before the test: {busy:?}")
+    })?;
+    // rmmod, not `modprobe -r`: busybox's `modprobe -r` removes the module's stack (modutils/modprobe.c,
+    // "-r Remove MODULE (stacks)") and exits 1 when vfio and mdev are still used by mtty and mdpy.
+    module_tool("rmmod", &["mbochs"])?;
+    wait_for(&g.host, &parent_dir, false)?;
+
+    let work = Workdir::new("late-parent")?;
+    let state = work.path().join("state");
+    let mut d = Vgpud::spawn(work.path(), &state)?;
+    let auto = test_uuid("daemon_late_parent_autostart", 0);
+    let manual = test_uuid("daemon_late_parent_autostart", 1);
+    d.define(TargetKind::Type, "mbochs-medium", "mbochs", &auto, true)?;
+    d.define(TargetKind::Type, "mbochs-small", "mbochs", &manual, false)?;
+    ensure_entry(&listed(&d, &auto)?, "waiting-for-parent", "daemon", true)?;
+    ensure_entry(&listed(&d, &manual)?, "stopped", "daemon", true)?;
+
+    module_tool("modprobe", &["mbochs"])?;
+    mdevs.adopt(auto);
+    let took = d.wait_until(
+        "the autostart instance runs after modprobe mbochs",
+        EVENT_WITHIN,
+        |d| Ok(d.get_instance(&auto)?.state == "running" && device_exists(g, &auto)),
+    )?;
+    ensure_eq(
+        format_args!("{auto}'s parent and type"),
+        device_type(g, &auto)?,
+        ("mbochs".to_string(), "mbochs-medium".to_string()),
+    )?;
+    ensure_entry(&listed(&d, &auto)?, "running", "daemon", true)?;
+    ensure_entry(&listed(&d, &manual)?, "stopped", "daemon", true)?;
+    ensure(!device_exists(g, &manual), || {
+        format!("{manual} (no autostart) was started when mbochs loaded")
+    })?;
+    println!("  (the autostart instance ran {took:?} after modprobe returned)");
+
+    d.stop()?;
+    d = Vgpud::spawn(work.path(), &state)?;
+    let a = listed(&d, &auto)?;
+    ensure_entry(&a, "running", "daemon", true)?;
+    ensure(a.autostart, || {
+        format!("{auto} lost autostart across a restart")
+    })?;
+    ensure_entry(&listed(&d, &manual)?, "stopped", "daemon", true)?;
+    ensure(device_exists(g, &auto), || {
+        format!("{auto} vanished across a daemon restart")
+    })?;
+
+    d.destroy(&auto)?;
+    mdevs.forget(&auto);
+    d.destroy(&manual)?;
+    ensure(!device_exists(g, &auto), || {
+        format!("{auto} still in sysfs after Destroy")
+    })?;
+    ensure(d.list_instances()?.is_empty(), || {
+        "the daemon still lists instances after destroying both".to_string()
+    })?;
+    d.stop()?;
+    ensure_restored(g, &before)?;
+    Ok(Outcome::Passed)
+}
