@@ -167,7 +167,7 @@ async fn random_op(p: &Manager1Proxy<'_>, rng: &mut Rng, k: &mut Knowledge) -> b
             (fresh, r, "create")
         }
         3..=4 => {
-            opts.insert("autostart", zbus::zvariant::Value::from(rng.below(2) == 0));
+            opts.insert("autostart", zbus::Variant::from(rng.below(2) == 0));
             let r = answered("define", p.define("type", ty, parent, &fresh, opts))
                 .await
                 .map(|_| ());

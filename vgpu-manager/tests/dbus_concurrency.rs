@@ -70,7 +70,7 @@ async fn sixteen_clients_never_exceed_capacity_and_every_call_is_answered() {
             .spawn()
             .unwrap(),
     );
-    connect(&bus).await;
+    let _ready = connect(&bus).await;
 
     let clients: Vec<_> = (0..CLIENTS)
         .map(|c| {
