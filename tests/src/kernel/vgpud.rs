@@ -216,6 +216,11 @@ impl Vgpud {
         ))
     }
 
+    /// The daemon's whole log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
     /// The daemon's bus address.
     pub fn bus(&self) -> &str {
         &self.bus
