@@ -7,14 +7,15 @@
 //! when it fails, and removes leftover devices through sysfs ([`Mdevs`]).
 
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Output};
 use std::time::Duration;
 
-use mdev_types::host::{Host, HostExt, paths};
+use mdev_types::host::{Host, paths};
 use mdev_types::ids::MdevUuid;
 use vgpu_manager::client::{InstanceInfo, instance_path};
 
-use super::guest::{Guest, iommu_group_of, wait_for};
+use super::daemon_events;
+use super::guest::{Guest, iommu_group_of};
 use super::runner::{Outcome, Test, TestError, TestResult, ensure, ensure_eq};
 use super::samples::{Mdevs, SAMPLE_TYPES, available, test_uuid};
 use super::vgpud::{CallError, TargetKind, Vgpud, Workdir, find};
@@ -29,24 +30,31 @@ pub fn tests() -> Vec<Test<Guest>> {
             define_start_stop_restart,
         ),
         Test::new("daemon_full_type_refused", full_type_refused),
-        Test::new("daemon_foreign_devices_untouched", foreign_untouched),
-        Test::new("daemon_late_parent_autostart", late_parent_autostart),
+        Test::new(
+            "daemon_foreign_devices_untouched",
+            daemon_events::foreign_untouched,
+        ),
+        Test::new(
+            "daemon_late_parent_autostart",
+            daemon_events::late_parent_autostart,
+        ),
+        Test::new("daemon_vgpuctl_on_real_kernel", vgpuctl_on_real_kernel),
     ]
 }
 
 /// How long the daemon may take to notice a kernel event (a uevent, handled with no sleeps; this only
 /// bounds a failure).
-const EVENT_WITHIN: Duration = Duration::from_secs(10);
+pub(super) const EVENT_WITHIN: Duration = Duration::from_secs(10);
 
 /// `available_instances` of every sample type, to check that a test left the parents as it found them.
-fn availability(g: &Guest) -> Result<Vec<(&'static str, u32)>, TestError> {
+pub(super) fn availability(g: &Guest) -> Result<Vec<(&'static str, u32)>, TestError> {
     SAMPLE_TYPES
         .iter()
         .map(|t| Ok((t.id, available(&g.host, t.parent, t.id)?)))
         .collect()
 }
 
-fn ensure_restored(g: &Guest, before: &[(&'static str, u32)]) -> Result<(), TestError> {
+pub(super) fn ensure_restored(g: &Guest, before: &[(&'static str, u32)]) -> Result<(), TestError> {
     ensure_eq(
         "available_instances of the sample types after the test",
         availability(g)?,
@@ -56,7 +64,7 @@ fn ensure_restored(g: &Guest, before: &[(&'static str, u32)]) -> Result<(), Test
 
 /// Parent and type of an existing mdev, from its `mdev_type` link
 /// (Documentation/driver-api/vfio-mediated-device.rst: `mdev_type` links to the type directory).
-fn device_type(g: &Guest, uuid: &MdevUuid) -> Result<(String, String), TestError> {
+pub(super) fn device_type(g: &Guest, uuid: &MdevUuid) -> Result<(String, String), TestError> {
     let link = paths::mdev_device(uuid).join("mdev_type");
     let dir = g.host.canonicalize(&link)?;
     let name = |p: Option<&Path>| {
@@ -69,12 +77,12 @@ fn device_type(g: &Guest, uuid: &MdevUuid) -> Result<(String, String), TestError
     Ok((parent, ty))
 }
 
-fn device_exists(g: &Guest, uuid: &MdevUuid) -> bool {
+pub(super) fn device_exists(g: &Guest, uuid: &MdevUuid) -> bool {
     g.host.exists(&paths::mdev_device(uuid))
 }
 
 /// The daemon's entry for `uuid`, or a failure naming it.
-fn listed(d: &Vgpud, uuid: &MdevUuid) -> Result<InstanceInfo, TestError> {
+pub(super) fn listed(d: &Vgpud, uuid: &MdevUuid) -> Result<InstanceInfo, TestError> {
     let list = d.list_instances()?;
     find(&list, uuid).cloned().ok_or_else(|| {
         d.failure(&format!(
@@ -84,12 +92,12 @@ fn listed(d: &Vgpud, uuid: &MdevUuid) -> Result<InstanceInfo, TestError> {
     })
 }
 
-fn not_listed(d: &Vgpud, uuid: &MdevUuid) -> Result<bool, TestError> {
+pub(super) fn not_listed(d: &Vgpud, uuid: &MdevUuid) -> Result<bool, TestError> {
     Ok(find(&d.list_instances()?, uuid).is_none())
 }
 
 /// Checks state, owner and whether it is defined.
-fn ensure_entry(
+pub(super) fn ensure_entry(
     i: &InstanceInfo,
     state: &str,
     owner: &str,
@@ -103,7 +111,7 @@ fn ensure_entry(
 }
 
 /// A refusal by the daemon with one of `kinds`, whose message contains every needle.
-fn ensure_refused<T: std::fmt::Debug>(
+pub(super) fn ensure_refused<T: std::fmt::Debug>(
     what: &str,
     result: Result<T, CallError>,
     kinds: &[&str],
@@ -135,7 +143,7 @@ fn ensure_refused<T: std::fmt::Debug>(
 }
 
 /// A scratch dir, a daemon on a fresh state dir below it.
-fn daemon(tag: &str) -> Result<(Workdir, Vgpud), TestError> {
+pub(super) fn daemon(tag: &str) -> Result<(Workdir, Vgpud), TestError> {
     let work = Workdir::new(tag)?;
     let d = Vgpud::spawn(work.path(), &work.path().join("state"))?;
     Ok((work, d))
@@ -454,174 +462,132 @@ fn full_type_refused(g: &Guest) -> TestResult {
     Ok(Outcome::Passed)
 }
 
-/// Devices made through sysfs (before and after the daemon started) are listed as foreign, and every
-/// change to them is refused; the daemon notices their removal.
-fn foreign_untouched(g: &Guest) -> TestResult {
+/// Runs the shipped `vgpuctl ARGS --bus <d's bus>`.
+fn vgpuctl(d: &Vgpud, args: &[&str]) -> Result<Output, TestError> {
+    let bin = super::vgpud::binary()?.with_file_name("vgpuctl");
+    Command::new(&bin)
+        .args(args)
+        .args(["--bus", d.bus()])
+        .env_remove("VGPU_BUS")
+        .env_remove("VGPU_SYSFS_ROOT")
+        .output()
+        .map_err(|e| TestError::Check(format!("cannot run {}: {e}", bin.display())))
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// `vgpuctl` against the daemon on the real kernel: create by type prints the instance as JSON and
+/// the device exists; `list --json` shows it and a foreign device; destroying the foreign one is
+/// refused in one line with exit code 2 (issue 4, "vgpuctl over D-Bus"); destroying ours removes it.
+fn vgpuctl_on_real_kernel(g: &Guest) -> TestResult {
     let before = availability(g)?;
     let mut mdevs = Mdevs::new(&g.host);
-    let early = test_uuid("daemon_foreign_devices_untouched", 0);
-    let late = test_uuid("daemon_foreign_devices_untouched", 1);
-    mdevs.create("mtty", "mtty-1", early)?;
-    let (_work, d) = daemon("foreign")?;
-    mdevs.create("mdpy", "mdpy-vga", late)?;
-    let mid = availability(g)?;
-    // `early` is seen at start-up; `late` through its uevent.
-    d.wait_until("both foreign devices listed", EVENT_WITHIN, |d| {
-        let list = d.list_instances()?;
-        Ok(find(&list, &early).is_some() && find(&list, &late).is_some())
+    let foreign = test_uuid("daemon_vgpuctl_on_real_kernel", 0);
+    mdevs.create("mtty", "mtty-1", foreign)?;
+    let (_work, d) = daemon("vgpuctl")?;
+    let ours = test_uuid("daemon_vgpuctl_on_real_kernel", 1);
+    let u = ours.to_string();
+    let out = vgpuctl(
+        &d,
+        &[
+            "create", "--type", "mdpy-xga", "--gpu", "mdpy", "--uuid", &u, "--json",
+        ],
+    )?;
+    ensure(out.status.success(), || {
+        format!(
+            "vgpuctl create failed ({}): {}",
+            out.status,
+            text(&out.stderr)
+        )
     })?;
-    for (uuid, parent, ty) in [(early, "mtty", "mtty-1"), (late, "mdpy", "mdpy-vga")] {
-        let i = listed(&d, &uuid)?;
-        ensure_entry(&i, "running", "foreign", false)?;
-        ensure_eq(
-            format_args!("{uuid} (parent, type)"),
-            (i.parent.as_str(), i.type_id.as_str()),
-            (parent, ty),
-        )?;
+    mdevs.adopt(ours);
+    let created: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|e| {
+        TestError::Check(format!(
+            "vgpuctl create --json printed no JSON ({e}): {}",
+            text(&out.stdout)
+        ))
+    })?;
+    ensure_eq(
+        "vgpuctl create --json (uuid, type, state, owner)",
+        (
+            created["uuid"].as_str(),
+            created["type"].as_str(),
+            created["state"].as_str(),
+            created["owner"].as_str(),
+        ),
+        (
+            Some(u.as_str()),
+            Some("mdpy-xga"),
+            Some("running"),
+            Some("daemon"),
+        ),
+    )?;
+    ensure_eq(
+        format_args!("{ours}'s parent and type in sysfs"),
+        device_type(g, &ours)?,
+        ("mdpy".to_string(), "mdpy-xga".to_string()),
+    )?;
+
+    let out = vgpuctl(&d, &["list", "--json"])?;
+    ensure(out.status.success(), || {
+        format!(
+            "vgpuctl list failed ({}): {}",
+            out.status,
+            text(&out.stderr)
+        )
+    })?;
+    let list: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).map_err(|e| {
+        TestError::Check(format!(
+            "vgpuctl list --json printed no JSON array ({e}): {}",
+            text(&out.stdout)
+        ))
+    })?;
+    let owner = |uuid: &MdevUuid| {
         let u = uuid.to_string();
-        ensure_refused(
-            "Stop of a foreign device",
-            d.stop_instance(&uuid),
-            &["Foreign"],
-            &[&u],
-        )?;
-        ensure_refused(
-            "Destroy of a foreign device",
-            d.destroy(&uuid),
-            &["Foreign"],
-            &[&u],
-        )?;
-        ensure_refused(
-            "Start of a foreign device",
-            d.start(&uuid),
-            &["Foreign"],
-            &[&u],
-        )?;
-        ensure_refused(
-            "Create with a foreign device's UUID",
-            d.create(TargetKind::Type, ty, parent, Some(&uuid)),
-            &["Exists"],
-            &[&u],
-        )?;
-        ensure(device_exists(g, &uuid), || {
-            format!("foreign {uuid} vanished after refused calls")
-        })?;
-    }
-    ensure_eq("availability after refused calls", availability(g)?, mid)?;
-    mdevs.remove(&late)?;
-    d.wait_until("a removed foreign device is unlisted", EVENT_WITHIN, |d| {
-        not_listed(d, &late)
+        list.iter()
+            .find(|i| i["uuid"].as_str() == Some(u.as_str()))
+            .and_then(|i| i["owner"].as_str().map(str::to_string))
+    };
+    ensure_eq(
+        "owners in vgpuctl list --json (ours, foreign)",
+        (owner(&ours), owner(&foreign)),
+        (Some("daemon".to_string()), Some("foreign".to_string())),
+    )?;
+
+    let out = vgpuctl(&d, &["destroy", &foreign.to_string()])?;
+    let err = text(&out.stderr);
+    ensure(
+        out.status.code() == Some(2)
+            && err.trim_end().lines().count() == 1
+            && err.starts_with("vgpuctl: ")
+            && err.contains(&foreign.to_string()),
+        || {
+            format!(
+                "vgpuctl destroy of a foreign device: expected exit 2 and one line naming it, got {} with {err:?}",
+                out.status
+            )
+        },
+    )?;
+    ensure(device_exists(g, &foreign), || {
+        format!("foreign {foreign} vanished after a refused vgpuctl destroy")
+    })?;
+
+    let out = vgpuctl(&d, &["destroy", &u])?;
+    ensure(out.status.success(), || {
+        format!(
+            "vgpuctl destroy {u} failed ({}): {}",
+            out.status,
+            text(&out.stderr)
+        )
+    })?;
+    mdevs.forget(&ours);
+    ensure(!device_exists(g, &ours), || {
+        format!("{ours} still in sysfs after vgpuctl destroy")
     })?;
     d.stop()?;
     mdevs.remove_all()?;
-    ensure_restored(g, &before)?;
-    Ok(Outcome::Passed)
-}
-
-/// Runs a busybox module tool (`modprobe`, as the guest's /init loads modules, or `rmmod`).
-fn module_tool(tool: &str, args: &[&str]) -> Result<(), TestError> {
-    let out = Command::new(tool)
-        .args(args)
-        .output()
-        .map_err(|e| TestError::Check(format!("cannot run {tool} {args:?}: {e}")))?;
-    ensure(out.status.success(), || {
-        format!(
-            "{tool} {args:?} failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        )
-    })
-}
-
-/// Loads mbochs again when dropped, if its parent is missing, so a failing test leaves the guest whole.
-struct MbochsBack<'h>(&'h dyn Host);
-
-impl Drop for MbochsBack<'_> {
-    fn drop(&mut self) {
-        if !self.0.exists(&paths::mdev_parent("mbochs")) {
-            let _ = module_tool("modprobe", &["mbochs"]);
-        }
-    }
-}
-
-/// A definition for a parent whose driver is not loaded waits for it; when the driver loads (after the
-/// daemon started), the daemon creates the autostart instance, driven by the module's uevent. A
-/// daemon restart keeps both definitions.
-fn late_parent_autostart(g: &Guest) -> TestResult {
-    let before = availability(g)?;
-    let parent_dir = paths::mdev_parent("mbochs");
-    let mut mdevs = Mdevs::new(&g.host);
-    let _back = MbochsBack(&g.host);
-    let busy = g
-        .host
-        .list_optional(Path::new(paths::MDEV_DEVICES))?
-        .into_iter()
-        .filter(|u| {
-            u.parse()
-                .ok()
-                .and_then(|u: MdevUuid| device_type(g, &u).ok())
-                .is_some_and(|(p, _)| p == "mbochs")
-        })
-        .collect::<Vec<_>>();
-    ensure(busy.is_empty(), || {
-        format!("mbochs has devices before the test: {busy:?}")
-    })?;
-    // rmmod, not `modprobe -r`: busybox's `modprobe -r` removes the module's stack (modutils/modprobe.c,
-    // "-r Remove MODULE (stacks)") and exits 1 when vfio and mdev are still used by mtty and mdpy.
-    module_tool("rmmod", &["mbochs"])?;
-    wait_for(&g.host, &parent_dir, false)?;
-
-    let work = Workdir::new("late-parent")?;
-    let state = work.path().join("state");
-    let mut d = Vgpud::spawn(work.path(), &state)?;
-    let auto = test_uuid("daemon_late_parent_autostart", 0);
-    let manual = test_uuid("daemon_late_parent_autostart", 1);
-    d.define(TargetKind::Type, "mbochs-medium", "mbochs", &auto, true)?;
-    d.define(TargetKind::Type, "mbochs-small", "mbochs", &manual, false)?;
-    ensure_entry(&listed(&d, &auto)?, "waiting-for-parent", "daemon", true)?;
-    ensure_entry(&listed(&d, &manual)?, "stopped", "daemon", true)?;
-
-    module_tool("modprobe", &["mbochs"])?;
-    mdevs.adopt(auto);
-    let took = d.wait_until(
-        "the autostart instance runs after modprobe mbochs",
-        EVENT_WITHIN,
-        |d| Ok(d.get_instance(&auto)?.state == "running" && device_exists(g, &auto)),
-    )?;
-    ensure_eq(
-        format_args!("{auto}'s parent and type"),
-        device_type(g, &auto)?,
-        ("mbochs".to_string(), "mbochs-medium".to_string()),
-    )?;
-    ensure_entry(&listed(&d, &auto)?, "running", "daemon", true)?;
-    ensure_entry(&listed(&d, &manual)?, "stopped", "daemon", true)?;
-    ensure(!device_exists(g, &manual), || {
-        format!("{manual} (no autostart) was started when mbochs loaded")
-    })?;
-    println!("  (the autostart instance ran {took:?} after modprobe returned)");
-
-    d.stop()?;
-    d = Vgpud::spawn(work.path(), &state)?;
-    let a = listed(&d, &auto)?;
-    ensure_entry(&a, "running", "daemon", true)?;
-    ensure(a.autostart, || {
-        format!("{auto} lost autostart across a restart")
-    })?;
-    ensure_entry(&listed(&d, &manual)?, "stopped", "daemon", true)?;
-    ensure(device_exists(g, &auto), || {
-        format!("{auto} vanished across a daemon restart")
-    })?;
-
-    d.destroy(&auto)?;
-    mdevs.forget(&auto);
-    d.destroy(&manual)?;
-    ensure(!device_exists(g, &auto), || {
-        format!("{auto} still in sysfs after Destroy")
-    })?;
-    ensure(d.list_instances()?.is_empty(), || {
-        "the daemon still lists instances after destroying both".to_string()
-    })?;
-    d.stop()?;
     ensure_restored(g, &before)?;
     Ok(Outcome::Passed)
 }

@@ -9,13 +9,14 @@
 //! * [`mdev`], [`sriov`], [`iommu`] — raw sysfs tests, each errno case with its kernel source.
 //! * [`lifecycle`] — the same refusals as typed `mdev_types::ops` errors, as host-independent scenarios.
 //! * [`discovery`] — `mdev_types::discover` against what sysfs says.
-//! * [`vgpud`], [`daemon`] — the real `vgpud` on the guest's sysfs, driven over D-Bus.
+//! * [`vgpud`], [`daemon`], [`daemon_events`] — the real `vgpud` on the guest's sysfs, driven over D-Bus.
 //! * [`bench`] — benchmarks ([`all_benches`]), run only when a filter names them.
 //!
 //! Later suites (VFIO) add modules here and list their tests in [`all_tests`].
 
 pub mod bench;
 pub mod daemon;
+pub mod daemon_events;
 pub mod discovery;
 pub mod guest;
 pub mod harness;
