@@ -30,6 +30,7 @@ pub fn tests() -> Vec<Test<Guest>> {
             define_start_stop_restart,
         ),
         Test::new("daemon_full_type_refused", full_type_refused),
+        Test::new("daemon_list_follows_each_call", list_follows_each_call),
         Test::new(
             "daemon_foreign_devices_untouched",
             daemon_events::foreign_untouched,
@@ -456,6 +457,43 @@ fn full_type_refused(g: &Guest) -> TestResult {
             available(&g.host, parent, ty)?,
             cap,
         )?;
+    }
+    d.stop()?;
+    ensure_restored(g, &before)?;
+    Ok(Outcome::Passed)
+}
+
+/// Rounds of [`list_follows_each_call`].
+const ROUNDS: u32 = 20;
+
+/// Read-your-writes while kernel events arrive: right after each Create/Stop/Destroy returns,
+/// ListInstances shows its effect. Every mdev create and remove makes the kernel send uevents (the
+/// device's, and its VFIO group's) that the daemon handles on another thread at the same time, so a
+/// view computed there from an older sysfs state must never overwrite the newer one.
+fn list_follows_each_call(g: &Guest) -> TestResult {
+    let before = availability(g)?;
+    let mut mdevs = Mdevs::new(&g.host);
+    let (_work, d) = daemon("read-your-writes")?;
+    for n in 0..ROUNDS {
+        let u = test_uuid("daemon_list_follows_each_call", n);
+        d.create(TargetKind::Type, "mtty-1", "mtty", Some(&u))?;
+        mdevs.adopt(u);
+        ensure_entry(&listed(&d, &u)?, "running", "daemon", false)?;
+        // Alternate the two ways a transient instance ends.
+        if n % 2 == 0 {
+            d.stop_instance(&u)?;
+        } else {
+            d.destroy(&u)?;
+        }
+        mdevs.forget(&u);
+        ensure(!device_exists(g, &u), || format!("{u} still in sysfs"))?;
+        let still = find(&d.list_instances()?, &u).cloned();
+        ensure(still.is_none(), || {
+            format!(
+                "round {n}: {u} is still listed right after {} returned: {still:?}",
+                if n % 2 == 0 { "Stop" } else { "Destroy" }
+            )
+        })?;
     }
     d.stop()?;
     ensure_restored(g, &before)?;
