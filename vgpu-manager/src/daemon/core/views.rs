@@ -89,12 +89,14 @@ impl Core {
     }
 
     /// Recomputes one instance's view and emits what changed.
+    ///
+    /// The store stays locked from computing the view until it is stored and its event sent: the
+    /// uevent thread refreshes concurrently with commands, and a view computed from an older state
+    /// must not overwrite a newer one (a destroyed instance listed as running again).
     pub(super) fn refresh_one(&self, uuid: &MdevUuid) -> Option<InstanceView> {
-        let new = {
-            let store = lock(&self.store);
-            let first_seen = lock(&self.views).get(uuid).map(|v| v.created_at);
-            self.compute_view(&store, uuid, first_seen)
-        };
+        let store = lock(&self.store);
+        let first_seen = lock(&self.views).get(uuid).map(|v| v.created_at);
+        let new = self.compute_view(&store, uuid, first_seen);
         let mut views = lock(&self.views);
         let old = match &new {
             Some(v) => views.insert(*uuid, v.clone()),
@@ -102,6 +104,7 @@ impl Core {
         };
         drop(views);
         self.emit_diff(old, new.clone(), uuid);
+        drop(store);
         new
     }
 
@@ -117,24 +120,26 @@ impl Core {
                 uuids.insert(u);
             }
         }
-        let new: BTreeMap<MdevUuid, InstanceView> = {
-            let store = lock(&self.store);
-            uuids.extend(store.definitions().map(|d| d.uuid));
-            uuids.extend(store.ledger().map(|l| l.uuid));
-            let old = lock(&self.views);
-            uuids
-                .iter()
-                .filter_map(|u| {
-                    self.compute_view(&store, u, old.get(u).map(|v| v.created_at))
-                        .map(|v| (*u, v))
-                })
-                .collect()
-        };
-        let old = std::mem::replace(&mut *lock(&self.views), new.clone());
+        // As in `refresh_one`, the store stays locked until the views are replaced and the events
+        // sent, so a concurrent command's newer view is never overwritten by this snapshot.
+        let store = lock(&self.store);
+        uuids.extend(store.definitions().map(|d| d.uuid));
+        uuids.extend(store.ledger().map(|l| l.uuid));
+        let mut views = lock(&self.views);
+        let new: BTreeMap<MdevUuid, InstanceView> = uuids
+            .iter()
+            .filter_map(|u| {
+                self.compute_view(&store, u, views.get(u).map(|v| v.created_at))
+                    .map(|v| (*u, v))
+            })
+            .collect();
+        let old = std::mem::replace(&mut *views, new.clone());
+        drop(views);
         let all: BTreeSet<&MdevUuid> = old.keys().chain(new.keys()).collect();
         for u in all {
             self.emit_diff(old.get(u).cloned(), new.get(u).cloned(), u);
         }
+        drop(store);
     }
 
     fn emit_diff(&self, old: Option<InstanceView>, new: Option<InstanceView>, uuid: &MdevUuid) {
