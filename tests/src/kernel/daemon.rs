@@ -464,7 +464,7 @@ fn full_type_refused(g: &Guest) -> TestResult {
 }
 
 /// Rounds of [`list_follows_each_call`].
-const ROUNDS: u32 = 20;
+const ROUNDS: u32 = 40;
 
 /// Read-your-writes while kernel events arrive: right after each Create/Stop/Destroy returns,
 /// ListInstances shows its effect. Every mdev create and remove makes the kernel send uevents (the
