@@ -48,7 +48,7 @@ impl Uevent {
     pub fn is_relevant(&self) -> bool {
         matches!(
             self.subsystem.as_deref(),
-            Some("mdev" | "mdev_bus" | "pci" | "vfio" | "drivers" | "module")
+            Some("mdev" | "mdev_bus" | "pci" | "drivers" | "module")
         ) || self.env.contains_key("MDEV_TYPE")
     }
 }
