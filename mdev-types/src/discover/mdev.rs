@@ -74,11 +74,12 @@ pub(super) fn read_instances(host: &dyn Host) -> Result<Vec<MdevInstance>, Disco
         let uuid: MdevUuid = name
             .parse()
             .map_err(|_| malformed(&dir, &name, "an mdev UUID"))?;
-        // `mdev_type` resolves to …/<parent>/mdev_supported_types/<type>. An instance removed while we
-        // walk is skipped, like a PCI device that disappears.
+        // `mdev_type` resolves to …/<parent>/mdev_supported_types/<type>. An instance being removed
+        // while we walk is skipped, like a PCI device that disappears.
         let type_dir = match host.canonicalize(&dir.join("mdev_type")) {
             Ok(d) => d,
-            Err(e) if e.is_not_found() && !host.exists(&dir) => continue,
+            // The kernel removes the `mdev_type` link before the directory itself during teardown.
+            Err(e) if e.is_not_found() => continue,
             Err(e) => return Err(e.into()),
         };
         let comps: Vec<String> = type_dir
