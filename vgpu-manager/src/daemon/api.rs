@@ -58,7 +58,8 @@ pub enum Command {
         /// Which.
         uuid: MdevUuid,
     },
-    /// Remove an instance's device; a transient instance is then gone, a defined one stays defined.
+    /// Remove an instance entirely: its device (if running) and its definition (if defined). `Stop`
+    /// removes only the device.
     /// Mutating; refused for foreign instances.
     Destroy {
         /// Which.

@@ -108,16 +108,6 @@ impl Core {
         Ok(core)
     }
 
-    /// The host this core manages.
-    pub fn host(&self) -> &Arc<dyn Host> {
-        &self.host
-    }
-
-    /// The profile catalog.
-    pub fn catalog(&self) -> &Catalog {
-        &self.catalog
-    }
-
     /// Events for signals and property updates. Slow receivers lose the oldest events (and should then
     /// re-list).
     pub fn subscribe(&self) -> broadcast::Receiver<Event> {
