@@ -83,6 +83,9 @@ struct Inner {
     /// The last rendered tree after a change made it stale; replaying a journal resolves paths in it
     /// when it can, to avoid a full re-render per entry.
     stale: Option<Vfs>,
+    /// Every change since `stale` was rendered only added nodes to the tree (or changed contents), so
+    /// a writable attribute found in `stale` is still at that path in the current tree.
+    stale_additive: bool,
 }
 
 impl Inner {
@@ -90,12 +93,16 @@ impl Inner {
     fn change(
         &mut self,
         entry: journal::Entry,
+        additive: bool,
         f: impl FnOnce(&mut Model) -> Result<(), Errno>,
     ) -> Result<(), Errno> {
         let before = (!self.subscribers.is_empty()).then(|| events::snapshot(&self.model));
         let result = f(&mut self.model);
         if let Some(t) = self.tree.take() {
             self.stale = Some(t);
+            self.stale_additive = additive;
+        } else {
+            self.stale_additive &= additive;
         }
         result?;
         if let Some(file) = &mut self.journal {
@@ -120,7 +127,7 @@ impl Inner {
                 module: module.to_string(),
             }
         };
-        self.change(entry, |m| set_module(m, module, load))
+        self.change(entry, false, |m| set_module(m, module, load))
     }
 
     /// Re-applies a journalled write. The entry succeeded once on this same sequence of states, so a
@@ -141,28 +148,58 @@ impl Inner {
                     path: path.to_string_lossy().into_owned(),
                     value: value.to_string(),
                 };
-                self.change(entry, |m| store(m, &attr, value))
+                let additive = only_adds_nodes(&attr);
+                self.change(entry, additive, |m| store(m, &attr, value))
             }
             None => self.apply(path, value),
         }
     }
 
     fn apply(&mut self, path: &Path, value: &str) -> Result<(), Errno> {
+        let attr = match self.live_in_stale(path) {
+            Some(attr) => attr,
+            None => self.resolve_writable(path)?,
+        };
+        let entry = journal::Entry::Write {
+            path: path.to_string_lossy().into_owned(),
+            value: value.to_string(),
+        };
+        let additive = only_adds_nodes(&attr);
+        self.change(entry, additive, |m| store(m, &attr, value))
+    }
+
+    /// The attribute at `path` when the stale tree still shows the current one there: every
+    /// change since it was rendered only added nodes (typically a run of mdev creates), so a
+    /// writable attribute in it is still at that path, with the same stable identity. Spares a
+    /// full re-render per write in long runs of creates (a host reboot's reconcile).
+    fn live_in_stale(&self, path: &Path) -> Option<Attr> {
+        if self.tree.is_some() || !self.stale_additive {
+            return None;
+        }
+        match self.stale.as_ref()?.node(path) {
+            Ok((_, Node::File(f))) if f.mode.writable() => f.attr.clone(),
+            _ => None,
+        }
+    }
+
+    /// The writable attribute at `path` in the current tree, or the errno a write there gets.
+    fn resolve_writable(&mut self, path: &Path) -> Result<Attr, Errno> {
         let attr = match self.tree().node(path)?.1 {
             Node::Dir(_) => return Err(Errno::EISDIR),
             Node::File(f) if !f.mode.writable() => return Err(Errno::EACCES),
             Node::File(f) => f.attr.clone(),
             Node::Link(_) => return Err(Errno::ENOENT),
         };
-        let Some(attr) = attr else {
-            return Err(Errno::EACCES);
-        };
-        let entry = journal::Entry::Write {
-            path: path.to_string_lossy().into_owned(),
-            value: value.to_string(),
-        };
-        self.change(entry, |m| store(m, &attr, value))
+        attr.ok_or(Errno::EACCES)
     }
+}
+
+/// Whether a successful write to `attr` can only add nodes to the tree (and change contents), never
+/// remove or re-mode one. True for an mdev create: the new device, its links and its group appear,
+/// other types' `available_instances` change (even to 0 under NVIDIA's homogeneous rule), and every
+/// `create` attribute stays (mdev_core.c: types live as long as their parent's registration).
+fn only_adds_nodes(attr: &Attr) -> bool {
+    matches!(attr, Attr::MdevCreate { .. })
 }
 
 /// `modprobe`/`rmmod` of the module behind virtual parents of class `module`: unknown → ENOENT; unloading
@@ -223,6 +260,7 @@ impl SimHost {
                 model,
                 tree: None,
                 stale: None,
+                stale_additive: false,
                 subscribers: Vec::new(),
                 journal: None,
             })),
@@ -390,6 +428,7 @@ fn store(model: &mut Model, attr: &Attr, value: &str) -> Result<(), Errno> {
         Attr::XeProfile { pf, func, knob } => xe::store_profile(model, pf, *func, *knob, value),
         Attr::XeBulk { pf, knob } => xe::store_bulk(model, pf, *knob, value),
         Attr::XeStop { pf, vf } => xe::store_stop(model, pf, *vf, value),
+        Attr::I915Iov { pf, func, knob } => i915_iov::store(model, pf, *func, *knob, value),
     }
 }
 

@@ -11,7 +11,7 @@ use crate::daemon::api::CoreError;
 use crate::daemon::reconcile::{
     ExecReport, Plan, ReconcileInput, Step, StepActions, execute, plan,
 };
-use crate::daemon::store::{LedgerEntry, unix_now};
+use crate::daemon::store::{LedgerEntry, StateDir, unix_now};
 
 /// Which autostart definitions a reconcile may create.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,15 +30,16 @@ struct Actions<'a> {
 
 impl StepActions for Actions<'_> {
     fn put_ledger(&mut self, entry: &LedgerEntry) -> Result<(), CoreError> {
-        // Keep what clients see (gpu, profile, label) from the definition the entry serves.
         let mut store = lock(&self.core.store);
-        let mut entry = entry.clone();
-        if let Some(def) = store.get_definition(&entry.uuid) {
-            entry.gpu = entry.gpu.or_else(|| Some(def.gpu.clone()));
-            entry.profile = entry.profile.or_else(|| def.profile.clone());
-            entry.label = entry.label.or_else(|| def.label.clone());
-        }
+        let entry = with_definition(&store, entry);
         store.put_ledger(&entry).map_err(Into::into)
+    }
+
+    fn put_ledgers(&mut self, entries: &[LedgerEntry]) -> Result<(), CoreError> {
+        let mut store = lock(&self.core.store);
+        let entries: Vec<LedgerEntry> =
+            entries.iter().map(|e| with_definition(&store, e)).collect();
+        store.put_ledgers(&entries).map_err(Into::into)
     }
 
     fn remove_ledger(&mut self, uuid: &MdevUuid) -> Result<(), CoreError> {
@@ -71,6 +72,17 @@ impl StepActions for Actions<'_> {
     fn now(&self) -> u64 {
         unix_now()
     }
+}
+
+/// Keeps what clients see (gpu, profile, label) from the definition the entry serves.
+fn with_definition(store: &StateDir, entry: &LedgerEntry) -> LedgerEntry {
+    let mut entry = entry.clone();
+    if let Some(def) = store.get_definition(&entry.uuid) {
+        entry.gpu = entry.gpu.or_else(|| Some(def.gpu.clone()));
+        entry.profile = entry.profile.or_else(|| def.profile.clone());
+        entry.label = entry.label.or_else(|| def.label.clone());
+    }
+    entry
 }
 
 /// Keeps only the creates the scope allows.

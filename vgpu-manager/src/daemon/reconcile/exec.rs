@@ -13,6 +13,13 @@ pub trait StepActions {
     /// Durably writes (or replaces) a ledger entry. Entries for new devices come with `gpu`,
     /// `profile` and `label` unset; implementations may fill them from the definition.
     fn put_ledger(&mut self, entry: &LedgerEntry) -> Result<(), CoreError>;
+    /// Durably writes several new entries, returning once all of them are on disk. The executor
+    /// writes the entries of every device a plan creates with one call before creating the first
+    /// device (one flush instead of one per device). On error any subset may have been written.
+    /// The default writes them one by one.
+    fn put_ledgers(&mut self, entries: &[LedgerEntry]) -> Result<(), CoreError> {
+        entries.iter().try_for_each(|e| self.put_ledger(e))
+    }
     /// Durably removes a ledger entry.
     fn remove_ledger(&mut self, uuid: &MdevUuid) -> Result<(), CoreError>;
     /// Creates the mdev device (writes the parent's `create` attribute).
@@ -101,28 +108,68 @@ enum Done<'a> {
     DropLedger(&'a Step, &'a LedgerEntry),
 }
 
-/// Runs the plan's action steps in order. On the first failure it stops, undoes the failing step's
-/// partial effect and every completed step in reverse order, and reports it all.
+/// Runs the plan's action steps in order. The ledger entries of all its creates are written first,
+/// in one batch (the ledger protocol only needs each entry on disk before its device is created). On
+/// the first failure it stops, undoes the failing step's partial effect, restores the pre-written
+/// entries of creates it did not reach, undoes every completed step in reverse order, and reports
+/// it all.
 pub fn execute(plan: &Plan, actions: &mut dyn StepActions) -> ExecReport {
     let mut report = ExecReport::default();
-    let mut done: Vec<Done<'_>> = Vec::new();
-    for (index, step) in plan.steps.iter().enumerate() {
-        let result = match step {
+    let creates: Vec<(usize, CreateDone<'_>)> = plan
+        .steps
+        .iter()
+        .enumerate()
+        .filter_map(|(index, step)| match step {
             Step::Create {
                 uuid,
                 parent,
-                type_id,
                 replaces,
-            } => {
-                let mut d = CreateDone {
+                ..
+            } => Some((
+                index,
+                CreateDone {
                     step,
                     uuid,
                     parent,
                     replaces,
                     device: false,
+                },
+            )),
+            _ => None,
+        })
+        .collect();
+    let entries: Vec<LedgerEntry> = plan
+        .steps
+        .iter()
+        .filter_map(|step| match step {
+            Step::Create {
+                uuid,
+                parent,
+                type_id,
+                ..
+            } => Some(new_entry(actions, uuid, parent, type_id)),
+            _ => None,
+        })
+        .collect();
+    if let Some(&(first, _)) = creates.first()
+        && let Err(error) = actions.put_ledgers(&entries)
+    {
+        // Which entries reached the disk is unknown; restore all of them (none has a device).
+        for (_, c) in creates.into_iter().rev() {
+            undo(actions, Done::Create(c), &mut report, false);
+        }
+        fail(&mut report, first, &plan.steps[first], error);
+        return report;
+    }
+    let mut pending = creates.into_iter().peekable();
+    let mut done: Vec<Done<'_>> = Vec::new();
+    for (index, step) in plan.steps.iter().enumerate() {
+        let result = match step {
+            Step::Create { type_id, .. } => {
+                let Some((_, mut d)) = pending.next_if(|(i, _)| *i == index) else {
+                    continue;
                 };
-                let r = run_create(actions, &mut d, type_id, &mut report);
-                match r {
+                match run_create(actions, &mut d, type_id, &mut report) {
                     Ok(()) => {
                         done.push(Done::Create(d));
                         Ok(())
@@ -144,14 +191,15 @@ pub fn execute(plan: &Plan, actions: &mut dyn StepActions) -> ExecReport {
             Ok(()) => report.completed.push(step.clone()),
             Err(error) => {
                 tracing::warn!("reconcile: step {index} ({step}) failed: {error}; rolling back");
-                report.failure = Some(StepFailure {
-                    index,
-                    step: step.clone(),
-                    error,
-                });
+                // Creates never reached have only their pre-written entry to take back.
+                let unreached: Vec<_> = pending.collect();
+                for (_, c) in unreached.into_iter().rev() {
+                    undo(actions, Done::Create(c), &mut report, false);
+                }
                 while let Some(d) = done.pop() {
                     undo(actions, d, &mut report, true);
                 }
+                fail(&mut report, index, step, error);
                 break;
             }
         }
@@ -159,25 +207,42 @@ pub fn execute(plan: &Plan, actions: &mut dyn StepActions) -> ExecReport {
     report
 }
 
-/// Ledger entry first, then the device (see the store's ledger protocol). On failure returns the
-/// error and, if something was already done, what to undo.
-fn run_create<'a>(
-    actions: &mut dyn StepActions,
-    d: &mut CreateDone<'a>,
+/// Records the failed step.
+fn fail(report: &mut ExecReport, index: usize, step: &Step, error: CoreError) {
+    report.failure = Some(StepFailure {
+        index,
+        step: step.clone(),
+        error,
+    });
+}
+
+/// The ledger entry a create writes before making its device.
+fn new_entry(
+    actions: &dyn StepActions,
+    uuid: &MdevUuid,
+    parent: &str,
     type_id: &MdevTypeId,
-    report: &mut ExecReport,
-) -> Result<(), (CoreError, Option<CreateDone<'a>>)> {
-    let entry = LedgerEntry {
-        uuid: *d.uuid,
-        parent: d.parent.to_string(),
+) -> LedgerEntry {
+    LedgerEntry {
+        uuid: *uuid,
+        parent: parent.to_string(),
         type_id: type_id.clone(),
         ownership: LedgerOwnership::Daemon,
         created_at: actions.now(),
         gpu: None,
         profile: None,
         label: None,
-    };
-    actions.put_ledger(&entry).map_err(|e| (e, None))?;
+    }
+}
+
+/// Creates the device of a create whose ledger entry is already on disk. On failure returns the
+/// error and, if something is to be undone, what.
+fn run_create<'a>(
+    actions: &mut dyn StepActions,
+    d: &mut CreateDone<'a>,
+    type_id: &MdevTypeId,
+    report: &mut ExecReport,
+) -> Result<(), (CoreError, Option<CreateDone<'a>>)> {
     let Err(error) = actions.create_device(d.uuid, d.parent, type_id) else {
         d.device = true;
         return Ok(());

@@ -88,7 +88,7 @@ pub use error::{StoreError, StoreOp};
 pub use load::{AsideReason, LoadReport, SetAside};
 pub use record::{Definition, LedgerEntry, LedgerOwnership, SCHEMA};
 
-use fsio::{ensure_dir, remove_durable, write_atomic};
+use fsio::{ensure_dir, remove_durable, write_atomic, write_atomic_batch};
 use load::load_dir;
 use lock::{DirLock, lock_dir};
 use record::Record;
@@ -181,6 +181,23 @@ impl StateDir {
         Ok(())
     }
 
+    /// Durably stores several ledger entries with one flush for all of them (see the module's
+    /// *Durability*); a reconcile that creates many devices writes all their entries this way before
+    /// creating the first device. On error the in-memory view is unchanged and each file on disk is
+    /// in its old or its new state (both safe under the ledger protocol).
+    pub fn put_ledgers(&mut self, entries: &[LedgerEntry]) -> Result<(), StoreError> {
+        let dir = self.root.join(LEDGER);
+        let files = entries
+            .iter()
+            .map(|e| encode(&dir, e).map(|text| (file_name(&e.uuid), text.into_bytes())))
+            .collect::<Result<Vec<_>, _>>()?;
+        write_atomic_batch(&dir, &files)?;
+        for e in entries {
+            self.ledger.insert(e.uuid, e.clone());
+        }
+        Ok(())
+    }
+
     /// Durably deletes a ledger entry; returns it if there was one. Call only *after* the device is
     /// gone.
     pub fn remove_ledger(&mut self, uuid: &MdevUuid) -> Result<Option<LedgerEntry>, StoreError> {
@@ -206,14 +223,18 @@ fn file_name(uuid: &MdevUuid) -> String {
 
 /// Validates, encodes and atomically writes a record into `dir`.
 fn put<R: Record>(dir: &Path, record: &R) -> Result<(), StoreError> {
-    let name = file_name(record.uuid());
-    let path = dir.join(&name);
+    let text = encode(dir, record)?;
+    write_atomic(dir, &file_name(record.uuid()), text.as_bytes())
+}
+
+/// Validates and encodes a record that is to be stored in `dir`.
+fn encode<R: Record>(dir: &Path, record: &R) -> Result<String, StoreError> {
+    let path = dir.join(file_name(record.uuid()));
     record.validate().map_err(|reason| StoreError::Invalid {
         path: path.clone(),
         reason,
     })?;
-    let text = record
+    record
         .encode()
-        .map_err(|reason| StoreError::Encode { path, reason })?;
-    write_atomic(dir, &name, text.as_bytes())
+        .map_err(|reason| StoreError::Encode { path, reason })
 }

@@ -563,3 +563,61 @@ proptest! {
         check_equal(&s, &defs, &led)?;
     }
 }
+
+#[test]
+fn a_ledger_batch_persists_every_entry_and_leaves_no_temp_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut s, _) = StateDir::open(tmp.path()).unwrap();
+    s.put_ledger(&ledger(1)).unwrap();
+    let mut replaced = ledger(1);
+    replaced.label = Some("replaced".into());
+    let batch: Vec<LedgerEntry> = std::iter::once(replaced.clone())
+        .chain((2..40).map(ledger))
+        .collect();
+    s.put_ledgers(&batch).unwrap();
+    assert_eq!(ledger_of(&s), batch);
+    drop(s);
+    let (s, report) = StateDir::open(tmp.path()).unwrap();
+    assert_eq!(ledger_of(&s), batch);
+    assert!(report.set_aside.is_empty(), "{report:?}");
+    assert_eq!(names_in(&tmp.path().join("ledger")).len(), batch.len());
+}
+
+#[test]
+fn an_invalid_entry_refuses_the_whole_batch_before_writing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut s, _) = StateDir::open(tmp.path()).unwrap();
+    let mut bad = ledger(3);
+    bad.parent = "a b".into();
+    let err = s.put_ledgers(&[ledger(1), ledger(2), bad]).unwrap_err();
+    assert!(matches!(err, StoreError::Invalid { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains(&format!("{}.toml", uuid(3))),
+        "{err}"
+    );
+    assert!(ledger_of(&s).is_empty());
+    assert!(names_in(&tmp.path().join("ledger")).is_empty());
+}
+
+#[test]
+fn a_failed_batch_leaves_memory_unchanged_and_no_temp_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut s, _) = StateDir::open(tmp.path()).unwrap();
+    // A directory where one entry's file must go makes its rename fail after the flush.
+    fs::create_dir(tmp.path().join("ledger").join(format!("{}.toml", uuid(5)))).unwrap();
+    let batch: Vec<LedgerEntry> = (1..10).map(ledger).collect();
+    let err = s.put_ledgers(&batch).unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            StoreError::Io {
+                op: StoreOp::Rename,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(ledger_of(&s).is_empty());
+    let names = names_in(&tmp.path().join("ledger"));
+    assert!(names.iter().all(|n| !n.starts_with(".tmp.")), "{names:?}");
+}

@@ -74,7 +74,8 @@ fn a_failure_at_any_call_restores_the_host_exactly() {
 
 #[test]
 fn a_failing_rollback_keeps_the_ledger_entry_of_a_device_left_behind() {
-    // Calls: 0 drop 1, 1-2 create 2 (renews entry), 3-4 create 3, 5 drop 4, 6-7 create 6.
+    // Calls: 0-2 the ledger entries of creates 2 (renewed), 3 and 6 (one batch), 3 drop 1,
+    // 4 create 2, 5 create 3, 6 drop 4, 7 create 6.
     let (mut h, defs) = scenario();
     let p = plan(&h.input(&defs));
     // Fail creating device 6 (call 7); rollback then calls 8 remove_device(6)? No: the failed create
