@@ -65,6 +65,15 @@ pub(crate) enum Attr {
         /// Which knob.
         knob: XeKnob,
     },
+    /// `<pf>/drm/cardN/prelim_iov/{pf,vfN}/gt/<knob>`; `func` 0 is the PF.
+    I915Iov {
+        /// The PF.
+        pf: PciAddress,
+        /// 0 for the PF, N for `vfN`.
+        func: u16,
+        /// Which knob.
+        knob: super::i915_iov::I915Knob,
+    },
     /// `<pf>/sriov_admin/vfN/stop`.
     XeStop {
         /// The PF.

@@ -35,12 +35,14 @@ mod attr;
 mod build;
 mod error;
 mod events;
+mod i915_iov;
 mod journal;
 mod kstr;
 mod locate;
 mod materialize;
 mod mdev;
 mod model;
+mod modules;
 mod nvidia;
 mod pci;
 mod render;
@@ -53,6 +55,8 @@ mod xe;
 mod tests;
 
 pub use error::SimError;
+pub use i915_iov::I915IovSpec;
+pub use modules::ModuleSpec;
 pub use spec::{
     CountingSpec, DriverKindSpec, DriverSpec, ErrnoName, HostSpec, MdevParentSpec, MdevSpec,
     MdevTypeSpec, NvidiaVfioSpec, PciSpec, SimSpec, SriovSpec, VfIommuSpec, VgpuSpec, VgpuTypeSpec,
@@ -67,10 +71,11 @@ use vfs::{Node, Vfs};
 const BUILTINS: &[(&str, &str)] = &[
     ("demo", include_str!("../../../sims/demo.toml")),
     ("samples", include_str!("../../../sims/samples.toml")),
+    ("vendors", include_str!("../../../sims/vendors.toml")),
 ];
 
 /// Builtin names, in [`BUILTINS`] order.
-const BUILTIN_NAMES: &[&str] = &["demo", "samples"];
+const BUILTIN_NAMES: &[&str] = &["demo", "samples", "vendors"];
 
 /// Kernel state plus the tree rendered from it (re-rendered lazily after each write).
 struct Inner {

@@ -273,6 +273,10 @@ pub(crate) struct Model {
     pub mdevs: BTreeMap<MdevUuid, Mdev>,
     pub nvidia: BTreeMap<PciAddress, NvidiaGpu>,
     pub xe: BTreeMap<PciAddress, XePf>,
+    /// i915 `prelim_iov` PFs.
+    pub i915: BTreeMap<PciAddress, super::i915_iov::I915Pf>,
+    /// Module parameters.
+    pub modules: Vec<super::modules::ModuleParams>,
 }
 
 /// Deepest bridge nesting followed when building a device path (guards against a malformed model).

@@ -15,6 +15,8 @@ pub(crate) fn render(model: &Model) -> Vfs {
     mdev::render(model, &mut v);
     nvidia::render(model, &mut v);
     xe::render(model, &mut v);
+    super::i915_iov::render(model, &mut v);
+    super::modules::render(model, &mut v);
     v
 }
 

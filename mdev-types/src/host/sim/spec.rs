@@ -50,6 +50,12 @@ pub struct SimSpec {
     /// Intel xe SR-IOV PFs with `sriov_admin`.
     #[serde(default)]
     pub xe_sriov: Vec<XeSriovSpec>,
+    /// Intel i915 SR-IOV PFs with `prelim_iov` (out-of-tree driver).
+    #[serde(default)]
+    pub i915_iov: Vec<super::i915_iov::I915IovSpec>,
+    /// Loaded modules' parameters (`/sys/module/<name>/parameters`).
+    #[serde(default, rename = "module")]
+    pub modules: Vec<super::modules::ModuleSpec>,
 }
 
 /// Host-wide settings.

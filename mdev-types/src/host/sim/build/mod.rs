@@ -83,12 +83,16 @@ pub(crate) fn build(
         mdevs: BTreeMap::new(),
         nvidia: BTreeMap::new(),
         xe: BTreeMap::new(),
+        i915: BTreeMap::new(),
+        modules: Vec::new(),
     };
     drivers(&cx, spec, &mut model)?;
     devices::pci_devices(&cx, spec, &mut model)?;
     mediated::parents(&cx, spec, &mut model)?;
     vendor::nvidia_gpus(&cx, spec, &mut model)?;
     vendor::xe_pfs(&cx, spec, &mut model)?;
+    super::i915_iov::build(&cx, &spec.i915_iov, &mut model)?;
+    super::modules::build(&cx, &spec.modules, &mut model)?;
     // VFs enabled at start are probed like later ones, so vendor state must exist first.
     devices::initial_vfs(&cx, spec, &mut model)?;
     mediated::instances(&cx, spec, &mut model)?;

@@ -60,6 +60,7 @@ mod mdev_tests;
 mod nvidia_tests;
 mod pci_tests;
 mod spec_tests;
-mod stale_tree_tests;
 mod sriov_tests;
+mod stale_tree_tests;
+mod vendor_ext_tests;
 mod xe_tests;
