@@ -4,4 +4,6 @@
 pub mod cli;
 pub mod client;
 pub mod daemon;
+pub mod placement;
+pub mod pool;
 pub mod profile;

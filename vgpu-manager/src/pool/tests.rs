@@ -1,0 +1,222 @@
+//! Pool files, loading, and plans on the simulated demo host (including applying a plan to the
+//! simulated kernel and planning again).
+
+use std::path::Path;
+
+use mdev_types::discover::discover;
+use mdev_types::host::sim::SimHost;
+use mdev_types::host::{Host, paths};
+
+use super::*;
+use crate::profile::{Catalog, Target};
+
+fn cat() -> Catalog {
+    Catalog::builtin().unwrap()
+}
+
+fn err(text: &str) -> String {
+    Pool::from_toml("p.toml", text, &cat())
+        .unwrap_err()
+        .to_string()
+}
+
+#[test]
+fn errors_name_file_line_field_and_what_is_allowed() {
+    let e = err("name = \"x\"\npolicy = \"pack\"\n[profiles]\nvdi-2g = 1\n");
+    assert_eq!(
+        e,
+        "p.toml:2: field `policy` has unknown value \"pack\"; allowed: consolidate, spread"
+    );
+    let e = err("name = \"x\"\n[profiles]\nvdi-9g = 1\n");
+    assert!(
+        e.starts_with("p.toml:3: field `profiles` names unknown profile \"vdi-9g\"; allowed: "),
+        "{e}"
+    );
+    let e = err("name = \"x\"\n[profiles]\nvdi-2g = 0\n");
+    assert!(
+        e.starts_with(
+            "p.toml:3: field `profiles` gives vdi-2g = 0; allowed: a count from 1 to 1024"
+        ),
+        "{e}"
+    );
+    let e = err("name = \"x\"\ncolour = 1\n[profiles]\nvdi-2g = 1\n");
+    assert!(e.starts_with("p.toml:2:1: unknown field `colour`"), "{e}");
+    let e = err("name = \"X Y\"\n[profiles]\nvdi-2g = 1\n");
+    assert!(e.starts_with("p.toml:1: field `name`"), "{e}");
+    let e = err("name = \"x\"\n[profiles]\nvdi-2g = 1\n[select]\nvendors = [\"3dfx\"]\n");
+    assert!(
+        e.starts_with("p.toml:5: field `select.vendors` has unknown vendor \"3dfx\""),
+        "{e}"
+    );
+    let e = err("name = \"x\"\n[profiles]\nvdi-2g = 1\n[select]\ngpus = [\"zz:zz\"]\n");
+    assert!(e.starts_with("p.toml:5: field `select.gpus`"), "{e}");
+    let e = err("name = \"x\"\n[profiles]\nvdi-2g = 1\n[select]\nstrict_numa = true\n");
+    assert!(
+        e.contains("strict_numa = true together with numa_node"),
+        "{e}"
+    );
+    let e = err("name = \"x\"\n[profiles]\n");
+    assert!(e.contains("field `profiles` is empty"), "{e}");
+}
+
+#[test]
+fn shipped_pools_load_and_short_addresses_are_canonical() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/pools.d");
+    let pools = load_dir(&dir, &cat()).unwrap();
+    let names: Vec<&str> = pools.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["cad-node1", "vdi-floor"]);
+    let p = Pool::from_toml(
+        "s",
+        "name = \"x\"\n[profiles]\nvdi-2g = 1\n[select]\ngpus = [\"83:00.0\"]\n",
+        &cat(),
+    )
+    .unwrap();
+    assert_eq!(p.select.gpus, ["0000:83:00.0"]);
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(
+        tmp.path().join("a.toml"),
+        "name = \"x\"\n[profiles]\nvdi-2g = 1\n",
+    )
+    .unwrap();
+    std::fs::write(
+        tmp.path().join("b.toml"),
+        "name = \"x\"\n[profiles]\nvdi-1g = 1\n",
+    )
+    .unwrap();
+    let e = load_dir(tmp.path(), &cat()).unwrap_err().to_string();
+    assert!(
+        e.contains("b.toml: pool name 'x' is already used by") && e.contains("a.toml"),
+        "{e}"
+    );
+}
+
+fn vdi_floor() -> Pool {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/pools.d/vdi-floor.toml");
+    load_file(&dir, &cat()).unwrap()
+}
+
+#[test]
+fn mixed_pool_plans_every_slot_on_the_demo_host() {
+    let inv = discover(&SimHost::load("demo").unwrap()).unwrap();
+    let plan = plan_pool(&vdi_floor(), &cat(), &inv, &[]).unwrap();
+    assert!(plan.shortfall.is_empty(), "{:?}", plan.shortfall);
+    assert_eq!(plan.creates(), 44);
+    // The Flex 170 has SR-IOV off: one enable step comes before the creates.
+    let enable = plan
+        .steps
+        .iter()
+        .position(|s| matches!(s, Step::EnableVfs { .. }))
+        .unwrap();
+    let first_create = plan
+        .steps
+        .iter()
+        .position(|s| matches!(s, Step::Create { .. }))
+        .unwrap();
+    assert!(enable < first_create);
+    // Every create has its own slot UUID; vendor-VFIO creates each take their own VF.
+    let mut uuids = std::collections::HashSet::new();
+    let mut vfs = std::collections::HashSet::new();
+    for s in &plan.steps {
+        if let Step::Create { slot, target, .. } = s {
+            assert!(uuids.insert(slot.uuid));
+            if let Target::NvidiaVendorVfio { vf, .. } = target {
+                assert!(vfs.insert(*vf), "VF {vf} twice");
+            }
+        }
+    }
+    assert_eq!(vfs.len(), 24);
+    // Asking for more reports the exact shortfall. 50 desktops + 4 workstations: the most that fit is
+    // 48 (all desktops: 1 GVT-g + 8 + 7 on the T4s + 24 on the L40S + 8 on the Flex), since each
+    // workstation displaces two desktops from the first T4.
+    let mut big = vdi_floor();
+    big.profiles.insert("vdi-2g".into(), 50);
+    let plan = plan_pool(&big, &cat(), &inv, &[]).unwrap();
+    assert_eq!(plan.creates(), 48);
+    let short: Vec<(&str, u32, u32)> = plan
+        .shortfall
+        .iter()
+        .map(|s| (s.profile.as_str(), s.placed, s.missing))
+        .collect();
+    assert_eq!(short, [("vdi-2g", 48, 2), ("workstation-4g", 0, 4)]);
+    assert!(
+        plan.shortfall[1].reason.contains("other profiles"),
+        "{}",
+        plan.shortfall[1].reason
+    );
+}
+
+/// Executes a plan's steps against the simulated kernel (mdev create/remove, vendor-VFIO type) and
+/// returns the VF slots a daemon would record.
+fn apply(host: &SimHost, plan: &PoolPlan, held: &mut Vec<HeldSlot>) {
+    for s in &plan.steps {
+        match s {
+            Step::Create {
+                slot,
+                gpu,
+                target: Target::Mdev {
+                    parent, type_id, ..
+                },
+                ..
+            } => {
+                let _ = gpu;
+                host.write(
+                    &paths::mdev_type_dir(parent, type_id).join("create"),
+                    &slot.uuid.to_string(),
+                )
+                .unwrap();
+            }
+            Step::Create {
+                slot,
+                gpu,
+                target: Target::NvidiaVendorVfio { vf, type_id, .. },
+                ..
+            } => {
+                host.write(
+                    &paths::pci_device(vf).join("nvidia/current_vgpu_type"),
+                    &type_id.to_string(),
+                )
+                .unwrap();
+                held.push(HeldSlot {
+                    slot: slot.clone(),
+                    gpu: gpu.clone(),
+                    vf: *vf,
+                });
+            }
+            Step::Remove { slot, holds, .. } if !holds.starts_with("VF ") => {
+                host.write(
+                    &Path::new("/sys/bus/mdev/devices")
+                        .join(slot.uuid.to_string())
+                        .join("remove"),
+                    "1",
+                )
+                .unwrap();
+            }
+            other => panic!("step not simulated here: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn applying_a_plan_then_planning_again_changes_nothing() {
+    let host = SimHost::load("demo").unwrap();
+    let mut pool = vdi_floor();
+    pool.select.vendors = vec![mdev_types::model::Vendor::Nvidia];
+    pool.profiles.insert("vdi-2g".into(), 30);
+    let mut held = Vec::new();
+    let plan = plan_pool(&pool, &cat(), &discover(&host).unwrap(), &held).unwrap();
+    assert!(plan.shortfall.is_empty(), "{:?}", plan.shortfall);
+    apply(&host, &plan, &mut held);
+    let again = plan_pool(&pool, &cat(), &discover(&host).unwrap(), &held).unwrap();
+    assert!(again.is_noop(), "{:?}", again.steps);
+    assert_eq!(again.keep.len(), 34);
+    // Shrinking removes the highest slots and keeps the rest.
+    pool.profiles.insert("vdi-2g".into(), 25);
+    let shrink = plan_pool(&pool, &cat(), &discover(&host).unwrap(), &held).unwrap();
+    assert_eq!((shrink.removes(), shrink.creates()), (5, 0));
+    for s in &shrink.steps {
+        let Step::Remove { slot, .. } = s else {
+            unreachable!()
+        };
+        assert!(slot.index >= 25);
+    }
+}
