@@ -1,9 +1,11 @@
 //! vgpu-manager: profiles, matching and the admin CLI over the hardware boundary of `mdev-types`.
 #![deny(missing_docs)]
 
+pub mod backend;
 pub mod cli;
 pub mod client;
 pub mod daemon;
 pub mod placement;
 pub mod pool;
 pub mod profile;
+pub mod sched;

@@ -11,6 +11,7 @@ mod daemon_cmds;
 mod discover;
 mod host_select;
 mod profiles;
+mod sched;
 mod table;
 
 pub use host_select::HostArgs;
@@ -87,6 +88,9 @@ enum Command {
     /// List or check profiles.
     #[command(subcommand)]
     Profiles(ProfilesCommand),
+    /// Time-slice scheduling of a GPU: plan, apply, show (weights → the vendor's knob).
+    #[command(subcommand)]
+    Sched(sched::SchedCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -157,6 +161,7 @@ fn dispatch(cli: &Cli, out: &mut dyn Write) -> Result<(), CliError> {
         Command::Profiles(ProfilesCommand::Check { files, json }) => {
             profiles::check(files, *json, out)
         }
+        Command::Sched(c) => sched::run(c, &cli.host, out),
     }
 }
 

@@ -118,7 +118,7 @@ impl fmt::Display for Backend {
 }
 
 /// Scheduling priority (Intel xe `sched_priority` has exactly these three; others map onto them).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Priority {
     /// Runs when nothing else wants to.

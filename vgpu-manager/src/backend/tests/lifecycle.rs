@@ -1,0 +1,140 @@
+//! create / destroy through each kind of interface, on the simulated kernel.
+
+use std::path::Path;
+
+use mdev_types::host::{Host, HostExt};
+
+use super::{backend, host};
+use crate::backend::{BackendError, CreateRequest, Created};
+use crate::profile::{Catalog, Target};
+
+fn option_target(h: &mdev_types::host::sim::SimHost, gpu: &str, profile: &str) -> Target {
+    let (_, inv) = (h, mdev_types::discover::discover(h).unwrap());
+    let p = Catalog::builtin().unwrap().resolve(profile).unwrap();
+    let b = backend(h, &inv, gpu);
+    let opts = b.options(&p, &inv);
+    assert!(!opts.is_empty(), "{gpu} offers nothing for {profile}");
+    opts[0].target.clone()
+}
+
+fn req(target: Target) -> CreateRequest {
+    CreateRequest {
+        target,
+        uuid: None,
+        placement_id: None,
+    }
+}
+
+#[test]
+fn xe_vf_enable_bind_and_release() {
+    let (h, inv) = host("demo");
+    let target = option_target(&h, "0000:03:00.0", "vdi-2g");
+    assert!(
+        matches!(
+            target,
+            Target::SriovVf {
+                enable_vfs: true,
+                ..
+            }
+        ),
+        "{target}"
+    );
+    let b = backend(&h, &inv, "0000:03:00.0");
+    let created = b.create(&h, &req(target)).unwrap();
+    let Created::Vf { vf, .. } = &created else {
+        panic!("{created:?}")
+    };
+    let dev = format!("/sys/bus/pci/devices/{vf}");
+    assert_eq!(
+        h.link_name(Path::new(&format!("{dev}/driver")))
+            .unwrap()
+            .as_deref(),
+        Some("vfio-pci")
+    );
+    // Autoprobe was switched off before the VFs were enabled.
+    assert_eq!(
+        h.read_trimmed(Path::new(
+            "/sys/bus/pci/devices/0000:03:00.0/sriov_drivers_autoprobe"
+        ))
+        .unwrap(),
+        "0"
+    );
+    b.destroy(&h, &created).unwrap();
+    assert_eq!(
+        h.link_name(Path::new(&format!("{dev}/driver"))).unwrap(),
+        None
+    );
+}
+
+#[test]
+fn nvidia_vendor_vfio_sets_and_clears_the_type() {
+    let (h, inv) = host("demo");
+    let target = option_target(&h, "0000:85:00.0", "vdi-2g");
+    let Target::NvidiaVendorVfio { vf, type_id, .. } = target.clone() else {
+        panic!("{target}")
+    };
+    let b = backend(&h, &inv, "0000:85:00.0");
+    let created = b.create(&h, &req(target.clone())).unwrap();
+    let cur = format!("/sys/bus/pci/devices/{vf}/nvidia/current_vgpu_type");
+    assert_eq!(
+        h.read_trimmed(Path::new(&cur)).unwrap(),
+        type_id.to_string()
+    );
+    // A second vGPU on the same VF: the driver refuses, and the error says why.
+    let e = b.create(&h, &req(target)).unwrap_err();
+    assert!(
+        e.to_string().contains("EPERM: the VF already has a vGPU"),
+        "{e}"
+    );
+    b.destroy(&h, &created).unwrap();
+    assert_eq!(h.read_trimmed(Path::new(&cur)).unwrap(), "0");
+}
+
+#[test]
+fn mdev_backends_create_and_remove() {
+    let (h, inv) = host("demo");
+    let target = option_target(&h, "0000:00:02.0", "vdi-1g");
+    let b = backend(&h, &inv, "0000:00:02.0");
+    let created = b.create(&h, &req(target)).unwrap();
+    let Created::Mdev { uuid, .. } = &created else {
+        panic!("{created:?}")
+    };
+    let dev = format!("/sys/bus/mdev/devices/{uuid}");
+    assert!(h.exists(Path::new(&dev)));
+    b.destroy(&h, &created).unwrap();
+    assert!(!h.exists(Path::new(&dev)));
+    // A target of another interface is refused by name.
+    let other = option_target(&h, "0000:03:00.0", "vdi-2g");
+    let e = b.create(&h, &req(other)).unwrap_err();
+    assert!(matches!(e, BackendError::Unsupported { .. }), "{e}");
+}
+
+#[test]
+fn gim_cannot_enable_vfs_at_runtime() {
+    let (h, inv) = host("demo");
+    let b = backend(&h, &inv, "0000:86:00.0");
+    let target = Target::SriovVf {
+        pf: "0000:86:00.0".parse().unwrap(),
+        vf: None,
+        vf_driver: None,
+        num_vfs: 6,
+        enable_vfs: true,
+    };
+    let e = b.create(&h, &req(target)).unwrap_err();
+    assert!(e.to_string().contains("vf_num"), "{e}");
+    // An enabled VF is assigned through vfio-pci.
+    let vf: mdev_types::ids::PciAddress = "0000:86:00.1".parse().unwrap();
+    let created = b
+        .create(
+            &h,
+            &req(Target::SriovVf {
+                pf: "0000:86:00.0".parse().unwrap(),
+                vf: Some(vf),
+                vf_driver: None,
+                num_vfs: 4,
+                enable_vfs: false,
+            }),
+        )
+        .unwrap();
+    b.destroy(&h, &created).unwrap();
+}
