@@ -5,6 +5,7 @@ pub mod backend;
 pub mod cli;
 pub mod client;
 pub mod daemon;
+pub mod hook;
 pub mod placement;
 pub mod pool;
 pub mod profile;

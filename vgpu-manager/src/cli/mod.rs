@@ -7,12 +7,15 @@ use std::io::Write;
 use clap::{Parser, Subcommand};
 use thiserror::Error;
 
+mod completions;
 mod daemon_cmds;
 mod discover;
 mod host_select;
+mod mdevctl;
 mod profiles;
 mod sched;
 mod table;
+mod xml;
 
 pub use host_select::HostArgs;
 pub use table::Table;
@@ -88,6 +91,22 @@ enum Command {
     /// List or check profiles.
     #[command(subcommand)]
     Profiles(ProfilesCommand),
+    /// libvirt XML (a <hostdev> or a whole example domain) or QEMU arguments for an instance.
+    Xml(xml::XmlArgs),
+    /// An mdevctl-compatible front end to vgpud (what libvirt's node-device driver runs as `mdevctl`).
+    #[command(subcommand)]
+    Mdevctl(mdevctl::MdevctlCommand),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page, or write one page per command into --dir.
+    Manpage {
+        /// Write vgpuctl.1 and vgpuctl-COMMAND.1 files here.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<std::path::PathBuf>,
+    },
     /// Time-slice scheduling of a GPU: plan, apply, show (weights → the vendor's knob).
     #[command(subcommand)]
     Sched(sched::SchedCommand),
@@ -121,6 +140,7 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
+    let args = mdevctl::alias_args(args.into_iter().map(Into::into).collect());
     let cli = match Cli::try_parse_from(args) {
         Ok(c) => c,
         Err(e) => {
@@ -161,6 +181,10 @@ fn dispatch(cli: &Cli, out: &mut dyn Write) -> Result<(), CliError> {
         Command::Profiles(ProfilesCommand::Check { files, json }) => {
             profiles::check(files, *json, out)
         }
+        Command::Xml(a) => xml::run(a, &cli.bus, out),
+        Command::Mdevctl(c) => mdevctl::run(c, &cli.bus, out),
+        Command::Completions { shell } => completions::completions(*shell, out),
+        Command::Manpage { dir } => completions::manpage(dir.as_deref(), out),
         Command::Sched(c) => sched::run(c, &cli.host, out),
     }
 }

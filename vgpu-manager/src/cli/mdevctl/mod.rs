@@ -1,0 +1,356 @@
+//! `vgpuctl mdevctl …`: an mdevctl-compatible front end to vgpud, so libvirt's node-device driver (which
+//! runs `mdevctl`) and scripts written for mdevctl keep working on hosts where vgpud manages the mdevs.
+//! Install it as `mdevctl` (a symlink to vgpuctl: invoked under that name, vgpuctl behaves as
+//! `vgpuctl mdevctl`; as `lsmdev`, as `vgpuctl mdevctl list`).
+//!
+//! It answers the command lines libvirt issues (libvirt src/node_device/node_device_driver.c):
+//! `list --dumpjson [--defined]`, `start --parent=P --jsonfile=/dev/stdin [--uuid=U]` (create),
+//! `define --parent=P --jsonfile=/dev/stdin [--uuid=U]`, `start --uuid=U`, `stop --uuid=U`,
+//! `undefine --uuid=U`, `modify --uuid U --auto|--manual`, `modify --parent=P --jsonfile=/dev/stdin
+//! --uuid=U --defined` and the capability probe `modify --defined --live --jsonfile b --help`; plus
+//! `types --dumpjson` and mdevctl's own forms (`-u`, `-p`, `-t`, `--type`). Output follows mdevctl's
+//! shapes ([`qemu_glue::mdevctl`]). What vgpud cannot do is refused with a one-line reason: attributes
+//! (`attrs`, `--addattr`), and `--live` changes of a running device.
+//!
+//! Two vgpu-manager extensions move definitions between the two tools: `export` writes vgpud's
+//! definitions as `/etc/mdevctl.d/<parent>/<uuid>` files, `import` defines mdevctl's files in vgpud.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use clap::{ArgGroup, Args, Subcommand};
+use qemu_glue::mdevctl::{
+    CONFIG_DIR, MdevctlConfig, MdevctlDevice, MdevctlType, StartMode, list_json, types_json,
+};
+
+use super::CliError;
+use super::daemon_cmds::BusArgs;
+use crate::client::{BusAddress, InstanceInfo};
+use crate::hook::daemon::{DbusDaemon, VgpuDaemon};
+
+mod ops;
+
+/// The mdevctl commands.
+#[derive(Debug, Subcommand)]
+pub enum MdevctlCommand {
+    /// List running mdevs (or defined ones with --defined).
+    List(ListArgs),
+    /// List the mdev types of each parent.
+    Types {
+        /// Only this parent.
+        #[arg(short, long, value_name = "PARENT")]
+        parent: Option<String>,
+        /// Print mdevctl's JSON.
+        #[arg(long)]
+        dumpjson: bool,
+    },
+    /// Define a persistent mdev (prints the UUID when none is given).
+    Define(DeviceSpec),
+    /// Remove a definition (a running device stays).
+    Undefine(UuidSpec),
+    /// Start a defined mdev, or create a transient one (prints the UUID when none is given).
+    Start(DeviceSpec),
+    /// Stop a running mdev.
+    Stop(UuidSpec),
+    /// Change a definition: --auto/--manual, --type, or a --jsonfile.
+    Modify(ModifyArgs),
+    /// vgpu-manager extension: write vgpud's definitions as mdevctl definition files.
+    Export {
+        /// The definition directory.
+        #[arg(long, value_name = "DIR", default_value = CONFIG_DIR)]
+        dir: PathBuf,
+    },
+    /// vgpu-manager extension: define mdevctl's definition files in vgpud.
+    Import {
+        /// The definition directory.
+        #[arg(long, value_name = "DIR", default_value = CONFIG_DIR)]
+        dir: PathBuf,
+        /// Only show what would be defined.
+        #[arg(long)]
+        dry_run: bool,
+    },
+}
+
+/// `list` options (mdevctl's).
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// List defined devices, running or not.
+    #[arg(short, long)]
+    defined: bool,
+    /// Print mdevctl's JSON.
+    #[arg(long)]
+    dumpjson: bool,
+    /// More detail (attributes; vgpud keeps none).
+    #[arg(short, long)]
+    verbose: bool,
+    /// Only this device.
+    #[arg(short, long, value_name = "UUID")]
+    uuid: Option<String>,
+    /// Only devices of this parent.
+    #[arg(short, long, value_name = "PARENT")]
+    parent: Option<String>,
+}
+
+/// A device given by UUID, parent, type or JSON file (`define`, `start`).
+#[derive(Debug, Args)]
+pub struct DeviceSpec {
+    /// The UUID.
+    #[arg(short, long, value_name = "UUID")]
+    uuid: Option<String>,
+    /// The parent device (its sysfs name, e.g. 0000:3b:00.0).
+    #[arg(short, long, value_name = "PARENT")]
+    parent: Option<String>,
+    /// The mdev type.
+    #[arg(
+        short = 't',
+        long = "type",
+        value_name = "TYPE",
+        conflicts_with = "jsonfile"
+    )]
+    mdev_type: Option<String>,
+    /// Read the configuration from FILE (`/dev/stdin` as libvirt passes it).
+    #[arg(long, value_name = "FILE")]
+    jsonfile: Option<PathBuf>,
+    /// Start automatically when the parent appears (define).
+    #[arg(short, long, conflicts_with = "jsonfile")]
+    auto: bool,
+    /// Accepted for compatibility; vgpud runs no call-out scripts.
+    #[arg(short, long)]
+    force: bool,
+}
+
+/// A device given by UUID (and optionally its parent).
+#[derive(Debug, Args)]
+pub struct UuidSpec {
+    /// The UUID.
+    #[arg(short, long, value_name = "UUID")]
+    uuid: String,
+    /// Its parent.
+    #[arg(short, long, value_name = "PARENT")]
+    parent: Option<String>,
+    /// Accepted for compatibility; vgpud runs no call-out scripts.
+    #[arg(short, long)]
+    force: bool,
+}
+
+/// `modify` options (mdevctl's).
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("change").args(["auto", "manual", "mdev_type", "jsonfile", "addattr", "delattr"])))]
+pub struct ModifyArgs {
+    /// The UUID.
+    #[arg(short, long, value_name = "UUID")]
+    uuid: Option<String>,
+    /// Its parent.
+    #[arg(short, long, value_name = "PARENT")]
+    parent: Option<String>,
+    /// New mdev type.
+    #[arg(short = 't', long = "type", value_name = "TYPE")]
+    mdev_type: Option<String>,
+    /// Start automatically.
+    #[arg(short, long)]
+    auto: bool,
+    /// Start only when asked.
+    #[arg(short, long)]
+    manual: bool,
+    /// New configuration from FILE.
+    #[arg(long, value_name = "FILE")]
+    jsonfile: Option<PathBuf>,
+    /// Change the definition (the default).
+    #[arg(short, long)]
+    defined: bool,
+    /// Change the running device (not supported by vgpud).
+    #[arg(short, long)]
+    live: bool,
+    /// Add an attribute (not supported by vgpud).
+    #[arg(long, value_name = "NAME")]
+    addattr: Option<String>,
+    /// Delete an attribute (not supported by vgpud).
+    #[arg(long)]
+    delattr: bool,
+    /// Attribute index.
+    #[arg(short, long)]
+    index: Option<u32>,
+    /// Attribute value.
+    #[arg(long)]
+    value: Option<String>,
+    /// Accepted for compatibility; vgpud runs no call-out scripts.
+    #[arg(short, long)]
+    force: bool,
+}
+
+/// Rewrites the arguments when vgpuctl runs as `mdevctl` or `lsmdev` (through a symlink), so that
+/// `mdevctl list …` means `vgpuctl mdevctl list …`.
+pub fn alias_args(mut args: Vec<OsString>) -> Vec<OsString> {
+    let name = args
+        .first()
+        .and_then(|a| Path::new(a).file_name())
+        .and_then(|n| n.to_str())
+        .unwrap_or_default()
+        .to_string();
+    let insert: &[&str] = match name.as_str() {
+        "mdevctl" => &["mdevctl"],
+        "lsmdev" => &["mdevctl", "list"],
+        _ => &[],
+    };
+    for (i, a) in insert.iter().enumerate() {
+        args.insert(1 + i, OsString::from(a));
+    }
+    args
+}
+
+/// Runs one mdevctl command against vgpud on `bus`.
+pub fn run(cmd: &MdevctlCommand, bus: &BusArgs, out: &mut dyn Write) -> Result<(), CliError> {
+    let bus: BusAddress = bus.bus.parse()?;
+    let mut daemon = DbusDaemon::connect(&bus)?;
+    run_with(cmd, &mut daemon, out)
+}
+
+/// Runs one mdevctl command against `daemon`.
+pub fn run_with(
+    cmd: &MdevctlCommand,
+    daemon: &mut dyn VgpuDaemon,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    match cmd {
+        MdevctlCommand::List(a) => list(daemon, a, out),
+        MdevctlCommand::Types { parent, dumpjson } => {
+            types(daemon, parent.as_deref(), *dumpjson, out)
+        }
+        MdevctlCommand::Define(s) => ops::define(daemon, s, out),
+        MdevctlCommand::Undefine(s) => ops::undefine(daemon, s),
+        MdevctlCommand::Start(s) => ops::start(daemon, s, out),
+        MdevctlCommand::Stop(s) => ops::stop(daemon, s),
+        MdevctlCommand::Modify(m) => ops::modify(daemon, m),
+        MdevctlCommand::Export { dir } => ops::export(daemon, dir, out),
+        MdevctlCommand::Import { dir, dry_run } => ops::import(daemon, dir, *dry_run, out),
+    }
+}
+
+fn bad(msg: impl Into<String>) -> CliError {
+    CliError::BadArgument(msg.into())
+}
+
+/// The mdevctl view of an instance; `None` when it has no usable parent or type.
+fn as_device(i: &InstanceInfo) -> Option<MdevctlDevice> {
+    let parent = if i.parent.is_empty() {
+        &i.gpu
+    } else {
+        &i.parent
+    };
+    Some(MdevctlDevice {
+        parent: parent.clone(),
+        uuid: i.uuid.parse().ok()?,
+        config: MdevctlConfig {
+            mdev_type: i.type_id.parse().ok()?,
+            start: StartMode::from_autostart(i.autostart),
+            attrs: Vec::new(),
+        },
+    })
+}
+
+fn same_uuid(a: &str, b: &str) -> bool {
+    a.eq_ignore_ascii_case(b)
+}
+
+fn list(daemon: &mut dyn VgpuDaemon, a: &ListArgs, out: &mut dyn Write) -> Result<(), CliError> {
+    if let Some(u) = &a.uuid {
+        u.parse::<mdev_types::ids::MdevUuid>()
+            .map_err(|_| bad(format!("'{u}' is not a UUID")))?;
+    }
+    let instances = daemon.list_instances()?;
+    let chosen: Vec<(&InstanceInfo, MdevctlDevice)> = instances
+        .iter()
+        .filter(|i| {
+            if a.defined {
+                i.defined
+            } else {
+                i.state == "running"
+            }
+        })
+        .filter(|i| a.uuid.as_deref().is_none_or(|u| same_uuid(u, &i.uuid)))
+        .filter_map(|i| as_device(i).map(|d| (i, d)))
+        .filter(|(_, d)| a.parent.as_deref().is_none_or(|p| p == d.parent))
+        .collect();
+    if a.dumpjson {
+        // mdevctl prints a single device's bare configuration when filtered by UUID (src/main.rs
+        // list_command), so that it can be saved as a definition file.
+        let text = match (&a.uuid, chosen.as_slice()) {
+            (Some(_), [(_, d)]) => d.config.to_json_pretty(),
+            _ => list_json(&chosen.iter().map(|(_, d)| d.clone()).collect::<Vec<_>>()),
+        };
+        writeln!(out, "{text}")?;
+        return Ok(());
+    }
+    let mut sorted = chosen;
+    sorted.sort_by(|(_, x), (_, y)| (&x.parent, x.uuid).cmp(&(&y.parent, y.uuid)));
+    for (i, d) in sorted {
+        // mdevctl's text form (src/mdev.rs to_text): UUID PARENT TYPE auto|manual, then whether the
+        // device is also defined (active list) or also running (defined list).
+        let also = match (a.defined, i.defined, i.state == "running") {
+            (false, true, _) => " (defined)",
+            (true, _, true) => " (active)",
+            _ => "",
+        };
+        writeln!(
+            out,
+            "{} {} {} {}{also}",
+            d.uuid,
+            d.parent,
+            d.config.mdev_type,
+            d.config.start.as_str()
+        )?;
+    }
+    Ok(())
+}
+
+fn types(
+    daemon: &mut dyn VgpuDaemon,
+    parent: Option<&str>,
+    dumpjson: bool,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let mut parents: Vec<(String, Vec<MdevctlType>)> = daemon
+        .list_gpus()?
+        .into_iter()
+        // Only mdev parents have types; ListGpus reports a GPU's types from the parent named like it.
+        .filter(|g| !g.types.is_empty() && parent.is_none_or(|p| p == g.id))
+        .map(|g| {
+            let types = g
+                .types
+                .into_iter()
+                .map(|t| MdevctlType {
+                    type_id: t.type_id,
+                    available_instances: t.available,
+                    // Every GPU mdev type vgpud manages is a PCI device for the guest (NVIDIA, GVT-g and
+                    // the sample drivers all report device_api vfio-pci; vfio-mdev ABI
+                    // Documentation/driver-api/vfio-mediated-device.rst). vgpud's ListGpus does not carry
+                    // the type's name and description, so they are left out as mdevctl does when empty.
+                    device_api: "vfio-pci".into(),
+                    name: None,
+                    description: None,
+                })
+                .collect();
+            (g.id, types)
+        })
+        .collect();
+    parents.sort_by(|a, b| a.0.cmp(&b.0));
+    if dumpjson {
+        writeln!(out, "{}", types_json(&parents))?;
+        return Ok(());
+    }
+    for (p, ts) in &parents {
+        writeln!(out, "{p}")?;
+        for t in ts {
+            writeln!(
+                out,
+                "  {}\n    Available instances: {}\n    Device API: {}",
+                t.type_id, t.available_instances, t.device_api
+            )?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,319 @@
+//! The mdevctl commands that change something: define, undefine, start, stop, modify, and the
+//! export/import extensions. mdevctl's rules are kept where vgpud can honour them (src/main.rs of
+//! mdevctl: `start` with the UUID of a definition starts it, and a conflicting type is an error; a new
+//! device needs a parent and a type or JSON file; a generated UUID is printed).
+
+use std::io::{Read, Write};
+use std::path::Path;
+
+use mdev_types::ids::MdevUuid;
+use qemu_glue::mdevctl::{MdevctlConfig, MdevctlDevice, StartMode, read_config_dir, write_config};
+
+use super::{DeviceSpec, ModifyArgs, UuidSpec, as_device, bad, same_uuid};
+use crate::cli::CliError;
+use crate::client::InstanceInfo;
+use crate::hook::daemon::{NewInstance, VgpuDaemon};
+
+fn check_uuid(u: &str) -> Result<String, CliError> {
+    u.parse::<MdevUuid>()
+        .map(|u| u.to_string())
+        .map_err(|_| bad(format!("'{u}' is not a UUID")))
+}
+
+/// Reads a JSON configuration from `path` (`-` or `/dev/stdin` for standard input).
+fn read_config(path: &Path) -> Result<MdevctlConfig, CliError> {
+    let mut text = String::new();
+    let origin = path.display().to_string();
+    let read = if origin == "-" {
+        std::io::stdin().read_to_string(&mut text).map(|_| ())
+    } else {
+        std::fs::read_to_string(path).map(|t| text = t)
+    };
+    read.map_err(|e| bad(format!("cannot read {origin}: {e}")))?;
+    let config = MdevctlConfig::from_json(&text, &origin).map_err(|e| bad(e.to_string()))?;
+    no_attrs(&config, &origin)?;
+    Ok(config)
+}
+
+fn no_attrs(config: &MdevctlConfig, origin: &str) -> Result<(), CliError> {
+    if config.attrs.is_empty() {
+        return Ok(());
+    }
+    Err(bad(format!(
+        "{origin}: vgpud does not apply mdev attributes ({} given, first '{}'): remove \"attrs\" or manage this device with mdevctl itself",
+        config.attrs.len(),
+        config.attrs[0].0
+    )))
+}
+
+/// The instance `uuid`, checking `parent` when given.
+fn find(
+    daemon: &mut dyn VgpuDaemon,
+    uuid: &str,
+    parent: Option<&str>,
+) -> Result<Option<InstanceInfo>, CliError> {
+    let found = daemon.get_instance(uuid)?;
+    Ok(found.filter(|i| parent.is_none_or(|p| p == i.parent || p == i.gpu)))
+}
+
+/// What `define`/`start` should make: (type, parent, autostart), from --type or --jsonfile.
+fn wanted(spec: &DeviceSpec) -> Result<Option<(String, StartMode)>, CliError> {
+    match (&spec.mdev_type, &spec.jsonfile) {
+        (Some(t), _) => Ok(Some((t.clone(), StartMode::from_autostart(spec.auto)))),
+        (None, Some(f)) => {
+            let c = read_config(f)?;
+            Ok(Some((c.mdev_type.to_string(), c.start)))
+        }
+        (None, None) => Ok(None),
+    }
+}
+
+fn new_instance(type_id: &str, parent: &str, uuid: Option<&String>) -> NewInstance {
+    NewInstance {
+        gpu: Some(parent.to_string()),
+        uuid: uuid.cloned(),
+        ..NewInstance::of_type(type_id)
+    }
+}
+
+pub(super) fn define(
+    daemon: &mut dyn VgpuDaemon,
+    spec: &DeviceSpec,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let uuid = spec.uuid.as_deref().map(check_uuid).transpose()?;
+    let made = match (wanted(spec)?, &spec.parent, &uuid) {
+        (Some((t, start)), Some(p), _) => {
+            daemon.define(&new_instance(&t, p, uuid.as_ref()), start.is_auto())?
+        }
+        (Some(_), None, _) => return Err(bad("can't provide type without parent: give --parent")),
+        // `define --uuid U`: keep a running device across reboots (mdevctl(8) "define").
+        (None, _, Some(u)) => {
+            let i = find(daemon, u, spec.parent.as_deref())?.ok_or_else(|| {
+                bad(format!(
+                    "no mdev {u} exists: give --parent and --type (or --jsonfile)"
+                ))
+            })?;
+            if i.defined {
+                return Err(bad(format!("mdev {u} is already defined on {}", i.parent)));
+            }
+            if i.owner != "foreign" {
+                // vgpud refuses Define for the UUID of its own transient instance (see the report to the
+                // daemon's owners); say so plainly instead of its generic "already exists".
+                return Err(bad(format!(
+                    "mdev {u} is a transient vgpud instance and vgpud cannot define it in place yet: stop it (`mdevctl stop -u {u}`) and define it again with --parent {} --type {}",
+                    i.parent, i.type_id
+                )));
+            }
+            daemon.define(&new_instance(&i.type_id, &i.parent, Some(u)), spec.auto)?
+        }
+        (None, _, None) => {
+            return Err(bad(
+                "device is insufficiently specified: give --parent and --type (or --jsonfile), or --uuid of a running device",
+            ));
+        }
+    };
+    if uuid.is_none() {
+        writeln!(out, "{}", made.uuid)?;
+    }
+    Ok(())
+}
+
+pub(super) fn start(
+    daemon: &mut dyn VgpuDaemon,
+    spec: &DeviceSpec,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let uuid = spec.uuid.as_deref().map(check_uuid).transpose()?;
+    let wanted = wanted(spec)?;
+    if let Some(u) = &uuid
+        && let Some(i) = find(daemon, u, spec.parent.as_deref())?
+    {
+        if let Some((t, _)) = &wanted
+            && *t != i.type_id
+        {
+            return Err(bad(format!(
+                "device {u} already exists on parent {} with type {}",
+                i.parent, i.type_id
+            )));
+        }
+        if i.state == "running" {
+            return Err(bad(format!("mdev {u} is already running on {}", i.parent)));
+        }
+        if !i.defined {
+            return Err(bad(format!("mdev {u} is neither running nor defined")));
+        }
+        daemon.start(u)?;
+        return Ok(());
+    }
+    let (Some((t, _)), Some(p)) = (wanted, &spec.parent) else {
+        return Err(bad(
+            "device is insufficiently specified: give --parent and --type (or --jsonfile), or the --uuid of a definition",
+        ));
+    };
+    let made = daemon.create(&new_instance(&t, p, uuid.as_ref()))?;
+    if uuid.is_none() {
+        writeln!(out, "{}", made.uuid)?;
+    }
+    Ok(())
+}
+
+pub(super) fn stop(daemon: &mut dyn VgpuDaemon, spec: &UuidSpec) -> Result<(), CliError> {
+    let u = check_uuid(&spec.uuid)?;
+    match find(daemon, &u, spec.parent.as_deref())? {
+        Some(i) if i.state == "running" => Ok(daemon.stop(&u)?),
+        _ => Err(bad(format!("mdev {u} is not running"))),
+    }
+}
+
+pub(super) fn undefine(daemon: &mut dyn VgpuDaemon, spec: &UuidSpec) -> Result<(), CliError> {
+    let u = check_uuid(&spec.uuid)?;
+    match find(daemon, &u, spec.parent.as_deref())? {
+        Some(i) if i.defined => Ok(daemon.undefine(&u)?),
+        _ => Err(bad(format!("no definition of mdev {u}"))),
+    }
+}
+
+pub(super) fn modify(daemon: &mut dyn VgpuDaemon, m: &ModifyArgs) -> Result<(), CliError> {
+    let u = check_uuid(
+        m.uuid
+            .as_deref()
+            .ok_or_else(|| bad("modify needs --uuid"))?,
+    )?;
+    if m.addattr.is_some() || m.delattr || m.index.is_some() || m.value.is_some() {
+        return Err(bad(
+            "vgpud does not keep mdev attributes: --addattr/--delattr/--index/--value are not supported",
+        ));
+    }
+    if m.live {
+        return Err(bad(format!(
+            "mdev {u}: vgpud cannot change a running device (--live); change the definition and restart it"
+        )));
+    }
+    let i = find(daemon, &u, m.parent.as_deref())?
+        .filter(|i| i.defined)
+        .ok_or_else(|| bad(format!("no definition of mdev {u}")))?;
+    let (new_type, start) = if let Some(f) = &m.jsonfile {
+        let c = read_config(f)?;
+        (Some(c.mdev_type.to_string()), Some(c.start))
+    } else if m.auto || m.manual {
+        (None, Some(StartMode::from_autostart(m.auto)))
+    } else {
+        (m.mdev_type.clone(), None)
+    };
+    let autostart = start.map_or(i.autostart, StartMode::is_auto);
+    match new_type.filter(|t| *t != i.type_id) {
+        Some(t) => retype(daemon, &i, &t, autostart),
+        None if autostart != i.autostart => Ok(daemon.set_autostart(&u, autostart)?),
+        None => Ok(()),
+    }
+}
+
+/// Replaces the definition of stopped instance `i` by one of type `t` with the same UUID and parent,
+/// restoring the old one if the new one is refused.
+fn retype(
+    daemon: &mut dyn VgpuDaemon,
+    i: &InstanceInfo,
+    t: &str,
+    autostart: bool,
+) -> Result<(), CliError> {
+    if i.state == "running" {
+        return Err(bad(format!(
+            "mdev {} is running: stop it before changing its type (the type of a live mdev cannot change)",
+            i.uuid
+        )));
+    }
+    daemon.undefine(&i.uuid)?;
+    if let Err(e) = daemon.define(&new_instance(t, &i.parent, Some(&i.uuid)), autostart) {
+        let restored = daemon.define(
+            &new_instance(&i.type_id, &i.parent, Some(&i.uuid)),
+            i.autostart,
+        );
+        let note = match restored {
+            Ok(_) => "the old definition is back".to_string(),
+            Err(r) => format!("restoring the old definition also failed: {r}"),
+        };
+        return Err(bad(format!(
+            "mdev {}: type {t} refused ({e}); {note}",
+            i.uuid
+        )));
+    }
+    Ok(())
+}
+
+pub(super) fn export(
+    daemon: &mut dyn VgpuDaemon,
+    dir: &Path,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    for i in daemon.list_instances()?.iter().filter(|i| i.defined) {
+        let Some(d) = as_device(i) else { continue };
+        let path = write_config(dir, &d).map_err(|e| bad(e.to_string()))?;
+        writeln!(out, "{}", path.display())?;
+    }
+    Ok(())
+}
+
+pub(super) fn import(
+    daemon: &mut dyn VgpuDaemon,
+    dir: &Path,
+    dry_run: bool,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let files = read_config_dir(dir).map_err(|e| bad(e.to_string()))?;
+    let known = daemon.list_instances()?;
+    let mut failed = Vec::new();
+    for MdevctlDevice {
+        parent,
+        uuid,
+        config,
+    } in &files
+    {
+        let u = uuid.to_string();
+        let origin = dir.join(parent).join(&u);
+        let existing = known.iter().find(|i| same_uuid(&i.uuid, &u));
+        let line = match existing {
+            Some(i)
+                if i.defined && i.type_id == config.mdev_type.as_str() && i.parent == *parent =>
+            {
+                Ok(format!("{u}: already defined"))
+            }
+            Some(i) if i.defined => Err(format!(
+                "{u}: vgpud already defines it as {} on {}; {} says {} on {parent}",
+                i.type_id,
+                i.parent,
+                origin.display(),
+                config.mdev_type
+            )),
+            _ => match no_attrs(config, &origin.display().to_string()) {
+                Err(e) => Err(e.to_string()),
+                Ok(()) if dry_run => Ok(format!(
+                    "{u}: would define {} on {parent}, start {}",
+                    config.mdev_type,
+                    config.start.as_str()
+                )),
+                Ok(()) => daemon
+                    .define(
+                        &new_instance(config.mdev_type.as_str(), parent, Some(&u)),
+                        config.start.is_auto(),
+                    )
+                    .map(|_| format!("{u}: defined {} on {parent}", config.mdev_type))
+                    .map_err(|e| format!("{u}: {e}")),
+            },
+        };
+        match line {
+            Ok(l) => writeln!(out, "{l}")?,
+            Err(e) => failed.push(e),
+        }
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(bad(format!(
+            "{} of {} definitions not imported: {}",
+            failed.len(),
+            files.len(),
+            failed.join("; ")
+        )))
+    }
+}

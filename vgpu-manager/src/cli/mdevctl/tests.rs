@@ -1,0 +1,324 @@
+//! The front end against the fake daemon, driven by the exact argument vectors libvirt's node-device
+//! driver builds (libvirt tests/nodedevmdevctldata/*.argv and node_device_driver.c: options joined with
+//! '=' by virCommandAddArgPair, `modify --uuid U --auto` as separate words).
+
+use std::io::Write as _;
+
+use clap::Parser;
+use serde_json::Value;
+
+use super::*;
+use crate::hook::fake::{FakeDaemon, instance};
+
+#[derive(Parser)]
+struct T {
+    #[command(subcommand)]
+    c: MdevctlCommand,
+}
+
+const A: &str = "4b20d080-1b54-4048-85b3-a6a62d165c01";
+const B: &str = "9d1c0e52-2a3c-4f0c-a0f7-5a8a4b1c2d3e";
+
+fn mdevctl(f: &mut FakeDaemon, line: &str) -> Result<String, String> {
+    let argv = std::iter::once("mdevctl").chain(line.split_whitespace());
+    let t = T::try_parse_from(argv).map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    run_with(&t.c, f, &mut out).map_err(|e| e.to_string())?;
+    Ok(String::from_utf8_lossy(&out).into_owned())
+}
+
+fn json_file(text: &str) -> tempfile::NamedTempFile {
+    let mut f = tempfile::NamedTempFile::new().unwrap_or_else(|e| panic!("{e}"));
+    f.write_all(text.as_bytes())
+        .unwrap_or_else(|e| panic!("{e}"));
+    f
+}
+
+fn demo() -> FakeDaemon {
+    let mut defined = instance(B, "nvidia-231", "stopped", true, "daemon");
+    defined.autostart = true;
+    FakeDaemon::new()
+        .with(instance(A, "nvidia-222", "running", false, "foreign"))
+        .with(defined)
+}
+
+#[test]
+fn list_dumpjson_active_and_defined_in_mdevctl_shape() {
+    let mut f = demo();
+    let active: Value =
+        serde_json::from_str(&mdevctl(&mut f, "list --dumpjson").unwrap_or_else(|e| panic!("{e}")))
+            .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        active,
+        serde_json::json!([{"0000:01:00.0": [{A: {"mdev_type": "nvidia-222", "start": "manual", "attrs": []}}]}])
+    );
+    let defined: Value = serde_json::from_str(
+        &mdevctl(&mut f, "list --dumpjson --defined").unwrap_or_else(|e| panic!("{e}")),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        defined,
+        serde_json::json!([{"0000:01:00.0": [{B: {"mdev_type": "nvidia-231", "start": "auto", "attrs": []}}]}])
+    );
+    // Filtered to one UUID: the bare configuration, as mdevctl prints it for a definition file.
+    let one =
+        mdevctl(&mut f, &format!("list -d --dumpjson -u {B}")).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        one.starts_with("{\n  \"mdev_type\": \"nvidia-231\""),
+        "{one}"
+    );
+    assert_eq!(
+        mdevctl(&mut f, "list --dumpjson -p 0000:ff:00.0")
+            .ok()
+            .as_deref(),
+        Some("[]\n")
+    );
+}
+
+#[test]
+fn list_text_marks_defined_and_active() {
+    let mut f = demo().with(instance(
+        "11111111-2222-4333-8444-555555555555",
+        "nvidia-231",
+        "running",
+        true,
+        "daemon",
+    ));
+    let active = mdevctl(&mut f, "list").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        active,
+        format!(
+            "11111111-2222-4333-8444-555555555555 0000:01:00.0 nvidia-231 manual (defined)\n{A} 0000:01:00.0 nvidia-222 manual\n"
+        )
+    );
+    let defined = mdevctl(&mut f, "list --defined").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        defined,
+        format!(
+            "11111111-2222-4333-8444-555555555555 0000:01:00.0 nvidia-231 manual (active)\n{B} 0000:01:00.0 nvidia-231 auto\n"
+        )
+    );
+}
+
+#[test]
+fn types_dumpjson_lists_each_parent_with_availability() {
+    let mut f = demo();
+    let v: Value = serde_json::from_str(
+        &mdevctl(&mut f, "types --dumpjson").unwrap_or_else(|e| panic!("{e}")),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        v,
+        serde_json::json!([{"0000:01:00.0": [
+            {"nvidia-222": {"available_instances": 16, "device_api": "vfio-pci"}},
+            {"nvidia-231": {"available_instances": 8, "device_api": "vfio-pci"}}
+        ]}])
+    );
+    let text = mdevctl(&mut f, "types").unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        text.starts_with(
+            "0000:01:00.0\n  nvidia-222\n    Available instances: 16\n    Device API: vfio-pci\n"
+        ),
+        "{text}"
+    );
+}
+
+#[test]
+fn libvirt_create_define_start_stop_undefine_and_autostart() {
+    let mut f = FakeDaemon::new();
+    let cfg = json_file(r#"{"mdev_type":"nvidia-231","start":"manual"}"#);
+    let p = cfg.path().display();
+    // nodeDeviceCreateXML → mdevctl start --parent=P --jsonfile=/dev/stdin --uuid=U
+    assert_eq!(
+        mdevctl(
+            &mut f,
+            &format!("start --parent=0000:01:00.0 --jsonfile={p} --uuid={A}")
+        )
+        .ok()
+        .as_deref(),
+        Some("")
+    );
+    assert_eq!(
+        f.log.last().map(String::as_str),
+        Some(&*format!(
+            "create {A} type nvidia-231 gpu 0000:01:00.0 label -"
+        ))
+    );
+    // Without --uuid the new UUID is printed (libvirt reads it from stdout).
+    let out = mdevctl(
+        &mut f,
+        &format!("start --parent=0000:01:00.0 --jsonfile={p}"),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        out.trim().parse::<mdev_types::ids::MdevUuid>().is_ok(),
+        "{out}"
+    );
+    // nodeDeviceDefineXML → mdevctl define --parent=P --jsonfile=/dev/stdin --uuid=U
+    let auto = json_file(r#"{"mdev_type":"nvidia-222","start":"auto"}"#);
+    mdevctl(
+        &mut f,
+        &format!(
+            "define --parent=0000:01:00.0 --jsonfile={} --uuid={B}",
+            auto.path().display()
+        ),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(f.instances[B].defined && f.instances[B].autostart);
+    // nodeDeviceCreate → start --uuid=U; nodeDeviceDestroy → stop --uuid=U
+    mdevctl(&mut f, &format!("start --uuid={B}")).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(f.instances[B].state, "running");
+    mdevctl(&mut f, &format!("stop --uuid={B}")).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(f.instances[B].state, "stopped");
+    // nodeDeviceSetAutostart → modify --uuid U --manual / --auto
+    mdevctl(&mut f, &format!("modify --uuid {B} --manual")).unwrap_or_else(|e| panic!("{e}"));
+    assert!(!f.instances[B].autostart);
+    mdevctl(&mut f, &format!("modify --uuid {B} --auto")).unwrap_or_else(|e| panic!("{e}"));
+    assert!(f.instances[B].autostart);
+    // nodeDeviceUndefine → undefine --uuid=U
+    mdevctl(&mut f, &format!("undefine --uuid={B}")).unwrap_or_else(|e| panic!("{e}"));
+    assert!(!f.instances.contains_key(B));
+}
+
+#[test]
+fn libvirt_modify_probe_succeeds_and_defined_update_changes_type() {
+    let mut f = demo();
+    // nodeDeviceGetMdevctlModifySupportCheck: exit 0 means "modify --jsonfile/--defined/--live supported".
+    let probe = T::try_parse_from([
+        "mdevctl",
+        "modify",
+        "--defined",
+        "--live",
+        "--jsonfile",
+        "b",
+        "--help",
+    ]);
+    let e = probe.err().map(|e| e.kind());
+    assert_eq!(e, Some(clap::error::ErrorKind::DisplayHelp));
+    let cfg = json_file(r#"{"mdev_type":"nvidia-222","start":"manual"}"#);
+    mdevctl(
+        &mut f,
+        &format!(
+            "modify --parent=0000:01:00.0 --jsonfile={} --uuid={B} --defined",
+            cfg.path().display()
+        ),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        (
+            f.instances[B].type_id.as_str(),
+            f.instances[B].autostart,
+            f.instances[B].defined
+        ),
+        ("nvidia-222", false, true)
+    );
+    let e = mdevctl(
+        &mut f,
+        &format!(
+            "modify --parent=0000:01:00.0 --jsonfile={} --uuid={B} --live",
+            cfg.path().display()
+        ),
+    )
+    .unwrap_err();
+    assert!(e.contains("--live"), "{e}");
+}
+
+#[test]
+fn start_of_a_definition_with_another_type_is_refused_like_mdevctl() {
+    let mut f = demo();
+    let e = mdevctl(
+        &mut f,
+        &format!("start -u {B} -p 0000:01:00.0 -t nvidia-222"),
+    )
+    .unwrap_err();
+    assert!(
+        e.contains("already exists") && e.contains("nvidia-231"),
+        "{e}"
+    );
+    let e = mdevctl(&mut f, "start -p 0000:01:00.0").unwrap_err();
+    assert!(e.contains("insufficiently specified"), "{e}");
+}
+
+#[test]
+fn unsupported_requests_say_why() {
+    let mut f = demo();
+    let attrs =
+        json_file(r#"{"mdev_type":"nvidia-231","start":"auto","attrs":[{"assign_adapter":"5"}]}"#);
+    let e = mdevctl(
+        &mut f,
+        &format!(
+            "define -p 0000:01:00.0 --jsonfile {}",
+            attrs.path().display()
+        ),
+    )
+    .unwrap_err();
+    assert!(
+        e.contains("attributes") && e.contains("assign_adapter"),
+        "{e}"
+    );
+    let e = mdevctl(&mut f, &format!("modify -u {B} --addattr=x --value=1")).unwrap_err();
+    assert!(e.contains("attributes"), "{e}");
+    let e = mdevctl(&mut f, &format!("stop -u {B}")).unwrap_err();
+    assert!(e.contains("not running"), "{e}");
+    let e = mdevctl(&mut f, "undefine -u not-a-uuid").unwrap_err();
+    assert!(e.contains("not a UUID"), "{e}");
+}
+
+#[test]
+fn define_uuid_adopts_a_running_foreign_device() {
+    let mut f = demo();
+    mdevctl(&mut f, &format!("define --uuid {A}")).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        f.log.last().map(String::as_str),
+        Some(&*format!(
+            "define {A} type nvidia-222 gpu 0000:01:00.0 autostart false"
+        ))
+    );
+    assert_eq!(
+        (f.instances[A].owner.as_str(), f.instances[A].defined),
+        ("adopted", true)
+    );
+}
+
+#[test]
+fn export_then_import_moves_definitions_between_the_tools() {
+    let mut f = demo();
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let d = dir.path().display().to_string();
+    let listed = mdevctl(&mut f, &format!("export --dir {d}")).unwrap_or_else(|e| panic!("{e}"));
+    let file = dir.path().join("0000:01:00.0").join(B);
+    assert_eq!(listed.trim(), file.display().to_string());
+    let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{e}"));
+    assert!(text.contains("\"start\": \"auto\""), "{text}");
+    // Into an empty daemon: the definition comes back with its type, parent and start mode.
+    let mut empty = FakeDaemon::new();
+    let dry = mdevctl(&mut empty, &format!("import --dir {d} --dry-run"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        dry.contains("would define nvidia-231") && empty.instances.is_empty(),
+        "{dry}"
+    );
+    mdevctl(&mut empty, &format!("import --dir {d}")).unwrap_or_else(|e| panic!("{e}"));
+    let i = &empty.instances[B];
+    assert_eq!(
+        (i.type_id.as_str(), i.parent.as_str(), i.autostart),
+        ("nvidia-231", "0000:01:00.0", true)
+    );
+    // Importing again changes nothing.
+    let again = mdevctl(&mut empty, &format!("import --dir {d}")).unwrap_or_else(|e| panic!("{e}"));
+    assert!(again.contains("already defined"), "{again}");
+}
+
+#[test]
+fn running_as_mdevctl_or_lsmdev_selects_the_front_end() {
+    let v = |a: &[&str]| alias_args(a.iter().map(OsString::from).collect());
+    assert_eq!(
+        v(&["/usr/sbin/mdevctl", "list"])[1..],
+        [OsString::from("mdevctl"), "list".into()]
+    );
+    assert_eq!(
+        v(&["lsmdev", "-d"])[1..],
+        [OsString::from("mdevctl"), "list".into(), "-d".into()]
+    );
+    assert_eq!(v(&["vgpuctl", "list"])[1..], [OsString::from("list")]);
+}
