@@ -11,6 +11,7 @@ mod completions;
 mod daemon_cmds;
 mod discover;
 mod host_select;
+mod pool;
 mod mdevctl;
 mod profiles;
 mod sched;
@@ -91,6 +92,9 @@ enum Command {
     /// List or check profiles.
     #[command(subcommand)]
     Profiles(ProfilesCommand),
+    /// Pools of vGPU slots: `plan FILE` shows what applying the pool would change.
+    #[command(subcommand)]
+    Pool(pool::PoolCommand),
     /// libvirt XML (a <hostdev> or a whole example domain) or QEMU arguments for an instance.
     Xml(xml::XmlArgs),
     /// An mdevctl-compatible front end to vgpud (what libvirt's node-device driver runs as `mdevctl`).
@@ -181,6 +185,7 @@ fn dispatch(cli: &Cli, out: &mut dyn Write) -> Result<(), CliError> {
         Command::Profiles(ProfilesCommand::Check { files, json }) => {
             profiles::check(files, *json, out)
         }
+        Command::Pool(c) => pool::run(c, &cli.host, out),
         Command::Xml(a) => xml::run(a, &cli.bus, out),
         Command::Mdevctl(c) => mdevctl::run(c, &cli.bus, out),
         Command::Completions { shell } => completions::completions(*shell, out),
