@@ -102,7 +102,13 @@ impl Backend for I915IovBackend {
                 self.card
             ),
             offers: vec![profile::Backend::SriovVf],
-            slots: self.slots().into_iter().map(|s| s.name).collect(),
+            // The VFs that exist (enabled); a plan may also name VFs still to be enabled.
+            slots: self
+                .slots()
+                .into_iter()
+                .filter(|s| s.device.is_some())
+                .map(|s| s.name)
+                .collect(),
             max_slots: self.total_vfs,
             scheduling: SchedCaps {
                 knob: "per-VF exec_quantum_ms and preempt_timeout_us (GuC)".to_string(),

@@ -114,6 +114,18 @@ impl NvidiaVfioBackend {
             .collect()
     }
 
+    /// The VFs that carry a vGPU.
+    fn used_slots(&self) -> Vec<Slot> {
+        self.slots()
+            .into_iter()
+            .filter(|s| {
+                self.vfs
+                    .iter()
+                    .any(|v| Some(v.addr.to_string()) == s.device && v.state.current_type.is_some())
+            })
+            .collect()
+    }
+
     /// A type's framebuffer from its name (`NVIDIA L40S-4Q` → 4 GiB).
     fn type_fb(&self, id: u32) -> Option<u64> {
         let name = self.names.iter().find(|(i, _)| *i == id)?.1.as_str();
@@ -161,7 +173,8 @@ impl Backend for NvidiaVfioBackend {
                 "NVIDIA vendor-specific VFIO: one vGPU per SR-IOV VF (nvidia/current_vgpu_type)"
                     .to_string(),
             offers: vec![profile::Backend::NvidiaVendorVfio],
-            slots: self.slots().into_iter().map(|s| s.name).collect(),
+            // The VFs with a vGPU; a plan may also name free VFs.
+            slots: self.used_slots().into_iter().map(|s| s.name).collect(),
             max_slots: self.total_vfs,
             scheduling: SchedCaps {
                 knob: "RmPVMRL policy and time slice (NVreg_RegistryDwordsPerDevice)".to_string(),
@@ -245,15 +258,6 @@ impl Backend for NvidiaVfioBackend {
     }
 
     fn read_back(&self, host: &dyn Host) -> Result<SchedState, BackendError> {
-        let used: Vec<Slot> = self
-            .slots()
-            .into_iter()
-            .filter(|s| {
-                self.vfs
-                    .iter()
-                    .any(|v| Some(v.addr.to_string()) == s.device && v.state.current_type.is_some())
-            })
-            .collect();
-        nvidia_sched::read_back(host, &self.nv(), used)
+        nvidia_sched::read_back(host, &self.nv(), self.used_slots())
     }
 }

@@ -143,7 +143,13 @@ impl Backend for XeBackend {
             gpu: self.gpu.clone(),
             interface: "SR-IOV VFs through vfio-pci, provisioned in sriov_admin".to_string(),
             offers: vec![profile::Backend::SriovVf],
-            slots: self.slots().into_iter().map(|s| s.name).collect(),
+            // The VFs that exist (enabled); a plan may also name VFs still to be enabled.
+            slots: self
+                .slots()
+                .into_iter()
+                .filter(|s| s.device.is_some())
+                .map(|s| s.name)
+                .collect(),
             max_slots: self.total_vfs,
             scheduling: SchedCaps {
                 knob: "per-VF exec_quantum_ms and preempt_timeout_us (GuC)".to_string(),

@@ -427,3 +427,183 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod cli_tests {
+    //! `vgpuctl sched` end to end on simulated hosts.
+
+    fn run(args: &[&str]) -> (i32, String, String) {
+        let mut out = Vec::new();
+        let mut err = Vec::new();
+        let mut argv = vec!["vgpuctl"];
+        argv.extend_from_slice(args);
+        let code = crate::cli::run(argv, &mut out, &mut err);
+        (
+            code,
+            String::from_utf8_lossy(&out).into_owned(),
+            String::from_utf8_lossy(&err).into_owned(),
+        )
+    }
+
+    #[test]
+    fn plan_json_is_a_sched_plan() {
+        let (code, out, err) = run(&[
+            "--sim",
+            "demo",
+            "sched",
+            "plan",
+            "--gpu",
+            "03:00.0",
+            "--weights",
+            "10,30",
+            "--json",
+        ]);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["backend"], "intel-xe-sriov");
+        assert_eq!(v["slots"][1]["quantum_ms"], 24);
+        assert_eq!(v["slots"][1]["requested_share"], 0.75);
+        assert_eq!(v["settings"][0]["target"]["kind"], "sysfs");
+        assert_eq!(v["refusals"].as_array().map(Vec::len), Some(0));
+        // The JSON reads back into the type the daemon uses.
+        let plan: crate::sched::SchedPlan = serde_json::from_str(&out).unwrap();
+        assert_eq!(plan.slots.len(), 2);
+    }
+
+    #[test]
+    fn apply_programs_and_show_reads_back() {
+        let (code, out, err) = run(&[
+            "--sim",
+            "vendors",
+            "sched",
+            "apply",
+            "--gpu",
+            "3b:00.0",
+            "--weights",
+            "1,1,2,4",
+        ]);
+        assert_eq!(code, 0, "{err}");
+        assert!(out.contains("wrote 10 settings"), "{out}");
+        assert!(out.contains("vf4   0000:3b:00.4  16 ms"), "{out}");
+        let (code, out, _) = run(&["--sim", "vendors", "sched", "show", "--json"]);
+        assert_eq!(code, 0);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let l40s = v
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["gpu"] == "0000:86:00.0")
+            .unwrap();
+        assert_eq!(l40s["backend"], "nvidia-vfio");
+        assert_eq!(l40s["state"]["policy"], "equal share (3 ms slices)");
+    }
+
+    #[test]
+    fn refusals_block_apply_with_one_line() {
+        let (code, out, err) = run(&[
+            "--sim",
+            "demo",
+            "sched",
+            "apply",
+            "--gpu",
+            "01:00.0",
+            "--weights",
+            "1,3",
+        ]);
+        assert_eq!(code, 2, "{out}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.contains("cannot be applied") && err.contains("weights 1, 3 differ"),
+            "{err}"
+        );
+        // plan shows the same refusal but succeeds.
+        let (code, out, _) = run(&[
+            "--sim",
+            "demo",
+            "sched",
+            "plan",
+            "--gpu",
+            "01:00.0",
+            "--weights",
+            "1,3",
+        ]);
+        assert_eq!(code, 0);
+        assert!(out.contains("[unequal-weights]"), "{out}");
+    }
+
+    #[test]
+    fn bad_input_is_one_line_exit_2() {
+        for args in [
+            &[
+                "--sim",
+                "demo",
+                "sched",
+                "plan",
+                "--gpu",
+                "0000:99:00.0",
+                "--weights",
+                "1",
+            ][..],
+            &[
+                "--sim",
+                "demo",
+                "sched",
+                "plan",
+                "--gpu",
+                "03:00.0",
+                "--weights",
+                "0",
+            ],
+            &["--sim", "demo", "sched", "plan", "--gpu", "03:00.0"],
+            &[
+                "--sim",
+                "demo",
+                "sched",
+                "plan",
+                "--gpu",
+                "03:00.0",
+                "--weights",
+                "1",
+                "--tolerance",
+                "0",
+            ],
+            &[
+                "--sim",
+                "demo",
+                "sched",
+                "plan",
+                "--gpu",
+                "03:00.0",
+                "--profile",
+                "nope",
+            ],
+        ] {
+            let (code, _, err) = run(args);
+            assert_eq!(code, 2, "{args:?}: {err}");
+            assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+            assert!(err.starts_with("vgpuctl: "), "{err}");
+        }
+    }
+
+    #[test]
+    fn profiles_give_weights() {
+        let (code, out, err) = run(&[
+            "--sim",
+            "demo",
+            "sched",
+            "plan",
+            "--gpu",
+            "86:00.0",
+            "--profile",
+            "compute-8g",
+            "--profile",
+            "compute-8g",
+            "--json",
+        ]);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["slots"][0]["label"], "compute-8g");
+        assert_eq!(v["slots"][0]["weight"], 50);
+        assert_eq!(v["policy"], "SW round-robin");
+    }
+}
