@@ -29,6 +29,20 @@ struct Relaxed {
     /// Per demand: at most this many.
     m: Vec<f64>,
     constraints: Vec<Constraint>,
+    /// How many GPUs share it.
+    times: f64,
+}
+
+impl Relaxed {
+    fn same(&self, o: &Relaxed) -> bool {
+        self.m == o.m
+            && self.constraints.len() == o.constraints.len()
+            && self
+                .constraints
+                .iter()
+                .zip(&o.constraints)
+                .all(|(a, b)| a.a == b.a && a.b == b.b)
+    }
 }
 
 /// Upper bounds for a problem.
@@ -43,11 +57,23 @@ pub struct Bound {
 /// Bounds the number of instances any placement of `problem` can place.
 pub fn upper_bound(problem: &Problem) -> Result<Bound, ModelError> {
     problem.validate()?;
-    let c = Compiled::new(problem);
+    Ok(bound_compiled(&Compiled::new(problem)))
+}
+
+/// [`upper_bound`] of a compiled problem.
+pub(crate) fn bound_compiled(c: &Compiled) -> Bound {
     let n: Vec<f64> = c.demands.iter().map(|d| f64::from(d.count)).collect();
-    let relaxed: Vec<Relaxed> = (0..c.gpus.len()).map(|g| relax(&c, g)).collect();
+    // Identical GPUs relax identically: keep one of each with its multiplicity.
+    let mut relaxed: Vec<Relaxed> = Vec::new();
+    for g in 0..c.gpus.len() {
+        let r = relax(c, g);
+        match relaxed.iter_mut().find(|x| x.same(&r)) {
+            Some(x) => x.times += 1.0,
+            None => relaxed.push(r),
+        }
+    }
     let per_profile: f64 = (0..n.len())
-        .map(|d| n[d].min(relaxed.iter().map(|r| r.m[d]).sum()))
+        .map(|d| n[d].min(relaxed.iter().map(|r| r.m[d] * r.times).sum()))
         .sum();
     let dims = n.len();
     let mut lambda = vec![0.5; dims];
@@ -69,10 +95,10 @@ pub fn upper_bound(problem: &Problem) -> Result<Bound, ModelError> {
     }
     // Every value is a bound on an integer optimum; the margin absorbs rounding.
     let floor = |x: f64| (x + 1e-6).floor().max(0.0) as u64;
-    Ok(Bound {
+    Bound {
         lagrangian: floor(best),
         per_profile: floor(per_profile),
-    })
+    }
 }
 
 /// The dual value at `lambda` and the maximizers' per-demand totals.
@@ -82,9 +108,9 @@ fn dual(relaxed: &[Relaxed], n: &[f64], lambda: &[f64]) -> (f64, Vec<f64>) {
     let mut used = vec![0.0; n.len()];
     for r in relaxed {
         let (v, x) = inner(r, &value);
-        total += v;
+        total += v * r.times;
         for (u, xd) in used.iter_mut().zip(x) {
-            *u += xd;
+            *u += xd * r.times;
         }
     }
     (total, used)
@@ -240,5 +266,9 @@ fn relax(c: &Compiled, g: usize) -> Relaxed {
             }
         }
     }
-    Relaxed { m, constraints }
+    Relaxed {
+        m,
+        constraints,
+        times: 1.0,
+    }
 }

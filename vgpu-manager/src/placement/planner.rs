@@ -3,8 +3,9 @@
 //!
 //! 1. Greedy runs, each one pass over the demands: in the order given, biggest instances first and
 //!    smallest first, each under `consolidate` and `spread`. A run fills, per demand, the GPUs on the
-//!    preferred NUMA node first; `consolidate` fills the fullest GPU that still takes one (fewest GPUs
-//!    touched), `spread` the emptiest (a heap, so a run is O(instances · log GPUs)).
+//!    preferred NUMA node first, then those fewer of the demands still to come can use (scarce room
+//!    stays free); `consolidate` fills the fullest GPU that still takes one (fewest GPUs touched),
+//!    `spread` the emptiest (a heap, so a run is O(instances · log GPUs)).
 //! 2. The run with the most instances wins; among equals, a run under the requested policy, then the
 //!    one with more instances on their preferred node.
 //! 3. When that count is below the capacity bound, an exact branch-and-bound ([`super::search`])
@@ -16,6 +17,7 @@ use std::collections::BinaryHeap;
 
 use serde::Serialize;
 
+use super::bound::bound_compiled;
 use super::model::{Choice, ModelError, Problem};
 use super::search::{Pick, Search};
 use super::state::{CDemand, Compiled, Opt, State};
@@ -43,14 +45,16 @@ impl Policy {
 /// Knobs of [`plan_with`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PlanOptions {
-    /// Search nodes the exact phase may visit (0: greedy only).
+    /// Work the exact phase may do, in (demand, GPU) capacity evaluations: a search node costs one
+    /// per demand and GPU (0: greedy only). The default keeps a plan of 256 GPUs within milliseconds
+    /// and solves small problems (a few GPUs and instances) exactly.
     pub search_budget: u64,
 }
 
 impl Default for PlanOptions {
     fn default() -> Self {
         PlanOptions {
-            search_budget: 200_000,
+            search_budget: 500_000,
         }
     }
 }
@@ -101,7 +105,7 @@ pub struct Solution {
     pub requested: u64,
     /// Instances placed.
     pub placed: u64,
-    /// No placement can place more than this (per-profile capacity bound).
+    /// No placement can place more than this ([`super::bound`]: LP relaxation).
     pub upper_bound: u64,
     /// Whether `placed` is the optimum (the bound was reached or the exact search finished).
     pub proven_optimal: bool,
@@ -143,12 +147,7 @@ pub fn plan_with(
                 .sum()
         })
         .collect();
-    let bound: u64 = c
-        .demands
-        .iter()
-        .zip(&alone)
-        .map(|(d, a)| u64::from(d.count).min(*a))
-        .sum();
+    let bound = bound_compiled(&c).lagrangian;
 
     let by_size = size_order(&c);
     let listed: Vec<usize> = (0..c.demands.len()).collect();
@@ -177,7 +176,8 @@ pub fn plan_with(
     let mut proven = picks.len() as u64 >= bound;
     if !proven && options.search_budget > 0 {
         let order: Vec<Vec<usize>> = c.demands.iter().map(|d| gpu_order(&c, d)).collect();
-        let mut s = Search::new(&c, picks, &order, options.search_budget);
+        let per_node = (c.gpus.len() * c.demands.len()).max(1) as u64;
+        let mut s = Search::new(&c, picks, &order, options.search_budget / per_node, bound);
         s.run();
         proven = !s.aborted;
         picks = s.best;
@@ -238,15 +238,30 @@ fn ppm(s: &State) -> u64 {
 fn greedy(c: &Compiled, order: &[usize], policy: Policy) -> Vec<Pick> {
     let mut states = c.gpus.clone();
     let mut picks = Vec::new();
-    for &d in order {
+    for (pos, &d) in order.iter().enumerate() {
         let dem = &c.demands[d];
         let mut left = dem.count;
         let gpus = gpu_order(c, dem);
+        // GPUs fewer of the demands still to come can use go first, so scarce room stays free.
+        let later = &order[pos + 1..];
+        let contention = |g: usize| -> usize {
+            later
+                .iter()
+                .filter(|&&e| c.demands[e].count > 0 && !c.demands[e].opts[g].is_empty())
+                .count()
+        };
         match policy {
             Policy::Consolidate => {
                 let mut gpus = gpus;
                 // Preferred node first, then the fullest GPU (fewest GPUs touched), then problem order.
-                gpus.sort_by_key(|&g| (numa_miss(c, dem, g), Reverse(ppm(&states[g])), g));
+                gpus.sort_by_key(|&g| {
+                    (
+                        numa_miss(c, dem, g),
+                        contention(g),
+                        Reverse(ppm(&states[g])),
+                        g,
+                    )
+                });
                 for g in gpus {
                     while left > 0 {
                         match add_first(&mut states[g], &dem.opts[g]) {
@@ -260,18 +275,18 @@ fn greedy(c: &Compiled, order: &[usize], policy: Policy) -> Vec<Pick> {
                 }
             }
             Policy::Spread => {
-                let mut heap: BinaryHeap<Reverse<(bool, u64, usize)>> = gpus
+                let mut heap: BinaryHeap<Reverse<(bool, usize, u64, usize)>> = gpus
                     .iter()
-                    .map(|&g| Reverse((numa_miss(c, dem, g), ppm(&states[g]), g)))
+                    .map(|&g| Reverse((numa_miss(c, dem, g), contention(g), ppm(&states[g]), g)))
                     .collect();
                 while left > 0 {
-                    let Some(Reverse((miss, _, g))) = heap.pop() else {
+                    let Some(Reverse((miss, busy, _, g))) = heap.pop() else {
                         break;
                     };
                     if let Some(o) = add_first(&mut states[g], &dem.opts[g]) {
                         picks.push((d, g, o));
                         left -= 1;
-                        heap.push(Reverse((miss, ppm(&states[g]), g)));
+                        heap.push(Reverse((miss, busy, ppm(&states[g]), g)));
                     }
                 }
             }

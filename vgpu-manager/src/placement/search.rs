@@ -22,12 +22,21 @@ pub(crate) struct Search<'a> {
     budget: u64,
     /// Whether the budget ran out before the search finished.
     pub aborted: bool,
+    /// Stop once this many are placed (an upper bound: nothing better exists).
+    target: usize,
+    done: bool,
 }
 
 impl<'a> Search<'a> {
     /// A search that must beat `incumbent` to replace it. `order[d]` lists GPUs in preference order
     /// for demand `d`.
-    pub fn new(c: &'a Compiled, incumbent: Vec<Pick>, order: &[Vec<usize>], budget: u64) -> Self {
+    pub fn new(
+        c: &'a Compiled,
+        incumbent: Vec<Pick>,
+        order: &[Vec<usize>],
+        budget: u64,
+        target: u64,
+    ) -> Self {
         let flat = c
             .demands
             .iter()
@@ -47,6 +56,8 @@ impl<'a> Search<'a> {
             nodes: 0,
             budget,
             aborted: false,
+            target: usize::try_from(target).unwrap_or(usize::MAX),
+            done: false,
         }
     }
 
@@ -66,7 +77,7 @@ impl<'a> Search<'a> {
     }
 
     fn dfs(&mut self, d: usize, from: usize, left: u32) {
-        if self.aborted {
+        if self.aborted || self.done {
             return;
         }
         self.nodes += 1;
@@ -78,6 +89,7 @@ impl<'a> Search<'a> {
         if d == demands {
             if self.path.len() > self.best.len() {
                 self.best = self.path.clone();
+                self.done = self.best.len() >= self.target;
             }
             return;
         }
@@ -97,7 +109,7 @@ impl<'a> Search<'a> {
                     self.dfs(d, i, left - 1);
                     self.path.pop();
                     self.states[g] = saved;
-                    if self.aborted {
+                    if self.aborted || self.done {
                         return;
                     }
                 }
