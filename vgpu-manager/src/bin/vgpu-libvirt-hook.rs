@@ -6,6 +6,7 @@
 use std::io::Read;
 use std::process::ExitCode;
 
+use mdev_types::host::{Host, SysfsHost, paths};
 use vgpu_manager::client::BusAddress;
 use vgpu_manager::hook::daemon::DbusDaemon;
 use vgpu_manager::hook::{HOOK_NAME, Invocation, run};
@@ -25,7 +26,14 @@ fn main() -> ExitCode {
         std::io::stdin().read_to_string(&mut s).map(|_| s)
     };
     let connect = || DbusDaemon::connect(&bus.parse::<BusAddress>()?);
-    match run(&inv, read_stdin, connect) {
+    // Only asked when vgpud is unreachable: are the domain's mdevs there anyway (made by mdevctl)?
+    let sysfs = SysfsHost::new("/").ok();
+    let exists = |u: &mdev_types::ids::MdevUuid| {
+        sysfs
+            .as_ref()
+            .is_some_and(|h| h.exists(&paths::mdev_device(u)))
+    };
+    match run(&inv, read_stdin, connect, exists) {
         Ok(steps) => {
             for s in steps {
                 eprintln!("{HOOK_NAME}: {} {} {}: {s}", inv.domain, inv.op, inv.subop);

@@ -20,7 +20,9 @@
 //!   - anything else (autostart definitions, other transient instances, foreign devices) stays.
 //!
 //! A domain without mdev hostdevs never contacts the daemon, so guests without vGPUs do not depend on
-//! vgpud. The bus is `VGPU_BUS` (default: the system bus).
+//! vgpud; nor does a guest whose mdevs all exist already (made by mdevctl, say) when vgpud cannot be
+//! reached: `prepare` then lets it start with a warning. The bus is `VGPU_BUS` (default: the system
+//! bus).
 
 pub mod daemon;
 #[cfg(test)]
@@ -30,6 +32,7 @@ mod tests;
 
 use std::fmt;
 
+use mdev_types::ids::MdevUuid;
 use qemu_glue::metadata::{METADATA_NS, VgpuTarget};
 use qemu_glue::parse::{DomainDevices, ParseError, parse_domain};
 use thiserror::Error;
@@ -163,12 +166,19 @@ impl fmt::Display for Step {
 }
 
 /// Runs one hook call. `read_stdin` and `connect` are called only when needed: not for operations the
-/// hook ignores, and `connect` not for domains without mdev hostdevs.
-pub fn run<D, R, C>(inv: &Invocation, read_stdin: R, connect: C) -> Result<Vec<Step>, HookError>
+/// hook ignores, and `connect` not for domains without mdev hostdevs. `exists` tells whether an mdev
+/// device exists on the host; it is asked only when vgpud cannot be reached.
+pub fn run<D, R, C, E>(
+    inv: &Invocation,
+    read_stdin: R,
+    connect: C,
+    exists: E,
+) -> Result<Vec<Step>, HookError>
 where
     D: VgpuDaemon,
     R: FnOnce() -> std::io::Result<String>,
     C: FnOnce() -> Result<D, ClientError>,
+    E: Fn(&MdevUuid) -> bool,
 {
     let Some(phase) = inv.phase() else {
         return Ok(Vec::new());
@@ -185,10 +195,18 @@ where
     if devices.mdevs.is_empty() {
         return Ok(Vec::new());
     }
-    let mut daemon = connect().map_err(|source| HookError::Connect {
-        domain: domain.clone(),
-        source,
-    })?;
+    let mut daemon = match connect() {
+        Ok(d) => d,
+        // Devices someone else made need nothing from vgpud to be used; only missing ones do.
+        Err(_) if phase == Phase::Prepare && devices.mdevs.iter().all(|m| exists(&m.uuid)) => {
+            return Ok(devices
+                .mdevs
+                .iter()
+                .map(|m| Step::Left(m.uuid.to_string(), "vgpud unreachable, device exists"))
+                .collect());
+        }
+        Err(source) => return Err(HookError::Connect { domain, source }),
+    };
     match phase {
         Phase::Prepare => prepare(&mut daemon, &inv.domain, &devices),
         Phase::Release => release(&mut daemon, &inv.domain, &devices),

@@ -25,7 +25,12 @@ fn hook(
     sub: &str,
     xml: &str,
 ) -> Result<Vec<Step>, HookError> {
-    run(&inv(domain, op, sub), || Ok(xml.to_string()), || Ok(fake))
+    run(
+        &inv(domain, op, sub),
+        || Ok(xml.to_string()),
+        || Ok(fake),
+        |_| panic!("existence asked while the daemon is reachable"),
+    )
 }
 
 #[test]
@@ -70,10 +75,11 @@ fn ignored_operations_neither_read_stdin_nor_connect() {
         ("reconnect", "begin"),
         ("prepare", "end"),
     ] {
-        let out = run::<FakeDaemon, _, _>(
+        let out = run::<FakeDaemon, _, _, _>(
             &inv("x", op, sub),
             || panic!("stdin read for {op} {sub}"),
             || panic!("connected for {op} {sub}"),
+            |_| panic!("existence asked for {op} {sub}"),
         );
         assert_eq!(out.ok(), Some(vec![]));
     }
@@ -81,7 +87,7 @@ fn ignored_operations_neither_read_stdin_nor_connect() {
 
 #[test]
 fn a_domain_without_vgpus_never_connects() {
-    let out = run::<FakeDaemon, _, _>(
+    let out = run::<FakeDaemon, _, _, _>(
         &inv("build-runner", "prepare", "begin"),
         || Ok(PLAIN.to_string()),
         || {
@@ -89,6 +95,7 @@ fn a_domain_without_vgpus_never_connects() {
                 bus: "the system bus".into(),
             })
         },
+        |_| panic!("existence asked for a domain without mdevs"),
     );
     assert_eq!(out.ok(), Some(vec![]));
 }
@@ -218,14 +225,53 @@ fn bad_arguments_and_bad_xml_are_reported() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("got 3"), "{e}");
-    let out = run::<FakeDaemon, _, _>(
+    let out = run::<FakeDaemon, _, _, _>(
         &inv("d", "prepare", "begin"),
         || Ok("<domain>".into()),
         || panic!("connected"),
+        |_| false,
     );
     let e = out.unwrap_err().to_string();
     assert!(
         e.starts_with("domain d:") && e.contains("not well-formed"),
         "{e}"
     );
+}
+
+#[test]
+fn existing_devices_need_no_daemon_to_start_but_missing_ones_do() {
+    let unreachable = || -> Result<FakeDaemon, ClientError> {
+        Err(ClientError::NotRunning {
+            bus: "the system bus".into(),
+        })
+    };
+    let all = run(
+        &inv("cad-ws-2", "prepare", "begin"),
+        || Ok(WS.to_string()),
+        unreachable,
+        |_| true,
+    );
+    assert_eq!(
+        all.ok(),
+        Some(vec![
+            Step::Left(WS1.into(), "vgpud unreachable, device exists"),
+            Step::Left(WS2.into(), "vgpud unreachable, device exists"),
+        ])
+    );
+    let one_missing = run(
+        &inv("cad-ws-2", "prepare", "begin"),
+        || Ok(WS.to_string()),
+        unreachable,
+        |u| u.to_string() == WS1,
+    );
+    let e = one_missing.unwrap_err().to_string();
+    assert!(e.contains("cad-ws-2") && e.contains("not running"), "{e}");
+    // Release has nothing to do without the daemon, and says why.
+    let release = run(
+        &inv("cad-ws-2", "release", "end"),
+        || Ok(WS.to_string()),
+        unreachable,
+        |_| true,
+    );
+    assert!(matches!(release, Err(HookError::Connect { .. })));
 }
