@@ -95,6 +95,9 @@ enum Command {
     /// Pools of vGPU slots: `plan FILE` shows what applying the pool would change.
     #[command(subcommand)]
     Pool(pool::PoolCommand),
+    /// Time-slice scheduling of a GPU: plan, apply, show (weights → the vendor's knob).
+    #[command(subcommand)]
+    Sched(sched::SchedCommand),
     /// libvirt XML (a <hostdev> or a whole example domain) or QEMU arguments for an instance.
     Xml(xml::XmlArgs),
     /// An mdevctl-compatible front end to vgpud (what libvirt's node-device driver runs as `mdevctl`).
@@ -111,9 +114,6 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         dir: Option<std::path::PathBuf>,
     },
-    /// Time-slice scheduling of a GPU: plan, apply, show (weights → the vendor's knob).
-    #[command(subcommand)]
-    Sched(sched::SchedCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -186,11 +186,11 @@ fn dispatch(cli: &Cli, out: &mut dyn Write) -> Result<(), CliError> {
             profiles::check(files, *json, out)
         }
         Command::Pool(c) => pool::run(c, &cli.host, out),
+        Command::Sched(c) => sched::run(c, &cli.host, out),
         Command::Xml(a) => xml::run(a, &cli.bus, out),
         Command::Mdevctl(c) => mdevctl::run(c, &cli.bus, out),
         Command::Completions { shell } => completions::completions(*shell, out),
         Command::Manpage { dir } => completions::manpage(dir.as_deref(), out),
-        Command::Sched(c) => sched::run(c, &cli.host, out),
     }
 }
 
