@@ -7,6 +7,7 @@
 //!   simulated ([`host::sim::SimHost`]) implementation.
 //! * [`discover`] — builds the model from any [`host::Host`].
 //! * [`ops`] — lifecycle operations (mdev create/remove, SR-IOV, driver binding) with typed errors.
+//! * [`vfio`] — VFIO preflight (type1 or iommufd, device info, DMA map) and the KVM attach check.
 //! * [`viability`] — may a device be handed to a guest (IOMMU group members, boot VGA, PF with VFs).
 #![deny(missing_docs)]
 
@@ -16,4 +17,5 @@ pub mod ids;
 pub mod model;
 pub mod ops;
 pub mod parse;
+pub mod vfio;
 pub mod viability;
