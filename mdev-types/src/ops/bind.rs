@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::LifecycleError;
 use crate::host::{Host, HostError, HostExt, paths};
 use crate::ids::PciAddress;
+use crate::viability::ViabilityError;
 
 /// What a device was bound to before [`bind_driver`], so [`restore_driver`] can put it back.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -93,23 +94,57 @@ pub fn bind_driver(
     Ok(record)
 }
 
-/// Puts a device back the way [`bind_driver`] found it: restores `driver_override` and re-probes so the
-/// original driver takes it again (or leaves it without a driver if it had none).
+/// True when `addr` is an SR-IOV VF whose PF has `sriov_drivers_autoprobe` 0: such a VF probes only
+/// with a `driver_override` (drivers/pci/pci-driver.c `pci_device_can_probe`), even through an explicit
+/// `bind`.
+fn vf_without_autoprobe(host: &dyn Host, addr: &PciAddress) -> Result<bool, LifecycleError> {
+    let Some(pf) = host
+        .link_name(&paths::pci_attr(addr, "physfn"))
+        .map_err(|e| gone_or(host, addr, e))?
+    else {
+        return Ok(false);
+    };
+    let Ok(pf) = pf.parse::<PciAddress>() else {
+        return Ok(false);
+    };
+    let autoprobe = host
+        .read_optional(&paths::pci_attr(&pf, "sriov_drivers_autoprobe"))
+        .map_err(|e| gone_or(host, addr, e))?;
+    Ok(autoprobe.as_deref() == Some("0"))
+}
+
+/// Puts a device back the way [`bind_driver`] found it: restores `driver_override` and binds the
+/// original driver again (or leaves it without a driver if it had none). A VF of a PF with
+/// `sriov_drivers_autoprobe` 0 is bound with a temporary override naming its original driver, since
+/// it cannot probe otherwise.
 pub fn restore_driver(host: &dyn Host, record: &BindRecord) -> Result<(), LifecycleError> {
     let addr = &record.addr;
     if current_driver(host, addr)? == record.previous_driver {
         return Ok(());
     }
     unbind_current(host, addr)?;
+    let override_path = paths::pci_attr(addr, "driver_override");
     // Writing a newline clears the override (drivers/base/driver.c driver_set_override).
     let override_value = record.previous_override.as_deref().unwrap_or("\n");
-    host.write(&paths::pci_attr(addr, "driver_override"), override_value)
-        .map_err(|e| gone_or(host, addr, e))?;
     if let Some(drv) = &record.previous_driver {
+        let temporary = record.previous_override.is_none() && vf_without_autoprobe(host, addr)?;
+        let during = if temporary {
+            drv.as_str()
+        } else {
+            override_value
+        };
+        host.write(&override_path, during)
+            .map_err(|e| gone_or(host, addr, e))?;
         // Bind explicitly: drivers_probe would pick any matching driver, not necessarily the original.
         let bind = paths::pci_driver(drv).join("bind");
-        host.write(&bind, &addr.to_string())
-            .map_err(|e| gone_or(host, addr, e))?;
+        let bound = host
+            .write(&bind, &addr.to_string())
+            .map_err(|e| gone_or(host, addr, e));
+        if temporary {
+            host.write(&override_path, override_value)
+                .map_err(|e| gone_or(host, addr, e))?;
+        }
+        bound?;
         let actual = current_driver(host, addr)?;
         if actual.as_deref() != Some(drv.as_str()) {
             return Err(LifecycleError::BindFailed {
@@ -118,6 +153,156 @@ pub fn restore_driver(host: &dyn Host, record: &BindRecord) -> Result<(), Lifecy
                 actual,
             });
         }
+    } else {
+        host.write(&override_path, override_value)
+            .map_err(|e| gone_or(host, addr, e))?;
     }
     Ok(())
+}
+
+/// Why [`bind_vfio`] did not bind a device.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VfioBindError {
+    /// The viability check refused the device (boot VGA, shared group, PF with VFs, no IOMMU); the
+    /// message names the group, each member with its driver, and what to do.
+    #[error("not binding {addr} to vfio-pci: {reason}")]
+    Refused {
+        /// The device.
+        addr: PciAddress,
+        /// The refusal.
+        reason: ViabilityError,
+    },
+    /// The host is using the device itself (a network interface on it is up).
+    #[error("not binding {addr} to vfio-pci: the host is using it ({what}); stop using it first")]
+    InUse {
+        /// The device.
+        addr: PciAddress,
+        /// What uses it.
+        what: String,
+    },
+    /// The kernel refused a step of the rebinding.
+    #[error(transparent)]
+    Lifecycle(#[from] LifecycleError),
+}
+
+/// Network interfaces of the device that are up (`<dev>/net/<if>/operstate` reads `up`,
+/// Documentation/ABI/testing/sysfs-class-net).
+fn interfaces_up(host: &dyn Host, addr: &PciAddress) -> Result<Vec<String>, LifecycleError> {
+    let mut up = Vec::new();
+    let net = paths::pci_attr(addr, "net");
+    for ifname in host
+        .list_optional(&net)
+        .map_err(|e| gone_or(host, addr, e))?
+    {
+        let state = host
+            .read_optional(&net.join(&ifname).join("operstate"))
+            .map_err(|e| gone_or(host, addr, e))?;
+        if state.as_deref() == Some("up") {
+            up.push(ifname);
+        }
+    }
+    Ok(up)
+}
+
+/// Binds a VF or a whole GPU to vfio-pci for a guest, refusing what must not be handed over: the boot VGA
+/// device, a device whose IOMMU group holds devices on host drivers, a PF with enabled VFs, a device
+/// with a network interface up. Returns the record [`restore_driver`] needs to put the original driver
+/// back. A device already on vfio-pci is left as it is (its record says so).
+pub fn bind_vfio(host: &dyn Host, addr: &PciAddress) -> Result<BindRecord, VfioBindError> {
+    let refused = |reason| VfioBindError::Refused {
+        addr: *addr,
+        reason,
+    };
+    let report = match crate::viability::check(host, addr) {
+        Ok(r) => r,
+        Err(ViabilityError::NoSuchDevice(a)) => {
+            return Err(LifecycleError::DeviceGone { addr: a }.into());
+        }
+        Err(e) => return Err(refused(e)),
+    };
+    if let Some(e) = report.refusal() {
+        return Err(refused(e));
+    }
+    let up = interfaces_up(host, addr)?;
+    if !up.is_empty() {
+        return Err(VfioBindError::InUse {
+            addr: *addr,
+            what: format!("network interface {} is up", up.join(", ")),
+        });
+    }
+    Ok(bind_driver(host, addr, crate::viability::VFIO_PCI)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::sim::SimHost;
+
+    fn a(s: &str) -> PciAddress {
+        s.parse().unwrap()
+    }
+
+    fn driver(h: &dyn Host, addr: &PciAddress) -> Option<String> {
+        current_driver(h, addr).unwrap()
+    }
+
+    #[test]
+    fn boot_vga_and_shared_groups_are_refused_without_touching_sysfs() {
+        let h = SimHost::builtin("demo").unwrap();
+        let e = bind_vfio(&h, &a("0000:00:02.0")).unwrap_err();
+        assert!(e.to_string().contains("boot VGA"), "{e}");
+        assert_eq!(driver(&h, &a("0000:00:02.0")).as_deref(), Some("i915"));
+        let e = bind_vfio(&h, &a("0000:83:00.0")).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("0000:84:00.0") && msg.contains("igb"), "{msg}");
+        assert!(msg.contains("IOMMU group 11"), "{msg}");
+        assert_eq!(driver(&h, &a("0000:83:00.0")).as_deref(), Some("nvidia"));
+        let e = bind_vfio(&h, &a("0000:ee:00.0")).unwrap_err();
+        assert!(matches!(
+            e,
+            VfioBindError::Lifecycle(LifecycleError::DeviceGone { .. })
+        ));
+    }
+
+    #[test]
+    fn whole_gpu_binds_and_restores() {
+        let h = SimHost::builtin("demo").unwrap();
+        let gpu = a("0000:01:00.0");
+        let rec = bind_vfio(&h, &gpu).unwrap();
+        assert_eq!(rec.previous_driver.as_deref(), Some("nvidia"));
+        assert_eq!(driver(&h, &gpu).as_deref(), Some("vfio-pci"));
+        restore_driver(&h, &rec).unwrap();
+        assert_eq!(driver(&h, &gpu).as_deref(), Some("nvidia"));
+        let over = h.read_optional(&paths::pci_attr(&gpu, "driver_override"));
+        assert_eq!(over.unwrap().as_deref(), Some("(null)"));
+    }
+
+    #[test]
+    fn vf_restores_to_its_driver_with_autoprobe_off() {
+        // The demo's Flex 170 VFs bind to xe like their PF (same device id, demo.toml).
+        let h = SimHost::builtin("demo").unwrap();
+        let pf = a("0000:03:00.0");
+        crate::ops::set_sriov_numvfs(&h, &pf, 1).unwrap();
+        let vf = a("0000:03:00.1");
+        assert_eq!(driver(&h, &vf).as_deref(), Some("xe"));
+        crate::ops::set_sriov_autoprobe(&h, &pf, false).unwrap();
+        let rec = bind_vfio(&h, &vf).unwrap();
+        assert_eq!(driver(&h, &vf).as_deref(), Some("vfio-pci"));
+        assert!(vf_without_autoprobe(&h, &vf).unwrap());
+        // Without the temporary override the kernel refuses the bind (pci_device_can_probe).
+        restore_driver(&h, &rec).unwrap();
+        assert_eq!(driver(&h, &vf).as_deref(), Some("xe"));
+        let over = h.read_optional(&paths::pci_attr(&vf, "driver_override"));
+        assert_eq!(over.unwrap().as_deref(), Some("(null)"));
+    }
+
+    #[test]
+    fn a_pf_with_vfs_is_refused() {
+        let h = SimHost::builtin("samples").unwrap();
+        let pf = a("0000:01:00.0");
+        crate::ops::set_sriov_numvfs(&h, &pf, 2).unwrap();
+        let e = bind_vfio(&h, &pf).unwrap_err();
+        assert!(e.to_string().contains("sriov_numvfs to 0"), "{e}");
+        assert_eq!(driver(&h, &pf).as_deref(), Some("igb"));
+    }
 }

@@ -12,7 +12,7 @@ mod bind;
 mod mdev;
 mod sriov;
 
-pub use bind::{BindRecord, bind_driver, restore_driver};
+pub use bind::{BindRecord, VfioBindError, bind_driver, bind_vfio, restore_driver};
 pub use mdev::{create_mdev, remove_mdev};
 pub use sriov::{set_sriov_autoprobe, set_sriov_numvfs};
 
