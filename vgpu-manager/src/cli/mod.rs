@@ -92,7 +92,7 @@ enum Command {
     /// List or check profiles.
     #[command(subcommand)]
     Profiles(ProfilesCommand),
-    /// Pools of vGPU slots: `plan FILE` shows what applying the pool would change.
+    /// Pools of vGPU slots: `plan FILE` (offline dry run), `apply FILE` and `status` (through vgpud).
     #[command(subcommand)]
     Pool(pool::PoolCommand),
     /// Time-slice scheduling of a GPU: plan, apply, show (weights → the vendor's knob).
@@ -185,7 +185,7 @@ fn dispatch(cli: &Cli, out: &mut dyn Write) -> Result<(), CliError> {
         Command::Profiles(ProfilesCommand::Check { files, json }) => {
             profiles::check(files, *json, out)
         }
-        Command::Pool(c) => pool::run(c, &cli.host, out),
+        Command::Pool(c) => pool::run(c, &cli.host, &cli.bus, out),
         Command::Sched(c) => sched::run(c, &cli.host, out),
         Command::Xml(a) => xml::run(a, &cli.bus, out),
         Command::Mdevctl(c) => mdevctl::run(c, &cli.bus, out),

@@ -1,14 +1,23 @@
 //! `vgpuctl pool plan FILE`: what applying a pool would create, remove and keep on the selected host
 //! (`--sim`, `--sysfs-root` or the live kernel). Nothing changes. Offline, VF slots a daemon holds are
 //! unknown, so only mdev slots count as existing.
+//!
+//! `vgpuctl pool apply FILE` and `vgpuctl pool status` go through vgpud (`--bus`): apply sends the
+//! file's text to Manager1 `Apply`, shows its `PoolProgress` signals (a bar on a terminal, one line per
+//! step otherwise, nothing with `--json`), then a summary.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
+use futures_util::StreamExt;
 use mdev_types::discover::discover as discover_host;
 
+use super::daemon_cmds::BusArgs;
 use super::profiles::catalog;
 use super::{CliError, HostArgs, Table, write_json};
+use crate::client::{
+    BusAddress, ClientError, Manager1Proxy, PoolGpu, PoolStatus, PoolSummary, SlotRow, connect,
+};
 use crate::pool::{PoolPlan, Step, load_file, plan_pool};
 
 /// `vgpuctl pool …`.
@@ -25,16 +34,264 @@ pub(super) enum PoolCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Make the host match the pool in FILE through vgpud: progress, then a summary. Applying twice
+    /// changes nothing; a pool that does not fit is refused with the shortfall, before any change.
+    Apply {
+        /// The pool file (TOML); vgpud checks it against its own profiles.
+        file: PathBuf,
+        /// Print the summary as JSON (and no progress).
+        #[arg(long)]
+        json: bool,
+    },
+    /// The pools vgpud has applied and the state of their slots.
+    Status {
+        /// Print JSON instead of tables.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
-pub(super) fn run(cmd: &PoolCommand, host: &HostArgs, out: &mut dyn Write) -> Result<(), CliError> {
+pub(super) fn run(
+    cmd: &PoolCommand,
+    host: &HostArgs,
+    bus: &BusArgs,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
     match cmd {
         PoolCommand::Plan {
             file,
             profiles_dir,
             json,
         } => plan(host, file, profiles_dir.as_deref(), *json, out),
+        PoolCommand::Apply { file, json } => {
+            let text = std::fs::read_to_string(file).map_err(|e| {
+                CliError::BadArgument(format!("{}: cannot read pool file: {e}", file.display()))
+            })?;
+            with_daemon(bus, |m, bus| async move {
+                let summary = apply(&m, &bus, &text, *json, out).await?;
+                if *json {
+                    write_json(out, &summary)
+                } else {
+                    write!(out, "{}", render_summary(&summary))?;
+                    Ok(())
+                }
+            })
+        }
+        PoolCommand::Status { json } => with_daemon(bus, |m, bus| async move {
+            let text = m
+                .pool_status()
+                .await
+                .map_err(|e| ClientError::from_call("PoolStatus", &bus.to_string(), e))?;
+            let status: Vec<PoolStatus> = decode("PoolStatus", &text)?;
+            if *json {
+                write_json(out, &status)
+            } else {
+                write!(out, "{}", render_status(&status))?;
+                Ok(())
+            }
+        }),
     }
+}
+
+/// Runs `f` with a Manager1 proxy on `bus` in a one-thread runtime.
+fn with_daemon<'a, F, Fut>(bus: &BusArgs, f: F) -> Result<(), CliError>
+where
+    F: FnOnce(Manager1Proxy<'static>, BusAddress) -> Fut,
+    Fut: std::future::Future<Output = Result<(), CliError>> + 'a,
+{
+    let bus: BusAddress = bus.bus.parse()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(ClientError::Runtime)?;
+    rt.block_on(async {
+        let conn = connect(&bus).await?;
+        let m = Manager1Proxy::new(&conn)
+            .await
+            .map_err(|e| ClientError::from_call("(connect)", &bus.to_string(), e))?;
+        f(m, bus).await
+    })
+}
+
+/// Parses a JSON report of `method`.
+fn decode<T: serde::de::DeserializeOwned>(method: &str, text: &str) -> Result<T, CliError> {
+    serde_json::from_str(text).map_err(|e| {
+        CliError::BadArgument(format!(
+            "vgpud's {method} answer is not the documented JSON ({e}): are vgpuctl and vgpud the same version?"
+        ))
+    })
+}
+
+/// One progress line (or bar) for step `done` of `total`.
+fn progress_line(done: u32, total: u32, step: &str, bar: bool) -> String {
+    if !bar {
+        return format!("[{done}/{total}] {step}\n");
+    }
+    const WIDTH: u32 = 30;
+    let filled = (done.min(total) * WIDTH).checked_div(total).unwrap_or(WIDTH);
+    let mut step: String = step.chars().take(60).collect();
+    if step.len() < 60 {
+        step.push_str(&" ".repeat(60 - step.len()));
+    }
+    format!(
+        "\r[{}{}] {done}/{total} {step}",
+        "#".repeat(filled as usize),
+        ".".repeat((WIDTH - filled) as usize)
+    )
+}
+
+/// Calls `Apply` with `text`, showing the `PoolProgress` signals as they come (unless `quiet`).
+async fn apply(
+    m: &Manager1Proxy<'static>,
+    bus: &BusAddress,
+    text: &str,
+    quiet: bool,
+    out: &mut dyn Write,
+) -> Result<PoolSummary, CliError> {
+    let err = |method: &str| {
+        let bus = bus.to_string();
+        let method = method.to_string();
+        move |e| ClientError::from_call(&method, &bus, e)
+    };
+    // Subscribed before the call, so no step is missed.
+    let mut progress = m
+        .receive_pool_progress()
+        .await
+        .map_err(err("PoolProgress"))?;
+    let bar = !quiet && std::io::stdout().is_terminal();
+    let mut shown = false;
+    let mut show = |s: crate::client::proxy::PoolProgress, out: &mut dyn Write| {
+        if quiet {
+            return Ok::<(), CliError>(());
+        }
+        if let Ok(a) = s.args() {
+            write!(out, "{}", progress_line(a.done, a.total, a.step, bar))?;
+            out.flush()?;
+            shown = true;
+        }
+        Ok(())
+    };
+    let call = m.apply(text);
+    tokio::pin!(call);
+    let result = loop {
+        tokio::select! {
+            r = &mut call => break r,
+            Some(s) = progress.next() => show(s, out)?,
+        }
+    };
+    // The daemon sends every signal before its reply; take those not yet read.
+    while let Ok(Some(s)) =
+        tokio::time::timeout(std::time::Duration::from_millis(20), progress.next()).await
+    {
+        show(s, out)?;
+    }
+    if bar && shown {
+        writeln!(out)?;
+    }
+    let text = result.map_err(err("Apply"))?;
+    decode("Apply", &text)
+}
+
+fn opt(s: Option<&str>) -> String {
+    s.unwrap_or("-").to_string()
+}
+
+fn gpu_rows(gpus: &[PoolGpu]) -> Table {
+    let mut t = Table::new(&["GPU", "MODEL", "NUMA", "SLOTS", "PROFILES"]);
+    for g in gpus {
+        let n: u32 = g.profiles.values().sum();
+        let profiles: Vec<String> = g
+            .profiles
+            .iter()
+            .map(|(p, n)| format!("{n} × {p}"))
+            .collect();
+        t.row(vec![
+            g.gpu.clone(),
+            g.model.clone(),
+            numa(g.numa_node),
+            n.to_string(),
+            profiles.join(", "),
+        ]);
+    }
+    t
+}
+
+fn slot_rows(slots: &[SlotRow]) -> Table {
+    let mut t = Table::new(&["SLOT", "UUID", "GPU", "NUMA", "TYPE", "STATE"]);
+    for s in slots {
+        t.row(vec![
+            format!("{}/{}", s.profile, s.index),
+            s.uuid.clone(),
+            opt(s.gpu.as_deref()),
+            numa(s.numa_node),
+            opt(s.type_id.as_deref()),
+            s.state.clone(),
+        ]);
+    }
+    t
+}
+
+/// The human form of an apply: what changed, then the placement per GPU and per slot.
+fn render_summary(s: &PoolSummary) -> String {
+    let mut o = if s.changed {
+        format!(
+            "pool {} applied on {}: {} created, {} removed, {} kept\n",
+            s.pool,
+            s.host,
+            s.created.len(),
+            s.removed.len(),
+            s.kept
+        )
+    } else {
+        format!(
+            "pool {} on {}: already applied, nothing changed ({} slots kept)\n",
+            s.pool, s.host, s.kept
+        )
+    };
+    if !s.gpus.is_empty() {
+        o.push('\n');
+        o.push_str(&gpu_rows(&s.gpus).render());
+    }
+    o.push('\n');
+    o.push_str(&slot_rows(&s.slots).render());
+    o
+}
+
+/// The human form of `pool status`.
+fn render_status(pools: &[PoolStatus]) -> String {
+    if pools.is_empty() {
+        return "no pools applied (apply one with `vgpuctl pool apply FILE`)\n".into();
+    }
+    let mut o = String::new();
+    for (i, p) in pools.iter().enumerate() {
+        if i > 0 {
+            o.push('\n');
+        }
+        let running = p.slots.iter().filter(|s| s.state == "running").count();
+        o.push_str(&format!(
+            "pool {}{} (policy {}, autostart {}): {running} of {} slots running{}\n\n",
+            p.pool,
+            if p.description.is_empty() {
+                String::new()
+            } else {
+                format!(" — {}", p.description)
+            },
+            p.policy,
+            if p.autostart { "on" } else { "off" },
+            p.slots.len(),
+            if p.in_sync {
+                ""
+            } else {
+                "; apply it again to converge"
+            }
+        ));
+        if !p.gpus.is_empty() {
+            o.push_str(&gpu_rows(&p.gpus).render());
+            o.push('\n');
+        }
+        o.push_str(&slot_rows(&p.slots).render());
+    }
+    o
 }
 
 fn plan(

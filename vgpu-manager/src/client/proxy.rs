@@ -64,6 +64,22 @@ pub trait Manager1 {
     /// Converges the host to the desired state now.
     fn reconcile(&self) -> zbus::Result<()>;
 
+    /// Dry run of a pool (TOML text): JSON of a [`crate::pool::PoolPlan`].
+    fn plan(&self, pool_toml: &str) -> zbus::Result<String>;
+
+    /// Applies a pool (TOML text), emitting `PoolProgress`: JSON of a [`super::PoolSummary`].
+    fn apply(&self, pool_toml: &str) -> zbus::Result<String>;
+
+    /// The applied pools: JSON array of [`super::PoolStatus`].
+    fn pool_status(&self) -> zbus::Result<String>;
+
+    /// A GPU's scheduling plan: JSON of a [`crate::sched::SchedPlan`]. `requests`: JSON array of
+    /// `{"weight": W, …}` or `""` for weight 1 on each existing vGPU.
+    fn plan_scheduling(&self, gpu: &str, requests: &str) -> zbus::Result<String>;
+
+    /// Programs a GPU's scheduling plan: JSON of a [`crate::sched::ApplyReport`].
+    fn apply_scheduling(&self, gpu: &str, requests: &str) -> zbus::Result<String>;
+
     /// The daemon's version.
     #[zbus(property)]
     fn version(&self) -> zbus::Result<String>;
@@ -84,6 +100,10 @@ pub trait Manager1 {
         uuid: &str,
         state: &str,
     ) -> zbus::Result<()>;
+
+    /// A step of an `Apply` finished.
+    #[zbus(signal)]
+    fn pool_progress(&self, pool: &str, done: u32, total: u32, step: &str) -> zbus::Result<()>;
 }
 
 /// `org.vgpumanager.Gpu1`: one GPU.
@@ -106,6 +126,9 @@ pub trait Gpu1 {
     fn types(&self) -> zbus::Result<Vec<TypeSlot>>;
     #[zbus(property)]
     fn instances(&self) -> zbus::Result<Vec<OwnedObjectPath>>;
+    /// JSON of a [`super::SchedulingView`], read from the host on each get.
+    #[zbus(property)]
+    fn scheduling(&self) -> zbus::Result<String>;
 }
 
 /// `org.vgpumanager.Instance1`: one instance.

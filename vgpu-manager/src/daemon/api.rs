@@ -79,6 +79,47 @@ pub enum Command {
     },
     /// Converge the host to the desired state now (normally driven by start-up and kernel events).
     Reconcile,
+    /// Dry run of a pool (TOML text, the pool file format of [`crate::pool::spec`]): what applying it
+    /// would create, remove and keep. Read-only. Replies [`Reply::Report`] with a
+    /// [`crate::pool::PoolPlan`].
+    PlanPool {
+        /// The pool file's text.
+        toml: String,
+    },
+    /// Make the host match a pool: every slot an instance with its stable UUID, defined (autostart as
+    /// the pool says) and running. Refused before any change when a slot does not fit or needs a kind
+    /// of instance vgpud cannot create; a failed step undoes what this apply did. Sends
+    /// [`Event::PoolProgress`] after each step. Mutating. Replies [`Reply::Report`] with a
+    /// [`crate::client::PoolSummary`].
+    ApplyPool {
+        /// The pool file's text.
+        toml: String,
+    },
+    /// Every pool applied through vgpud and the state of its slots. Read-only. Replies
+    /// [`Reply::Report`] with a list of [`crate::client::PoolStatus`].
+    PoolStatus,
+    /// The time-slice scheduling programmed on a GPU now, read back through its vendor backend.
+    /// Read-only. Replies [`Reply::Report`] with a [`crate::client::SchedulingView`].
+    GetScheduling {
+        /// The GPU id (PCI address or parent name).
+        gpu: String,
+    },
+    /// A GPU's scheduling plan for the given requests (none: weight 1 for every vGPU that exists).
+    /// Read-only. Replies [`Reply::Report`] with a [`crate::sched::SchedPlan`].
+    PlanScheduling {
+        /// The GPU id.
+        gpu: String,
+        /// One request per vGPU that will run there.
+        requests: Vec<crate::sched::SchedRequest>,
+    },
+    /// Computes the plan as [`Command::PlanScheduling`] and programs it. Mutating. Replies
+    /// [`Reply::Report`] with a [`crate::sched::ApplyReport`].
+    ApplyScheduling {
+        /// The GPU id.
+        gpu: String,
+        /// One request per vGPU that will run there.
+        requests: Vec<crate::sched::SchedRequest>,
+    },
 }
 
 impl Command {
@@ -86,7 +127,13 @@ impl Command {
     pub fn is_mutating(&self) -> bool {
         !matches!(
             self,
-            Command::ListGpus | Command::ListInstances | Command::GetInstance { .. }
+            Command::ListGpus
+                | Command::ListInstances
+                | Command::GetInstance { .. }
+                | Command::PlanPool { .. }
+                | Command::PoolStatus
+                | Command::GetScheduling { .. }
+                | Command::PlanScheduling { .. }
         )
     }
 }
@@ -174,6 +221,9 @@ pub enum Reply {
     Instance(InstanceView),
     /// For `Undefine`/`Destroy` of a transient instance, `Reconcile`: nothing to show.
     Done,
+    /// For the pool and scheduling commands: a structured report in the JSON shape its command names
+    /// (documented in docs/json.md); the D-Bus layer sends it as a JSON string.
+    Report(serde_json::Value),
 }
 
 /// Something that changed, for signals and property updates.
@@ -185,6 +235,17 @@ pub enum Event {
     InstanceRemoved(MdevUuid),
     /// An instance's state, autostart or definition changed.
     InstanceChanged(InstanceView),
+    /// A step of a pool apply finished (the `PoolProgress` signal).
+    PoolProgress {
+        /// The pool.
+        pool: String,
+        /// Steps finished so far (this one included).
+        done: u32,
+        /// Steps in the apply.
+        total: u32,
+        /// The step, in a line (`create vdi-2g/3 on 0000:83:00.0 as nvidia-231`).
+        step: String,
+    },
 }
 
 /// Why a command was refused. Each names the object and what to do; [`CoreError::kind`] gives a stable
@@ -226,6 +287,20 @@ pub enum CoreError {
     /// The caller may not do this.
     #[error("{0}")]
     Denied(String),
+    /// A pool does not fit: the message gives the shortfall per profile. Nothing was changed.
+    #[error("{0}")]
+    Shortfall(String),
+    /// The request needs something vgpud cannot do yet (e.g. SR-IOV VF slots). Nothing was changed.
+    #[error("{0}")]
+    NotSupported(String),
+    /// A pool apply failed at a step and what it had done was undone; `kind` is the failed step's.
+    #[error("{message}")]
+    PoolStep {
+        /// The failed step, its cause, and the rollback's outcome.
+        message: String,
+        /// [`CoreError::kind`] of the cause.
+        kind: &'static str,
+    },
 }
 
 impl CoreError {
@@ -242,6 +317,9 @@ impl CoreError {
             CoreError::Lifecycle(_) => "Kernel",
             CoreError::Store(_) => "Store",
             CoreError::Denied(_) => "AccessDenied",
+            CoreError::Shortfall(_) => "Shortfall",
+            CoreError::NotSupported(_) => "NotSupported",
+            CoreError::PoolStep { kind, .. } => kind,
         }
     }
 }

@@ -28,7 +28,10 @@ use crate::profile::Catalog;
 mod choose;
 mod lifecycle;
 mod locks;
+mod pool;
+mod pool_record;
 mod reconcile;
+mod sched;
 mod views;
 
 pub use reconcile::ReconcileScope;
@@ -134,6 +137,12 @@ impl Core {
             Command::Undefine { uuid } => self.undefine(uuid),
             Command::SetAutostart { uuid, autostart } => self.set_autostart(uuid, autostart),
             Command::Reconcile => self.reconcile(ReconcileScope::Startup).map(|_| Reply::Done),
+            Command::PlanPool { toml } => self.pool_plan(&toml),
+            Command::ApplyPool { toml } => self.pool_apply(&toml),
+            Command::PoolStatus => self.pool_status(),
+            Command::GetScheduling { gpu } => self.get_scheduling(&gpu),
+            Command::PlanScheduling { gpu, requests } => self.plan_scheduling(&gpu, &requests),
+            Command::ApplyScheduling { gpu, requests } => self.apply_scheduling(&gpu, &requests),
         }
     }
 

@@ -3,11 +3,14 @@
 //! moves with them) and on reconcile, coalesced in one background task.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use zbus::{OwnedObjectPath, Variant, interface};
 
+use super::Executor;
+use super::errors::ApiError;
 use crate::client::{GpuInfo, TypeSlot, gpu_path, instance_path};
-use crate::daemon::api::GpuView;
+use crate::daemon::api::{Command, GpuView, Reply};
 
 fn numa_wire(n: Option<u32>) -> i32 {
     n.and_then(|n| i32::try_from(n).ok()).unwrap_or(-1)
@@ -75,9 +78,25 @@ pub(super) fn changed_properties(
 }
 
 /// The object behind one GPU path.
-#[derive(Debug)]
 pub(super) struct GpuObject {
     pub(super) view: GpuView,
+    /// For the properties read from the host on demand (`Scheduling`).
+    exec: Arc<dyn Executor>,
+}
+
+impl std::fmt::Debug for GpuObject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuObject")
+            .field("view", &self.view)
+            .finish_non_exhaustive()
+    }
+}
+
+impl GpuObject {
+    /// The object of the GPU `view` shows.
+    pub(super) fn new(view: GpuView, exec: Arc<dyn Executor>) -> GpuObject {
+        GpuObject { view, exec }
+    }
 }
 
 /// A GPU that can host mdev instances.
@@ -123,6 +142,25 @@ impl GpuObject {
     #[zbus(property)]
     fn instances(&self) -> Vec<OwnedObjectPath> {
         instance_paths(&self.view)
+    }
+
+    /// Its time-slice scheduling as programmed now, read back through its vendor backend when the
+    /// property is read (no change signal): JSON {gpu, backend, state, reason} as docs/json.md shows.
+    #[zbus(property(emits_changed_signal = "false"))]
+    async fn scheduling(&self) -> zbus::fdo::Result<String> {
+        let exec = Arc::clone(&self.exec);
+        let gpu = self.view.id.clone();
+        let reply =
+            tokio::task::spawn_blocking(move || exec.execute(Command::GetScheduling { gpu }))
+                .await
+                .map_err(|e| zbus::fdo::Error::Failed(ApiError::internal(e).to_string()))?;
+        match reply {
+            Ok(Reply::Report(v)) => Ok(v.to_string()),
+            Ok(other) => Err(zbus::fdo::Error::Failed(
+                ApiError::internal(format!("unexpected reply {other:?}")).to_string(),
+            )),
+            Err(e) => Err(zbus::fdo::Error::Failed(e.to_string())),
+        }
     }
 }
 

@@ -11,6 +11,7 @@ use zbus::{Connection, ObjectPath, OwnedObjectPath, OwnedVariant, Variant, inter
 
 use super::Shared;
 use super::errors::ApiError;
+use super::pools;
 use crate::client::{GpuInfo, InstanceInfo, TARGET_PROFILE, TARGET_TYPE, instance_path};
 use crate::daemon::api::{Command, CoreError, CreateRequest, InstanceView, Reply, Target};
 use mdev_types::ids::MdevUuid;
@@ -147,7 +148,7 @@ impl Manager {
 /// The vgpu-manager daemon: GPUs, mdev instances and their lifecycle. Mutating methods need root or
 /// membership in group vgpu-admin (and, where polkit runs, action org.vgpumanager.manage). Errors are
 /// org.vgpumanager.Error.KIND (NotFound, Foreign, Exists, Invalid, State, TypeFull, Kernel, Store,
-/// AccessDenied, Internal) with a one-line message that says what to do.
+/// AccessDenied, Shortfall, NotSupported, Internal) with a one-line message that says what to do.
 #[interface(name = "org.vgpumanager.Manager1")]
 impl Manager {
     /// Every GPU with the mdev types it offers (and how many more fit) and its running instances.
@@ -299,6 +300,80 @@ impl Manager {
         Ok(())
     }
 
+    /// Dry run of a pool (a pool file's TOML text): JSON of what applying it would create, remove and
+    /// keep, per GPU, and any shortfall. Nothing changes.
+    #[zbus(out_args("plan"))]
+    async fn plan(
+        &self,
+        pool_toml: &str,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<String, ApiError> {
+        let cmd = pools::plan_command(pool_toml)?;
+        pools::report(self.run(conn, &hdr, cmd).await?)
+    }
+
+    /// Makes the host match a pool: each slot an instance with its stable UUID, defined and running.
+    /// Emits PoolProgress after each step; returns a JSON summary. Applying twice changes nothing. A pool
+    /// that does not fit (Error.Shortfall) or needs SR-IOV VF slots (Error.NotSupported) is refused
+    /// before any change; a failed step undoes this apply.
+    #[zbus(out_args("summary"))]
+    async fn apply(
+        &self,
+        pool_toml: &str,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<String, ApiError> {
+        let cmd = pools::apply_command(pool_toml)?;
+        pools::report(self.run(conn, &hdr, cmd).await?)
+    }
+
+    /// The pools applied through vgpud and their slots, as a JSON array.
+    #[zbus(out_args("pools"))]
+    async fn pool_status(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<String, ApiError> {
+        pools::report(self.run(conn, &hdr, Command::PoolStatus).await?)
+    }
+
+    /// A GPU's time-slice scheduling plan as JSON. requests: a JSON array of {"weight": W, "slot"?,
+    /// "priority"?, "framebuffer_mib"?, "label"?}, or "" for weight 1 on every existing vGPU.
+    #[zbus(out_args("plan"))]
+    async fn plan_scheduling(
+        &self,
+        gpu: &str,
+        requests: &str,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<String, ApiError> {
+        let requests = pools::sched_requests("PlanScheduling", requests)?;
+        let cmd = Command::PlanScheduling {
+            gpu: gpu.to_string(),
+            requests,
+        };
+        pools::report(self.run(conn, &hdr, cmd).await?)
+    }
+
+    /// Plans as PlanScheduling and programs the plan (refused when it cannot be honoured); returns a
+    /// JSON report of what was written, what is pending (driver configuration) and the state read back.
+    #[zbus(out_args("report"))]
+    async fn apply_scheduling(
+        &self,
+        gpu: &str,
+        requests: &str,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<String, ApiError> {
+        let requests = pools::sched_requests("ApplyScheduling", requests)?;
+        let cmd = Command::ApplyScheduling {
+            gpu: gpu.to_string(),
+            requests,
+        };
+        pools::report(self.run(conn, &hdr, cmd).await?)
+    }
+
     /// The daemon's version.
     #[zbus(property(emits_changed_signal = "const"))]
     fn version(&self) -> String {
@@ -328,6 +403,16 @@ impl Manager {
         instance: ObjectPath<'_>,
         uuid: &str,
         state: &str,
+    ) -> zbus::Result<()>;
+
+    /// A step of an Apply finished: done of total steps, the step in a line.
+    #[zbus(signal)]
+    pub(super) async fn pool_progress(
+        emitter: &SignalEmitter<'_>,
+        pool: &str,
+        done: u32,
+        total: u32,
+        step: &str,
     ) -> zbus::Result<()>;
 }
 

@@ -174,6 +174,15 @@ impl Instances {
         let result = match event {
             Event::InstanceAdded(v) | Event::InstanceChanged(v) => self.upsert(v).await,
             Event::InstanceRemoved(u) => self.remove(u).await,
+            Event::PoolProgress {
+                pool,
+                done,
+                total,
+                step,
+            } => match manager_emitter(&self.conn) {
+                Ok(em) => Manager::pool_progress(&em, &pool, done, total, &step).await,
+                Err(e) => Err(e),
+            },
         };
         if let Err(e) = result {
             tracing::warn!(error = %e, "cannot update the D-Bus objects of an instance");
@@ -213,7 +222,10 @@ pub(super) async fn start(
     let mut known_gpus = HashMap::new();
     for g in gpus {
         conn.object_server()
-            .at(gpu_path(&g.id), GpuObject { view: g.clone() })
+            .at(
+                gpu_path(&g.id),
+                GpuObject::new(g.clone(), Arc::clone(&exec)),
+            )
             .await?;
         known_gpus.insert(g.id.clone(), g);
     }
@@ -304,7 +316,9 @@ async fn refresh_gpus(
         match known.get(&g.id) {
             None => {
                 known.insert(g.id.clone(), g.clone());
-                server.at(&path, GpuObject { view: g }).await?;
+                server
+                    .at(&path, GpuObject::new(g, Arc::clone(exec)))
+                    .await?;
             }
             Some(old) if *old == g => {}
             Some(old) => {

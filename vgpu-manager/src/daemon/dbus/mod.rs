@@ -14,6 +14,7 @@ mod gpu;
 mod instance;
 mod manager;
 mod mirror;
+mod pools;
 
 use std::sync::Arc;
 

@@ -1,0 +1,105 @@
+//! The JSON reports of the pool and scheduling methods (`Apply`, `PoolStatus`, the Gpu1 `Scheduling`
+//! property). D-Bus carries them as JSON strings because they nest optional values D-Bus cannot
+//! express; these types are their one definition, used by the daemon to write them and by clients to
+//! read them. `Plan` returns a [`crate::pool::PoolPlan`]; `PlanScheduling` a
+//! [`crate::sched::SchedPlan`]; `ApplyScheduling` a [`crate::sched::ApplyReport`]. docs/json.md shows
+//! every shape.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::sched::SchedState;
+
+/// One slot of a pool and the instance behind it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotRow {
+    /// The profile.
+    pub profile: String,
+    /// 0-based index among the pool's slots of this profile.
+    pub index: u32,
+    /// The slot's stable UUID (UUIDv5 of pool, profile and index; see [`crate::pool::identity`]).
+    pub uuid: String,
+    /// The GPU its instance is on; `None` when the slot has no instance.
+    pub gpu: Option<String>,
+    /// That GPU's NUMA node, when known.
+    pub numa_node: Option<u32>,
+    /// The mdev type of its instance.
+    #[serde(rename = "type")]
+    pub type_id: Option<String>,
+    /// `running`, `stopped`, `waiting-for-parent`, or `missing` (no instance).
+    pub state: String,
+}
+
+/// The slots of a pool on one GPU.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolGpu {
+    /// The GPU id.
+    pub gpu: String,
+    /// Its model.
+    pub model: String,
+    /// Its NUMA node, when known.
+    pub numa_node: Option<u32>,
+    /// Slots of the pool on it, per profile.
+    pub profiles: BTreeMap<String, u32>,
+}
+
+/// What `Apply` did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolSummary {
+    /// The pool.
+    pub pool: String,
+    /// The host (as discovery names it).
+    pub host: String,
+    /// False when the host already matched the pool (nothing was done).
+    pub changed: bool,
+    /// Steps executed.
+    pub steps: u32,
+    /// Slots whose instance this apply created or started.
+    pub created: Vec<String>,
+    /// Slot instances this apply removed (no longer wanted, or on a GPU the selectors exclude).
+    pub removed: Vec<String>,
+    /// Slots that existed and stayed.
+    pub kept: u32,
+    /// Every slot of the pool after the apply.
+    pub slots: Vec<SlotRow>,
+    /// Where the slots are, per GPU.
+    pub gpus: Vec<PoolGpu>,
+}
+
+/// A pool vgpud has applied, and its slots now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolStatus {
+    /// The pool.
+    pub pool: String,
+    /// Its description.
+    pub description: String,
+    /// `consolidate` or `spread`.
+    pub policy: String,
+    /// Whether its slots start with the daemon.
+    pub autostart: bool,
+    /// When it was last applied (seconds since the Unix epoch).
+    pub applied_at: u64,
+    /// Slots wanted per profile.
+    pub wanted: BTreeMap<String, u32>,
+    /// True when every slot has a running instance.
+    pub in_sync: bool,
+    /// Every slot.
+    pub slots: Vec<SlotRow>,
+    /// Where the slots are, per GPU.
+    pub gpus: Vec<PoolGpu>,
+}
+
+/// A GPU's scheduling as the Gpu1 `Scheduling` property reports it (the same shape as one entry of
+/// `vgpuctl sched show --json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SchedulingView {
+    /// The GPU id.
+    pub gpu: String,
+    /// Its vendor backend (`nvidia-mdev`, `intel-xe-sriov`, …), when it has one.
+    pub backend: Option<String>,
+    /// What is programmed now, read back from the host.
+    pub state: Option<SchedState>,
+    /// Why there is no state: no backend for this GPU, or the read failed.
+    pub reason: Option<String>,
+}

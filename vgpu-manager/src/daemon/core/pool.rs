@@ -1,0 +1,385 @@
+//! Pools in the daemon: plan, apply, status.
+//!
+//! Apply is all-or-nothing as far as the daemon can make it:
+//! * **Refused before any change** when the plan leaves a profile short (the exact shortfall per
+//!   profile is the message) or when a step needs something vgpud cannot create yet (SR-IOV VF slots:
+//!   enabling VFs, xe/GIM VFs, NVIDIA vendor-VFIO vGPUs — the core makes only mdev instances).
+//! * **Steps** run through the core's own commands ([`Command::Define`], [`Command::Start`],
+//!   [`Command::Destroy`]), so the ledger protocol, per-parent locks, the kernel's capacity check and
+//!   persistence apply to slots exactly as to any instance. A slot is defined (autostart as the pool
+//!   says) with its stable UUID, labelled `pool:<pool>/<profile>/<index>`, then started.
+//! * **A failed step undoes this apply**: what it created is destroyed, what it started is stopped,
+//!   what it removed is defined and started again, in reverse order.
+//!
+//! A pool that applied is recorded (see [`super::pool_record`]) for [`Command::PoolStatus`].
+
+use std::sync::{Mutex, PoisonError};
+
+use mdev_types::discover::discover;
+use mdev_types::ids::MdevUuid;
+use tracing::{info, warn};
+
+use super::{Core, lock};
+use crate::client::PoolSummary;
+use crate::daemon::api::{
+    Command, CoreError, CreateRequest, Event, InstanceState, InstanceView, Reply, Target,
+};
+use crate::pool::{Pool, PoolPlan, SlotId, Step, plan_pool};
+use crate::profile::Target as OptionTarget;
+
+/// Where pools received as text are said to come from in error messages.
+const ORIGIN: &str = "pool";
+
+/// One apply at a time: two concurrent applies of one pool would both plan the same creates. A
+/// process-wide lock (rather than a `Core` field) because there is one core per daemon.
+static APPLYING: Mutex<()> = Mutex::new(());
+
+/// The label of a slot's instance.
+pub(super) fn slot_label(slot: &SlotId) -> String {
+    format!("pool:{}/{}/{}", slot.pool, slot.profile, slot.index)
+}
+
+/// How to undo one step of an apply.
+#[derive(Debug)]
+enum Undo {
+    /// The apply defined and started it: destroy it.
+    Destroy(MdevUuid),
+    /// The apply started an existing definition: stop it.
+    Stop(MdevUuid),
+    /// The apply removed it: define (or create) and start it again as it was.
+    Restore(Box<InstanceView>),
+}
+
+/// `profile/index` of a slot.
+fn slot_name(slot: &SlotId) -> String {
+    format!("{}/{}", slot.profile, slot.index)
+}
+
+/// A step in a line, for progress and errors.
+fn describe(step: &Step) -> String {
+    match step {
+        Step::Remove { slot, gpu, holds } => {
+            format!("remove {} ({holds}) from {gpu}", slot_name(slot))
+        }
+        Step::EnableVfs { gpu, num_vfs, .. } => format!("enable {num_vfs} SR-IOV VFs on {gpu}"),
+        Step::Create {
+            slot, gpu, target, ..
+        } => format!("create {} on {gpu} as {target}", slot_name(slot)),
+    }
+}
+
+fn to_value<T: serde::Serialize>(what: &str, v: &T) -> Result<serde_json::Value, CoreError> {
+    serde_json::to_value(v).map_err(|e| CoreError::State(format!("cannot encode the {what}: {e}")))
+}
+
+/// The shortfall of a plan as one message, or `None` when every slot is placed.
+fn shortfall_message(plan: &PoolPlan) -> Option<String> {
+    if plan.shortfall.is_empty() {
+        return None;
+    }
+    let parts: Vec<String> = plan
+        .shortfall
+        .iter()
+        .map(|s| {
+            format!(
+                "{}: {} of {} placed, {} missing ({})",
+                s.profile, s.placed, s.wanted, s.missing, s.reason
+            )
+        })
+        .collect();
+    Some(format!(
+        "pool {} does not fit on {}: {}{}; nothing was changed: lower the counts, widen [select], or free capacity (`vgpuctl pool plan FILE` shows the placement)",
+        plan.pool,
+        plan.host,
+        parts.join("; "),
+        if plan.proven_optimal {
+            ""
+        } else {
+            " (the search budget ran out: more may fit)"
+        }
+    ))
+}
+
+/// Steps the core cannot execute (anything but mdev creates and removes), as one message.
+fn unsupported_message(plan: &PoolPlan) -> Option<String> {
+    // Per GPU, in plan order: what it would need.
+    let mut per_gpu: Vec<(String, Vec<String>)> = Vec::new();
+    let mut slots = 0usize;
+    for step in &plan.steps {
+        let (gpu, what) = match step {
+            Step::Create {
+                target: OptionTarget::Mdev { .. },
+                ..
+            }
+            | Step::Remove { .. } => continue,
+            Step::EnableVfs { gpu, num_vfs, .. } => (gpu, format!("enabling {num_vfs} VFs")),
+            Step::Create { gpu, target, .. } => {
+                slots += 1;
+                (gpu, target.backend().to_string())
+            }
+        };
+        match per_gpu.iter_mut().find(|(g, _)| g == gpu) {
+            Some((_, w)) => w.push(what),
+            None => per_gpu.push((gpu.clone(), vec![what])),
+        }
+    }
+    if per_gpu.is_empty() {
+        return None;
+    }
+    let list: Vec<String> = per_gpu
+        .iter()
+        .map(|(g, whats)| {
+            // "enabling 8 VFs, 8 × sriov-vf" rather than eight repeated words.
+            let mut counted: Vec<(String, usize)> = Vec::new();
+            for w in whats {
+                match counted.iter_mut().find(|(x, _)| x == w) {
+                    Some((_, n)) => *n += 1,
+                    None => counted.push((w.clone(), 1)),
+                }
+            }
+            let parts: Vec<String> = counted
+                .iter()
+                .map(|(w, n)| {
+                    if *n == 1 {
+                        w.clone()
+                    } else {
+                        format!("{n} × {w}")
+                    }
+                })
+                .collect();
+            format!("{g}: {}", parts.join(", "))
+        })
+        .collect();
+    Some(format!(
+        "pool {} needs {slots} SR-IOV VF slot(s) ({}), and vgpud creates only mdev instances so far; nothing was changed: limit the pool to mdev GPUs with [select] gpus or models (`vgpuctl discover` shows each GPU's virtualization)",
+        plan.pool,
+        list.join("; ")
+    ))
+}
+
+impl Core {
+    fn parse_pool(&self, text: &str) -> Result<Pool, CoreError> {
+        Pool::from_toml(ORIGIN, text, &self.catalog).map_err(|e| CoreError::Invalid(e.to_string()))
+    }
+
+    fn plan_of(&self, pool: &Pool) -> Result<(PoolPlan, mdev_types::model::Inventory), CoreError> {
+        let inv = discover(self.host.as_ref())?;
+        // VF slots are never held by the daemon (it cannot create them), so none are passed.
+        let plan = plan_pool(pool, &self.catalog, &inv, &[])
+            .map_err(|e| CoreError::Invalid(e.to_string()))?;
+        Ok((plan, inv))
+    }
+
+    /// [`Command::PlanPool`].
+    pub(super) fn pool_plan(&self, text: &str) -> Result<Reply, CoreError> {
+        let pool = self.parse_pool(text)?;
+        let (plan, _) = self.plan_of(&pool)?;
+        Ok(Reply::Report(to_value("pool plan", &plan)?))
+    }
+
+    /// [`Command::ApplyPool`].
+    pub(super) fn pool_apply(&self, text: &str) -> Result<Reply, CoreError> {
+        let _one = APPLYING.lock().unwrap_or_else(PoisonError::into_inner);
+        let pool = self.parse_pool(text)?;
+        let (plan, _) = self.plan_of(&pool)?;
+        if let Some(msg) = shortfall_message(&plan) {
+            return Err(CoreError::Shortfall(msg));
+        }
+        if let Some(msg) = unsupported_message(&plan) {
+            return Err(CoreError::NotSupported(msg));
+        }
+        let total = u32::try_from(plan.steps.len()).unwrap_or(u32::MAX);
+        let mut undo = Vec::new();
+        let mut created = Vec::new();
+        let mut removed = Vec::new();
+        for (i, step) in plan.steps.iter().enumerate() {
+            let line = describe(step);
+            if let Err(e) = self.pool_step(&pool, step, &mut undo) {
+                let done = undo.len();
+                let rollback = self.rollback(undo);
+                warn!(pool = %pool.name, step = %line, error = %e, "pool apply failed; undone");
+                return Err(CoreError::PoolStep {
+                    message: format!(
+                        "pool {}: step {}/{total} ({line}) failed: {e}; {}",
+                        pool.name,
+                        i + 1,
+                        match rollback {
+                            Ok(()) => format!("the {done} change(s) this apply made were undone"),
+                            Err(r) => format!(
+                                "undoing this apply failed too ({r}): `vgpuctl pool status` shows what is left"
+                            ),
+                        }
+                    ),
+                    kind: e.kind(),
+                });
+            }
+            match step {
+                Step::Create { slot, .. } => created.push(slot_name(slot)),
+                Step::Remove { slot, .. } => removed.push(slot_name(slot)),
+                Step::EnableVfs { .. } => {}
+            }
+            // Nobody listening is fine: progress is a courtesy.
+            let _ = self.events.send(Event::PoolProgress {
+                pool: pool.name.clone(),
+                done: u32::try_from(i + 1).unwrap_or(u32::MAX),
+                total,
+                step: line,
+            });
+        }
+        self.record_pool(&pool, text)?;
+        info!(pool = %pool.name, steps = total, created = created.len(), removed = removed.len(), "pool applied");
+        let inv = discover(self.host.as_ref())?;
+        let (slots, gpus) = self.slot_rows(&pool, &inv);
+        let summary = PoolSummary {
+            pool: pool.name.clone(),
+            host: inv.host.clone(),
+            changed: total > 0,
+            steps: total,
+            created,
+            removed,
+            kept: u32::try_from(plan.keep.len()).unwrap_or(u32::MAX),
+            slots,
+            gpus,
+        };
+        Ok(Reply::Report(to_value("apply summary", &summary)?))
+    }
+
+    /// Executes one step, pushing how to undo what it did.
+    fn pool_step(&self, pool: &Pool, step: &Step, undo: &mut Vec<Undo>) -> Result<(), CoreError> {
+        match step {
+            Step::Remove { slot, .. } => {
+                let view = match self.execute(Command::GetInstance { uuid: slot.uuid })? {
+                    Reply::Instance(v) => v,
+                    other => {
+                        return Err(CoreError::State(format!("GetInstance answered {other:?}")));
+                    }
+                };
+                self.execute(Command::Destroy { uuid: slot.uuid })?;
+                undo.push(Undo::Restore(Box::new(view)));
+                Ok(())
+            }
+            Step::Create {
+                slot,
+                target:
+                    OptionTarget::Mdev {
+                        parent, type_id, ..
+                    },
+                ..
+            } => {
+                let uuid = slot.uuid;
+                let def = lock(&self.store).get_definition(&uuid).cloned();
+                match def {
+                    // A slot defined earlier and stopped since, where the plan puts it: start it.
+                    Some(d) if d.parent == *parent && d.type_id == *type_id => {
+                        self.execute(Command::Start { uuid })?;
+                        undo.push(Undo::Stop(uuid));
+                        Ok(())
+                    }
+                    Some(d) => Err(CoreError::State(format!(
+                        "slot {} ({uuid}) is already defined as {} on {}, not as {type_id} on {parent} where the plan puts it: destroy it (`vgpuctl destroy {uuid}`) or start it, then apply again",
+                        slot_name(slot),
+                        d.type_id,
+                        d.parent
+                    ))),
+                    None => {
+                        self.execute(Command::Define(CreateRequest {
+                            target: Target::Type(type_id.clone()),
+                            gpu: Some(parent.clone()),
+                            uuid: Some(uuid),
+                            autostart: pool.autostart,
+                            label: Some(slot_label(slot)),
+                        }))?;
+                        undo.push(Undo::Destroy(uuid));
+                        self.set_slot_profile(&uuid, &slot.profile)?;
+                        self.execute(Command::Start { uuid })?;
+                        Ok(())
+                    }
+                }
+            }
+            other => Err(CoreError::NotSupported(format!(
+                "{}: vgpud creates only mdev instances so far",
+                describe(other)
+            ))),
+        }
+    }
+
+    /// The core places a type without knowing the profile it serves; a slot does know it, so it is
+    /// written into the definition before the device is started (and so reaches the ledger too).
+    fn set_slot_profile(&self, uuid: &MdevUuid, profile: &str) -> Result<(), CoreError> {
+        {
+            let mut store = lock(&self.store);
+            if let Some(mut def) = store.get_definition(uuid).cloned()
+                && def.profile.is_none()
+            {
+                def.profile = Some(profile.to_string());
+                store.put_definition(&def)?;
+            }
+        }
+        self.refresh_one(uuid);
+        Ok(())
+    }
+
+    /// Undoes `undo` in reverse order; every step is tried, the failures are reported together.
+    fn rollback(&self, undo: Vec<Undo>) -> Result<(), String> {
+        let mut failed = Vec::new();
+        for u in undo.into_iter().rev() {
+            let result = match &u {
+                Undo::Destroy(uuid) => self.execute(Command::Destroy { uuid: *uuid }).map(|_| ()),
+                Undo::Stop(uuid) => self.execute(Command::Stop { uuid: *uuid }).map(|_| ()),
+                Undo::Restore(v) => self.restore(v),
+            };
+            if let Err(e) = result {
+                failed.push(format!("{u:?}: {e}"));
+            }
+        }
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            Err(failed.join("; "))
+        }
+    }
+
+    /// Brings back an instance this apply removed: its definition (if it had one) and its device (if
+    /// it ran).
+    fn restore(&self, v: &InstanceView) -> Result<(), CoreError> {
+        let req = CreateRequest {
+            target: Target::Type(v.type_id.clone()),
+            gpu: Some(v.parent.clone()),
+            uuid: Some(v.uuid),
+            autostart: v.autostart,
+            label: v.label.clone(),
+        };
+        if !v.defined {
+            self.execute(Command::Create(req))?;
+            return Ok(());
+        }
+        self.execute(Command::Define(req))?;
+        if let Some(p) = &v.profile {
+            self.set_slot_profile(&v.uuid, p)?;
+        }
+        if v.state == InstanceState::Running {
+            self.execute(Command::Start { uuid: v.uuid })?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_and_step_lines_name_the_slot() {
+        let slot = SlotId::new("vdi", "vdi-2g", 3);
+        assert_eq!(slot_label(&slot), "pool:vdi/vdi-2g/3");
+        let step = Step::Remove {
+            slot,
+            gpu: "0000:83:00.0".into(),
+            holds: "nvidia-231".into(),
+        };
+        assert_eq!(
+            describe(&step),
+            "remove vdi-2g/3 (nvidia-231) from 0000:83:00.0"
+        );
+    }
+}

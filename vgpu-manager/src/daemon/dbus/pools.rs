@@ -1,0 +1,96 @@
+//! The argument and reply handling of Manager1's pool and scheduling methods (`Plan`, `Apply`,
+//! `PoolStatus`, `PlanScheduling`, `ApplyScheduling`). Their reports travel as JSON strings (see
+//! [`crate::client::pools`]); the methods themselves are declared in [`super::manager`], as zbus wants
+//! one `impl` block per interface.
+
+use super::errors::ApiError;
+use crate::daemon::api::{Command, CoreError, Reply};
+use crate::sched::SchedRequest;
+
+/// The JSON text of a [`Reply::Report`].
+pub(super) fn report(reply: Reply) -> Result<String, ApiError> {
+    match reply {
+        Reply::Report(v) => Ok(v.to_string()),
+        other => Err(ApiError::internal(format!("unexpected reply {other:?}"))),
+    }
+}
+
+/// Refuses an empty pool text with the format to send.
+fn pool_text(method: &str, toml: &str) -> Result<String, ApiError> {
+    if toml.trim().is_empty() {
+        return Err(CoreError::Invalid(format!(
+            "{method}: the pool text is empty: send a pool file's contents (name = \"…\", [profiles] name = count)"
+        ))
+        .into());
+    }
+    Ok(toml.to_string())
+}
+
+/// `Plan(s pool_toml)`.
+pub(super) fn plan_command(toml: &str) -> Result<Command, ApiError> {
+    Ok(Command::PlanPool {
+        toml: pool_text("Plan", toml)?,
+    })
+}
+
+/// `Apply(s pool_toml)`.
+pub(super) fn apply_command(toml: &str) -> Result<Command, ApiError> {
+    Ok(Command::ApplyPool {
+        toml: pool_text("Apply", toml)?,
+    })
+}
+
+/// The requests of `PlanScheduling`/`ApplyScheduling`: a JSON array of
+/// `{"weight": W, "slot"?: S, "priority"?: "low"|"normal"|"high", "framebuffer_mib"?: N, "label"?: L}`,
+/// or `""` / `[]` for weight 1 on every vGPU that exists.
+pub(super) fn sched_requests(method: &str, json: &str) -> Result<Vec<SchedRequest>, ApiError> {
+    if json.trim().is_empty() {
+        return Ok(Vec::new());
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Wire {
+        weight: u32,
+        slot: Option<String>,
+        priority: Option<crate::profile::Priority>,
+        framebuffer_mib: Option<u64>,
+        label: Option<String>,
+    }
+    let wire: Vec<Wire> = serde_json::from_str(json).map_err(|e| {
+        ApiError::from(CoreError::Invalid(format!(
+            "{method}: requests are not a JSON array of {{\"weight\": W, \"slot\"?, \"priority\"?, \"framebuffer_mib\"?, \"label\"?}}: {e}"
+        )))
+    })?;
+    Ok(wire
+        .into_iter()
+        .map(|w| SchedRequest {
+            slot: w.slot,
+            weight: w.weight,
+            priority: w.priority,
+            framebuffer_mib: w.framebuffer_mib,
+            label: w.label,
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_parse_or_name_the_shape() {
+        assert!(sched_requests("PlanScheduling", " ").unwrap().is_empty());
+        let r = sched_requests(
+            "PlanScheduling",
+            r#"[{"weight":10},{"weight":30,"slot":"vf2","priority":"high"}]"#,
+        )
+        .unwrap();
+        assert_eq!(r.len(), 2);
+        assert_eq!((r[1].weight, r[1].slot.as_deref()), (30, Some("vf2")));
+        let e = sched_requests("PlanScheduling", r#"[{"wieght":1}]"#).unwrap_err();
+        assert_eq!(e.error_name(), "org.vgpumanager.Error.Invalid");
+        assert!(e.message().contains("wieght"), "{}", e.message());
+        let e = apply_command("  ").unwrap_err();
+        assert!(e.message().starts_with("Apply: the pool text is empty"));
+    }
+}
