@@ -335,15 +335,25 @@ show_guest_lines() {
 boot_and_test() {
 	local kernel=$1 topo=$2 log=$3 rc exits summaries bad
 	RUN_PASSED=0 RUN_FAILED=0 RUN_SKIPPED=0 RUN_REASON=
+	# The share's host path goes on the kernel command line, which splits at whitespace; physical (no
+	# symlinks), because the guest resolves an absolute symlink against its own root, not the host's.
+	local share
+	share=$(cd "$SHARE" && pwd -P)
+	case "$share" in *[[:space:]\'\"]*) die "the share path '$share' must not contain whitespace or quotes" ;; esac
 	QEMU_ARGS=(
 		-machine q35,kernel-irqchip=split -accel tcg,thread=multi -cpu max
 		-device intel-iommu,intremap=on,caching-mode=on
 		-smp 2 -m 1G -nographic -no-reboot -nodefaults -serial stdio -display none
 		-kernel "$VMLINUZ" -initrd "$INITRD"
-		-append "console=ttyS0,115200 intel_iommu=on iommu=pt panic=-1 vmtest.kernel=$kernel vmtest.topology=$topo"
-		# The 9p share at a fixed slot (see scripts/vm/topologies.sh).
-		-fsdev "local,id=vmshare,path=$SHARE,security_model=none"
-		-device virtio-9p-pci,fsdev=vmshare,mount_tag=vmshare,addr=1.0
+		-append "console=ttyS0,115200 intel_iommu=on iommu=pt panic=-1 vmtest.kernel=$kernel vmtest.topology=$topo vmtest.share=$share"
+		# One 9p share at a fixed slot (see scripts/vm/topologies.sh): the host's whole root, read-only.
+		# The guest's init bind-mounts the test share out of it (vmtest.share=) for the test binaries, and the
+		# qemu_attach tests run the host's QEMU chrooted into it. One device rather than a second share:
+		# another PCI function would change the guest's PCI list and IOMMU group numbers, which
+		# mdev-types/sims/samples.toml mirrors. multidevs=remap: / spans several file systems, whose
+		# inode numbers would otherwise collide in 9p's qids (QEMU docs, -fsdev multidevs).
+		-fsdev "local,id=hostroot,path=/,security_model=none,readonly=on,multidevs=remap"
+		-device virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot,addr=1.0
 	)
 	"topology_${topo//-/_}"
 	note "booting $kernel ($KVER), topology $topo"
