@@ -117,7 +117,7 @@ fn cold_start(dir: &Path) {
         ms(restart) / 100.0
     );
     println!(
-        "  host reboot to ready (creates {N})      {:>9.2} ms  = {:.2}x the 100 ms target (one fsynced ledger write per device)",
+        "  host reboot to ready (creates {N})      {:>9.2} ms  = {:.2}x the 100 ms target (all ledger entries in one batch file)",
         ms(reboot),
         ms(reboot) / 100.0
     );

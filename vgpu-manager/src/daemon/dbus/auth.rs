@@ -11,12 +11,14 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::Arc;
 
 use nix::unistd::{Gid, Group, Uid, User, getgrouplist};
 use zbus::message::{Flags, Header};
 use zbus::names::{BusName, WellKnownName};
 use zbus::{Connection, Variant, proxy};
 
+use super::callers::CallerCache;
 use super::errors::ApiError;
 use crate::client::{ADMIN_GROUP, POLKIT_ACTION};
 
@@ -78,6 +80,8 @@ impl fmt::Display for Caller {
 pub struct Authorizer {
     admin_group: String,
     polkit_action: String,
+    /// Callers identified before (shared by clones).
+    callers: Arc<CallerCache>,
 }
 
 impl Default for Authorizer {
@@ -85,6 +89,7 @@ impl Default for Authorizer {
         Authorizer {
             admin_group: ADMIN_GROUP.to_string(),
             polkit_action: POLKIT_ACTION.to_string(),
+            callers: Arc::default(),
         }
     }
 }
@@ -131,7 +136,15 @@ impl Authorizer {
         hdr: &Header<'_>,
     ) -> Result<Caller, ApiError> {
         let method = hdr.member().map(|m| m.to_string()).unwrap_or_default();
-        let caller = identify(conn, hdr).await?;
+        let known = hdr.sender().and_then(|s| self.callers.get(s.as_str()));
+        let caller = match known {
+            Some(c) => c,
+            None => {
+                let c = identify(conn, hdr).await?;
+                self.callers.put(c.clone());
+                c
+            }
+        };
         let admin_gid = if caller.uid == 0 {
             None
         } else {

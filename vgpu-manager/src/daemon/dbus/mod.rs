@@ -8,6 +8,7 @@
 //! `data/org.vgpumanager.Manager1.xml` is their introspection.
 
 pub mod auth;
+mod callers;
 pub mod embedded_bus;
 pub mod errors;
 mod gpu;

@@ -63,16 +63,6 @@ pub(crate) fn write_temp(
     final_name: &str,
     bytes: &[u8],
 ) -> Result<PathBuf, StoreError> {
-    write_temp_with(dir, final_name, bytes, true)
-}
-
-/// [`write_temp`], with the `fsync` optional (a batch syncs all its files at once).
-fn write_temp_with(
-    dir: &Path,
-    final_name: &str,
-    bytes: &[u8],
-    sync: bool,
-) -> Result<PathBuf, StoreError> {
     let seq = TEMP_SEQ.fetch_add(1, Ordering::Relaxed);
     let tmp = dir.join(format!(
         "{TEMP_PREFIX}{final_name}.{}.{seq}",
@@ -85,7 +75,7 @@ fn write_temp_with(
         .open(&tmp)
         .and_then(|mut f| {
             f.write_all(bytes)?;
-            if sync { f.sync_all() } else { Ok(()) }
+            f.sync_all()
         });
     match result {
         Ok(()) => Ok(tmp),
@@ -104,47 +94,6 @@ pub(crate) fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), S
     if let Err(e) = fs::rename(&tmp, &target) {
         let _ = fs::remove_file(&tmp);
         return Err(StoreError::io(StoreOp::Rename, target, e));
-    }
-    sync_dir(dir)
-}
-
-/// Atomically replaces several files in `dir` with one flush for all of them: every temporary file
-/// is written, then `syncfs(2)` makes their data durable in one call (instead of one `fsync` per file,
-/// which costs a journal commit each), then each is renamed into place and the directory is
-/// `fsync`ed once. Each file is still old-or-new after a crash at any point: no rename happens before
-/// every new file's data is on disk.
-///
-/// On error, files renamed so far stay in their new state and unrenamed temporary files are removed.
-pub(crate) fn write_atomic_batch(
-    dir: &Path,
-    files: &[(String, Vec<u8>)],
-) -> Result<(), StoreError> {
-    let mut temps: Vec<PathBuf> = Vec::with_capacity(files.len());
-    let cleanup = |temps: &[PathBuf]| {
-        for t in temps {
-            let _ = fs::remove_file(t);
-        }
-    };
-    for (name, bytes) in files {
-        match write_temp_with(dir, name, bytes, false) {
-            Ok(t) => temps.push(t),
-            Err(e) => {
-                cleanup(&temps);
-                return Err(e);
-            }
-        }
-    }
-    let flushed = File::open(dir).and_then(|f| nix::unistd::syncfs(&f).map_err(io::Error::from));
-    if let Err(e) = flushed {
-        cleanup(&temps);
-        return Err(StoreError::io(StoreOp::Sync, dir, e));
-    }
-    for (i, ((name, _), tmp)) in files.iter().zip(&temps).enumerate() {
-        let target = dir.join(name);
-        if let Err(e) = fs::rename(tmp, &target) {
-            cleanup(&temps[i..]);
-            return Err(StoreError::io(StoreOp::Rename, target, e));
-        }
     }
     sync_dir(dir)
 }

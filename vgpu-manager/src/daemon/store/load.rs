@@ -8,9 +8,10 @@ use std::path::{Path, PathBuf};
 
 use mdev_types::ids::MdevUuid;
 
+use super::batch::{batch_seq, decode_batch};
 use super::error::{StoreError, StoreOp};
 use super::fsio::{is_temp_name, move_aside, sync_dir};
-use super::record::{Record, Rejection, SCHEMA};
+use super::record::{LedgerEntry, Record, Rejection, SCHEMA};
 
 /// What [`StateDir::open`](super::StateDir::open) found besides the good records.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -68,11 +69,12 @@ pub(crate) fn uuid_of_file_name(name: &str) -> Option<MdevUuid> {
         .filter(|u| u.to_string() == stem)
 }
 
-/// Loads every `<uuid>.toml` in `dir`.
+/// Loads every `<uuid>.toml` in `dir`, leaving alone the names `other` claims (another loader's).
 pub(crate) fn load_dir<R: Record>(
     dir: &Path,
     corrupt_dir: &Path,
     report: &mut LoadReport,
+    other: impl Fn(&str) -> bool,
 ) -> Result<BTreeMap<MdevUuid, R>, StoreError> {
     let mut records = BTreeMap::new();
     let mut removed_temp = false;
@@ -90,6 +92,9 @@ pub(crate) fn load_dir<R: Record>(
             );
             report.temp_files_removed.push(path);
             removed_temp = true;
+            continue;
+        }
+        if other(&name) {
             continue;
         }
         let file_type = entry
@@ -112,27 +117,70 @@ pub(crate) fn load_dir<R: Record>(
             Ok(record) => {
                 records.insert(*record.uuid(), record);
             }
-            Err(reason) => {
-                let moved_to = move_aside(&path, corrupt_dir)?;
-                tracing::warn!(
-                    "state directory: {} is not a usable {}: {}; moved it to {}",
-                    path.display(),
-                    R::KIND,
-                    reason,
-                    moved_to.display()
-                );
-                report.set_aside.push(SetAside {
-                    file: path,
-                    moved_to,
-                    reason,
-                });
-            }
+            Err(reason) => set_aside(path, corrupt_dir, R::KIND, reason, report)?,
         }
     }
     if removed_temp {
         sync_dir(dir)?;
     }
     Ok(records)
+}
+
+/// Moves an unusable file into `corrupt/`, saying so.
+fn set_aside(
+    path: PathBuf,
+    corrupt_dir: &Path,
+    kind: &str,
+    reason: AsideReason,
+    report: &mut LoadReport,
+) -> Result<(), StoreError> {
+    let moved_to = move_aside(&path, corrupt_dir)?;
+    tracing::warn!(
+        "state directory: {} is not a usable {}: {}; moved it to {}",
+        path.display(),
+        kind,
+        reason,
+        moved_to.display()
+    );
+    report.set_aside.push(SetAside {
+        file: path,
+        moved_to,
+        reason,
+    });
+    Ok(())
+}
+
+/// Loads every ledger batch (`batch-<n>.toml`) in `dir`, in batch order.
+pub(crate) fn load_batches(
+    dir: &Path,
+    corrupt_dir: &Path,
+    report: &mut LoadReport,
+) -> Result<BTreeMap<u64, Vec<LedgerEntry>>, StoreError> {
+    let mut batches = BTreeMap::new();
+    let entries = fs::read_dir(dir).map_err(|e| StoreError::io(StoreOp::ListDir, dir, e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| StoreError::io(StoreOp::ListDir, dir, e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(n) = batch_seq(&name) else { continue };
+        let path = entry.path();
+        let verdict = match fs::read(&path) {
+            Err(e) => Err(AsideReason::Corrupt(format!("could not be read: {e}"))),
+            Ok(bytes) => match std::str::from_utf8(&bytes) {
+                Err(e) => Err(AsideReason::Corrupt(format!("not UTF-8 text ({e})"))),
+                Ok(text) => decode_batch(text).map_err(|r| match r {
+                    Rejection::Corrupt(why) => AsideReason::Corrupt(why),
+                    Rejection::FutureSchema(found) => AsideReason::FutureSchema { found },
+                }),
+            },
+        };
+        match verdict {
+            Ok(list) => {
+                batches.insert(n, list);
+            }
+            Err(reason) => set_aside(path, corrupt_dir, "ledger batch", reason, report)?,
+        }
+    }
+    Ok(batches)
 }
 
 /// Reads and decodes one file; `Err` means "move it aside".

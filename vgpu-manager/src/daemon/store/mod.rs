@@ -7,6 +7,7 @@
 //!   lock                          flock(2)-ed by the running daemon; holds its pid
 //!   definitions/<uuid>.toml       one persistent instance definition per file
 //!   ledger/<uuid>.toml            one file per device the daemon created or adopted
+//!   ledger/batch-<n>.toml         entries of many devices written at once (see `batch`)
 //!   corrupt/<name>.<unix-ts>      files that could not be loaded, moved aside
 //! ```
 //!
@@ -71,6 +72,7 @@
 //! rename or unlink (the directory `fsync`), the file on disk may already be in its new state; the
 //! next [`StateDir::open`] shows which, and both states are safe under the ledger protocol above.
 
+mod batch;
 mod error;
 mod fsio;
 mod load;
@@ -79,7 +81,7 @@ mod record;
 #[cfg(test)]
 mod tests;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use mdev_types::ids::MdevUuid;
@@ -88,8 +90,9 @@ pub use error::{StoreError, StoreOp};
 pub use load::{AsideReason, LoadReport, SetAside};
 pub use record::{Definition, LedgerEntry, LedgerOwnership, SCHEMA};
 
-use fsio::{ensure_dir, remove_durable, write_atomic, write_atomic_batch};
-use load::load_dir;
+use batch::{Batches, batch_name, batch_seq, encode_batch};
+use fsio::{ensure_dir, remove_durable, write_atomic};
+use load::{load_batches, load_dir};
 use lock::{DirLock, lock_dir};
 use record::Record;
 
@@ -114,6 +117,9 @@ pub struct StateDir {
     root: PathBuf,
     definitions: BTreeMap<MdevUuid, Definition>,
     ledger: BTreeMap<MdevUuid, LedgerEntry>,
+    batches: Batches,
+    /// Ledger entries that have their own file (which overrides any batch copy).
+    own_files: BTreeSet<MdevUuid>,
     _lock: DirLock,
 }
 
@@ -130,9 +136,22 @@ impl StateDir {
         let corrupt = root.join(CORRUPT);
         let mut report = LoadReport::default();
         let definitions: BTreeMap<MdevUuid, Definition> =
-            load_dir(&root.join(DEFINITIONS), &corrupt, &mut report)?;
-        let ledger: BTreeMap<MdevUuid, LedgerEntry> =
-            load_dir(&root.join(LEDGER), &corrupt, &mut report)?;
+            load_dir(&root.join(DEFINITIONS), &corrupt, &mut report, |_| false)?;
+        let mut ledger: BTreeMap<MdevUuid, LedgerEntry> =
+            load_dir(&root.join(LEDGER), &corrupt, &mut report, |name| {
+                batch_seq(name).is_some()
+            })?;
+        // An entry's own file overrides its batch copies; a later batch overrides an earlier one.
+        let own_files: BTreeSet<MdevUuid> = ledger.keys().copied().collect();
+        let mut batches = Batches::default();
+        for (n, entries) in load_batches(&root.join(LEDGER), &corrupt, &mut report)? {
+            batches.insert(n, entries.iter().map(|e| e.uuid));
+            for e in entries {
+                if !own_files.contains(&e.uuid) {
+                    ledger.insert(e.uuid, e);
+                }
+            }
+        }
         report.definitions = definitions.len();
         report.ledger_entries = ledger.len();
         Ok((
@@ -140,6 +159,8 @@ impl StateDir {
                 root,
                 definitions,
                 ledger,
+                batches,
+                own_files,
                 _lock: lock,
             },
             report,
@@ -177,6 +198,7 @@ impl StateDir {
     /// Durably stores (creates or replaces) a ledger entry. Call *before* creating the device.
     pub fn put_ledger(&mut self, entry: &LedgerEntry) -> Result<(), StoreError> {
         put(&self.root.join(LEDGER), entry)?;
+        self.own_files.insert(entry.uuid);
         self.ledger.insert(entry.uuid, entry.clone());
         Ok(())
     }
@@ -186,12 +208,36 @@ impl StateDir {
     /// creating the first device. On error the in-memory view is unchanged and each file on disk is
     /// in its old or its new state (both safe under the ledger protocol).
     pub fn put_ledgers(&mut self, entries: &[LedgerEntry]) -> Result<(), StoreError> {
+        if entries.is_empty() {
+            return Ok(());
+        }
         let dir = self.root.join(LEDGER);
-        let files = entries
-            .iter()
-            .map(|e| encode(&dir, e).map(|text| (file_name(&e.uuid), text.into_bytes())))
-            .collect::<Result<Vec<_>, _>>()?;
-        write_atomic_batch(&dir, &files)?;
+        let n = self.batches.next_seq();
+        let name = batch_name(n);
+        let mut seen = BTreeSet::new();
+        for e in entries {
+            encode(&dir, e)?;
+            if !seen.insert(e.uuid) {
+                return Err(StoreError::Invalid {
+                    path: dir.join(&name),
+                    reason: format!("{} appears twice in one batch", e.uuid),
+                });
+            }
+        }
+        let text = encode_batch(entries).map_err(|reason| StoreError::Encode {
+            path: dir.join(&name),
+            reason,
+        })?;
+        write_atomic(&dir, &name, text.as_bytes())?;
+        self.batches.insert(n, entries.iter().map(|e| e.uuid));
+        // An older own file would override the new batch copy on the next load. Until it is gone a
+        // crash shows the entry as before this batch, which is safe: no device was made yet.
+        for e in entries {
+            if self.own_files.contains(&e.uuid) {
+                remove_durable(&dir, &file_name(&e.uuid))?;
+                self.own_files.remove(&e.uuid);
+            }
+        }
         for e in entries {
             self.ledger.insert(e.uuid, e.clone());
         }
@@ -201,7 +247,26 @@ impl StateDir {
     /// Durably deletes a ledger entry; returns it if there was one. Call only *after* the device is
     /// gone.
     pub fn remove_ledger(&mut self, uuid: &MdevUuid) -> Result<Option<LedgerEntry>, StoreError> {
-        remove_durable(&self.root.join(LEDGER), &file_name(uuid))?;
+        let dir = self.root.join(LEDGER);
+        // Batch copies first: until the entry's own file is gone too, a crash keeps the entry.
+        for (n, keep) in self.batches.without(uuid) {
+            if keep.is_empty() {
+                remove_durable(&dir, &batch_name(n))?;
+            } else {
+                let entries: Vec<LedgerEntry> = keep
+                    .iter()
+                    .filter_map(|u| self.ledger.get(u).cloned())
+                    .collect();
+                let text = encode_batch(&entries).map_err(|reason| StoreError::Encode {
+                    path: dir.join(batch_name(n)),
+                    reason,
+                })?;
+                write_atomic(&dir, &batch_name(n), text.as_bytes())?;
+            }
+            self.batches.forget(n, uuid);
+        }
+        remove_durable(&dir, &file_name(uuid))?;
+        self.own_files.remove(uuid);
         Ok(self.ledger.remove(uuid))
     }
 

@@ -123,7 +123,7 @@ pub(crate) trait Record: Sized + Clone {
 }
 
 /// Reads the `schema` key, before the rest is interpreted.
-fn schema_of(text: &str) -> Result<i64, Rejection> {
+pub(super) fn schema_of(text: &str) -> Result<i64, Rejection> {
     let table: toml::Table =
         toml::from_str(text).map_err(|e| Rejection::Corrupt(describe(text, &e)))?;
     match table.get("schema") {
@@ -136,8 +136,40 @@ fn schema_of(text: &str) -> Result<i64, Rejection> {
     }
 }
 
+impl LedgerV1 {
+    /// The on-disk form of `e`, with `schema` when it is a file of its own.
+    pub(super) fn from_entry(e: &LedgerEntry, schema: Option<i64>) -> LedgerV1 {
+        let e = e.clone();
+        LedgerV1 {
+            schema,
+            uuid: e.uuid,
+            parent: e.parent,
+            type_id: e.type_id,
+            ownership: e.ownership,
+            created_at: e.created_at,
+            gpu: e.gpu,
+            profile: e.profile,
+            label: e.label,
+        }
+    }
+
+    /// The in-memory entry.
+    pub(super) fn into_entry(self) -> LedgerEntry {
+        LedgerEntry {
+            uuid: self.uuid,
+            parent: self.parent,
+            type_id: self.type_id,
+            ownership: self.ownership,
+            created_at: self.created_at,
+            gpu: self.gpu,
+            profile: self.profile,
+            label: self.label,
+        }
+    }
+}
+
 /// One line: `line N: message` (the TOML error's own text spans several lines with a snippet).
-fn describe(text: &str, e: &toml::de::Error) -> String {
+pub(super) fn describe(text: &str, e: &toml::de::Error) -> String {
     let msg = e.message().trim().replace('\n', " ");
     match e.span() {
         Some(span) => {
@@ -257,11 +289,13 @@ impl Record for Definition {
     }
 }
 
-/// Schema-1 on-disk form of a ledger entry.
+/// Schema-1 on-disk form of a ledger entry (alone in its file, or one `[[entry]]` of a batch, where
+/// the file's `schema` covers it).
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct LedgerV1 {
-    schema: i64,
+pub(super) struct LedgerV1 {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) schema: Option<i64>,
     uuid: MdevUuid,
     parent: String,
     type_id: MdevTypeId,
@@ -283,36 +317,15 @@ impl Record for LedgerEntry {
     }
 
     fn encode(&self) -> Result<String, String> {
-        let e = self.clone();
-        toml::to_string(&LedgerV1 {
-            schema: SCHEMA,
-            uuid: e.uuid,
-            parent: e.parent,
-            type_id: e.type_id,
-            ownership: e.ownership,
-            created_at: e.created_at,
-            gpu: e.gpu,
-            profile: e.profile,
-            label: e.label,
-        })
-        .map_err(|e| e.to_string())
+        toml::to_string(&LedgerV1::from_entry(self, Some(SCHEMA))).map_err(|e| e.to_string())
     }
 
     fn decode_v1(text: &str) -> Result<(i64, Self), String> {
         let e: LedgerV1 = toml::from_str(text).map_err(|e| describe(text, &e))?;
-        Ok((
-            e.schema,
-            LedgerEntry {
-                uuid: e.uuid,
-                parent: e.parent,
-                type_id: e.type_id,
-                ownership: e.ownership,
-                created_at: e.created_at,
-                gpu: e.gpu,
-                profile: e.profile,
-                label: e.label,
-            },
-        ))
+        let schema = e
+            .schema
+            .ok_or_else(|| "missing field `schema`".to_string())?;
+        Ok((schema, e.into_entry()))
     }
 
     fn validate(&self) -> Result<(), String> {

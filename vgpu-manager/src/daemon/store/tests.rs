@@ -483,6 +483,7 @@ enum Op {
     RemoveDef(u32),
     PutLedger(u32, bool),
     RemoveLedger(u32),
+    PutLedgers(Vec<u32>),
     /// Simulated crash: drop the store without any cleanup, optionally after an in-flight write
     /// reached its temp file but not the rename (in `ledger/` if the flag is set), then reopen.
     Crash(Option<(bool, u32, Vec<u8>)>),
@@ -496,6 +497,8 @@ fn op() -> impl Strategy<Value = Op> {
         2 => id.clone().prop_map(Op::RemoveDef),
         3 => (id.clone(), any::<bool>()).prop_map(|(n, a)| Op::PutLedger(n, a)),
         2 => id.clone().prop_map(Op::RemoveLedger),
+        2 => proptest::collection::btree_set(id.clone(), 1..4)
+            .prop_map(|ids| Op::PutLedgers(ids.into_iter().collect())),
         2 => proptest::option::of((any::<bool>(), id, proptest::collection::vec(any::<u8>(), 0..64)))
             .prop_map(Op::Crash),
     ]
@@ -543,6 +546,16 @@ proptest! {
                     let got = s.remove_ledger(&uuid(n)).unwrap();
                     prop_assert_eq!(got, led.remove(&uuid(n)));
                 }
+                Op::PutLedgers(ids) => {
+                    let entries: Vec<LedgerEntry> = ids
+                        .iter()
+                        .map(|n| LedgerEntry { label: Some(format!("batch {ids:?}")), ..ledger(*n) })
+                        .collect();
+                    s.put_ledgers(&entries).unwrap();
+                    for e in entries {
+                        led.insert(e.uuid, e);
+                    }
+                }
                 Op::Crash(stray) => {
                     let stray_path = stray.map(|(in_ledger, n, bytes)| {
                         let sub = if in_ledger { "ledger" } else { "definitions" };
@@ -565,26 +578,53 @@ proptest! {
 }
 
 #[test]
-fn a_ledger_batch_persists_every_entry_and_leaves_no_temp_files() {
+fn a_ledger_batch_is_one_file_and_survives_reopen() {
     let tmp = tempfile::tempdir().unwrap();
     let (mut s, _) = StateDir::open(tmp.path()).unwrap();
-    s.put_ledger(&ledger(1)).unwrap();
-    let mut replaced = ledger(1);
-    replaced.label = Some("replaced".into());
-    let batch: Vec<LedgerEntry> = std::iter::once(replaced.clone())
-        .chain((2..40).map(ledger))
-        .collect();
+    let batch: Vec<LedgerEntry> = (1..40).map(ledger).collect();
     s.put_ledgers(&batch).unwrap();
     assert_eq!(ledger_of(&s), batch);
+    assert_eq!(names_in(&tmp.path().join("ledger")), ["batch-1.toml"]);
     drop(s);
     let (s, report) = StateDir::open(tmp.path()).unwrap();
     assert_eq!(ledger_of(&s), batch);
     assert!(report.set_aside.is_empty(), "{report:?}");
-    assert_eq!(names_in(&tmp.path().join("ledger")).len(), batch.len());
+    assert_eq!(report.ledger_entries, batch.len());
 }
 
 #[test]
-fn an_invalid_entry_refuses_the_whole_batch_before_writing() {
+fn an_entrys_own_file_overrides_its_batch_copy_and_removal_takes_both() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut s, _) = StateDir::open(tmp.path()).unwrap();
+    s.put_ledgers(&[ledger(1), ledger(2), ledger(3)]).unwrap();
+    let mut renewed = ledger(2);
+    renewed.label = Some("renewed".into());
+    s.put_ledger(&renewed).unwrap();
+    // A second batch renews 3 again.
+    let mut again = ledger(3);
+    again.label = Some("second batch".into());
+    s.put_ledgers(&[again.clone(), ledger(4)]).unwrap();
+    drop(s);
+    let (mut s, _) = StateDir::open(tmp.path()).unwrap();
+    assert_eq!(s.get_ledger(&uuid(2)), Some(&renewed));
+    assert_eq!(s.get_ledger(&uuid(3)), Some(&again));
+    // Removal reaches every copy: nothing comes back on reopen.
+    assert_eq!(s.remove_ledger(&uuid(2)).unwrap(), Some(renewed));
+    assert_eq!(s.remove_ledger(&uuid(3)).unwrap(), Some(again));
+    drop(s);
+    let (mut s, _) = StateDir::open(tmp.path()).unwrap();
+    assert_eq!(ledger_of(&s), vec![ledger(1), ledger(4)]);
+    // A batch left empty is deleted.
+    s.remove_ledger(&uuid(1)).unwrap();
+    s.remove_ledger(&uuid(4)).unwrap();
+    assert!(names_in(&tmp.path().join("ledger")).is_empty());
+    drop(s);
+    let (s, _) = StateDir::open(tmp.path()).unwrap();
+    assert!(ledger_of(&s).is_empty());
+}
+
+#[test]
+fn an_invalid_or_repeated_entry_refuses_the_whole_batch_before_writing() {
     let tmp = tempfile::tempdir().unwrap();
     let (mut s, _) = StateDir::open(tmp.path()).unwrap();
     let mut bad = ledger(3);
@@ -595,29 +635,78 @@ fn an_invalid_entry_refuses_the_whole_batch_before_writing() {
         err.to_string().contains(&format!("{}.toml", uuid(3))),
         "{err}"
     );
+    let err = s
+        .put_ledgers(&[ledger(1), ledger(2), ledger(1)])
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Invalid { .. }), "{err:?}");
+    assert!(err.to_string().contains("twice"), "{err}");
     assert!(ledger_of(&s).is_empty());
     assert!(names_in(&tmp.path().join("ledger")).is_empty());
 }
 
 #[test]
-fn a_failed_batch_leaves_memory_unchanged_and_no_temp_files() {
+fn unusable_batches_are_moved_aside_and_the_rest_loads() {
     let tmp = tempfile::tempdir().unwrap();
     let (mut s, _) = StateDir::open(tmp.path()).unwrap();
-    // A directory where one entry's file must go makes its rename fail after the flush.
-    fs::create_dir(tmp.path().join("ledger").join(format!("{}.toml", uuid(5)))).unwrap();
-    let batch: Vec<LedgerEntry> = (1..10).map(ledger).collect();
-    let err = s.put_ledgers(&batch).unwrap_err();
-    assert!(
-        matches!(
-            &err,
-            StoreError::Io {
-                op: StoreOp::Rename,
-                ..
-            }
-        ),
-        "{err:?}"
+    s.put_ledgers(&[ledger(1)]).unwrap();
+    s.put_ledger(&ledger(9)).unwrap();
+    drop(s);
+    let good = fs::read_to_string(tmp.path().join("ledger/batch-1.toml")).unwrap();
+    let entry = good.split_once("[[entry]]").unwrap().1.to_string();
+    plant(
+        tmp.path(),
+        "ledger",
+        "batch-2.toml",
+        b"schema = 1\n[[entry]]\nuuid = 3\n",
     );
-    assert!(ledger_of(&s).is_empty());
-    let names = names_in(&tmp.path().join("ledger"));
-    assert!(names.iter().all(|n| !n.starts_with(".tmp.")), "{names:?}");
+    plant(
+        tmp.path(),
+        "ledger",
+        "batch-3.toml",
+        format!("schema = 1\n[[entry]]{entry}[[entry]]{entry}").as_bytes(),
+    );
+    plant(
+        tmp.path(),
+        "ledger",
+        "batch-4.toml",
+        format!("schema = 7\n[[entry]]{entry}").as_bytes(),
+    );
+    plant(
+        tmp.path(),
+        "ledger",
+        "batch-5.toml",
+        format!("schema = 1\n[[entry]]\nschema = 1{entry}").as_bytes(),
+    );
+    let (s, report) = StateDir::open(tmp.path()).unwrap();
+    assert_eq!(ledger_of(&s), vec![ledger(1), ledger(9)]);
+    let reasons: Vec<(String, String)> = report
+        .set_aside
+        .iter()
+        .map(|a| {
+            (
+                a.file.file_name().unwrap().to_string_lossy().into_owned(),
+                a.reason.to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(reasons.len(), 4, "{reasons:?}");
+    let why = |name: &str| {
+        reasons
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, r)| r.clone())
+            .unwrap()
+    };
+    assert!(why("batch-3.toml").contains("repeats"), "{reasons:?}");
+    assert!(why("batch-4.toml").contains("schema = 7"), "{reasons:?}");
+    assert!(why("batch-5.toml").contains("own `schema`"), "{reasons:?}");
+    assert!(matches!(
+        report
+            .set_aside
+            .iter()
+            .find(|a| a.file.ends_with("batch-4.toml"))
+            .unwrap()
+            .reason,
+        AsideReason::FutureSchema { found: 7 }
+    ));
 }
