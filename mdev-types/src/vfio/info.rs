@@ -56,7 +56,7 @@ pub struct DeviceInfo {
     pub num_irqs: u32,
     /// Every region the device answered for (an absent VGA region, EINVAL, is left out).
     pub regions: Vec<RegionInfo>,
-    /// Every interrupt index.
+    /// Every interrupt index the device answered for (unimplemented ones, EINVAL, are left out).
     pub irqs: Vec<IrqInfo>,
     /// Vendor id read from the config region.
     pub vendor: Option<PciId>,
@@ -124,14 +124,18 @@ impl DeviceInfo {
         }
         let mut irqs = Vec::new();
         for index in 0..num_irqs {
-            let (flags, count) =
-                sys::irq_info(fd, index).map_err(|e| ("VFIO_DEVICE_GET_IRQ_INFO", e))?;
-            irqs.push(IrqInfo {
-                index,
-                name: irq_name(index),
-                flags,
-                count,
-            });
+            match sys::irq_info(fd, index) {
+                Ok((flags, count)) => irqs.push(IrqInfo {
+                    index,
+                    name: irq_name(index),
+                    flags,
+                    count,
+                }),
+                // Emulated devices answer EINVAL for indexes they do not implement although num_irqs
+                // counts them (samples/vfio-mdev/mtty.c mtty_get_irq_info: only INTx and MSI).
+                Err(Errno::EINVAL) => {}
+                Err(e) => return Err(("VFIO_DEVICE_GET_IRQ_INFO", e)),
+            }
         }
         Ok(Self {
             flags,

@@ -150,16 +150,20 @@ impl Session {
     /// Reads vendor and device id from the PCI config region (offset 0 of region 7).
     pub fn config_ids(&self) -> Result<(PciId, PciId), VfioCheckError> {
         let dev = self.device()?;
-        let info = self.device_info()?;
-        let region = info.config_region().ok_or_else(|| VfioCheckError::Vfio {
+        let not_pci = || VfioCheckError::Vfio {
             op: "finding the PCI config region".into(),
             target: self.target,
             detail:
                 "the device reports no config region of at least 4 bytes (not a vfio-pci device?)"
                     .into(),
-        })?;
+        };
+        let (_, size, offset) =
+            sys::region_info(dev, super::info::CONFIG_REGION).map_err(|_| not_pci())?;
+        if size < 4 {
+            return Err(not_pci());
+        }
         let mut buf = [0u8; 4];
-        let n = sys::read_at(dev, &mut buf, region.offset).map_err(|e| VfioCheckError::Vfio {
+        let n = sys::read_at(dev, &mut buf, offset).map_err(|e| VfioCheckError::Vfio {
             op: "reading the PCI config region".into(),
             target: self.target,
             detail: e.desc().to_string(),

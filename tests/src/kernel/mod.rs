@@ -12,6 +12,7 @@
 //! * [`vgpud`], [`daemon`], [`daemon_events`] — the real `vgpud` on the guest's sysfs, driven over D-Bus.
 //! * [`qemu_attach`] — the host's QEMU (chrooted into its 9p-shared root) attaching an mdev and a VF
 //!   with `qemu-glue`'s arguments.
+//! * [`vfio`] — VFIO preflight, backends, viability and binding on the real kernel.
 //! * [`bench`] — benchmarks ([`all_benches`]), run only when a filter names them.
 //!
 //! Later suites (VFIO) add modules here and list their tests in [`all_tests`].
@@ -29,6 +30,7 @@ pub mod qemu_attach;
 pub mod runner;
 pub mod samples;
 pub mod sriov;
+pub mod vfio;
 pub mod vgpud;
 
 use guest::Guest;
@@ -43,6 +45,7 @@ pub fn all_tests() -> Vec<Test<Guest>> {
     tests.extend(iommu::tests());
     tests.extend(lifecycle::tests());
     tests.extend(discovery::tests());
+    tests.extend(vfio::tests());
     tests.extend(daemon::tests());
     tests.extend(qemu_attach::tests());
     tests

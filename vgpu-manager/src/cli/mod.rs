@@ -13,9 +13,11 @@ mod discover;
 mod host_select;
 mod mdevctl;
 mod pool;
+mod preflight;
 mod profiles;
 mod sched;
 mod table;
+mod viability;
 mod xml;
 
 pub use host_select::HostArgs;
@@ -109,6 +111,16 @@ enum Command {
         shell: clap_complete::Shell,
     },
     /// Print the man page, or write one page per command into --dir.
+    /// Open an mdev or a device on vfio-pci through VFIO as a VMM would (needs root, live kernel).
+    Preflight(preflight::PreflightArgs),
+    /// Whether a PCI device may be handed to a guest through VFIO (its IOMMU group); changes nothing.
+    Viability {
+        /// The PCI address (`0000:01:00.0` or `01:00.0`).
+        addr: String,
+        /// Print JSON (docs/json.md).
+        #[arg(long)]
+        json: bool,
+    },
     Manpage {
         /// Write vgpuctl.1 and vgpuctl-COMMAND.1 files here.
         #[arg(long, value_name = "DIR")]
@@ -158,6 +170,16 @@ where
             return code;
         }
     };
+    if let Command::Preflight(a) = &cli.command {
+        return match preflight::run(&cli.host, a, out) {
+            Ok(true) => 0,
+            Ok(false) => preflight::EXIT_FAILED,
+            Err(e) => {
+                let _ = writeln!(err, "vgpuctl: {e}");
+                EXIT_USAGE
+            }
+        };
+    }
     match dispatch(&cli, out) {
         Ok(()) => 0,
         // A reader that went away (`vgpuctl list | head`) is not an error worth a message.
@@ -190,6 +212,9 @@ fn dispatch(cli: &Cli, out: &mut dyn Write) -> Result<(), CliError> {
         Command::Xml(a) => xml::run(a, &cli.bus, out),
         Command::Mdevctl(c) => mdevctl::run(c, &cli.bus, out),
         Command::Completions { shell } => completions::completions(*shell, out),
+        // Handled in `run` (its exit code depends on the report).
+        Command::Preflight(_) => Ok(()),
+        Command::Viability { addr, json } => viability::viability(&cli.host, addr, *json, out),
         Command::Manpage { dir } => completions::manpage(dir.as_deref(), out),
     }
 }

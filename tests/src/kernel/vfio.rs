@@ -1,0 +1,365 @@
+//! VFIO on the real kernel: the preflight of `mdev_types::vfio` (open, device info, config ids, DMA
+//! map/unmap through vm-memory, KVM attach) on the sample mdevs and on igb/nvme VFs we bound with
+//! `ops::bind_vfio`; the backend choice (iommufd + cdev on the custom kernel, type1 on the stock ones);
+//! group viability on the shared-group topology; every device back on its original driver afterwards.
+//!
+//! Vendor/device ids of the samples (their emulated config space): mtty.c `mtty_create_config_space`
+//! stores 0x32534348 at offset 0 (vendor 0x4348, device 0x3253); mdpy-defs.h MDPY_PCI_VENDOR_ID
+//! PCI_VENDOR_ID_REDHAT (0x1b36), MDPY_PCI_DEVICE_ID 0x000f; mbochs.c stores 0x1234 / 0x1111.
+
+use mdev_types::host::Host;
+use mdev_types::ids::{PciAddress, PciId};
+use mdev_types::ops::{BindRecord, VfioBindError, bind_driver, bind_vfio, restore_driver};
+use mdev_types::vfio::{
+    Backend, PreflightOptions, PreflightReport, StepOutcome, Target, preflight,
+};
+use mdev_types::viability::{MemberState, Problem, check};
+
+use super::guest::{Guest, KernelKind, Topology};
+use super::iommu::EDU;
+use super::runner::{Outcome, Test, TestError, TestResult, ensure, ensure_eq};
+use super::samples::{Mdevs, test_uuid};
+use super::sriov::{Pf, PfGuard};
+
+/// The VFIO tests.
+pub fn tests() -> Vec<Test<Guest>> {
+    vec![
+        Test::new("vfio_preflight_mtty", |g| {
+            preflight_mdev(g, "mtty", "mtty-1", (0x4348, 0x3253))
+        }),
+        Test::new("vfio_preflight_mdpy", |g| {
+            preflight_mdev(g, "mdpy", "mdpy-vga", (0x1b36, 0x000f))
+        }),
+        Test::new("vfio_preflight_mbochs", |g| {
+            preflight_mdev(g, "mbochs", "mbochs-small", (0x1234, 0x1111))
+        }),
+        Test::new("vfio_preflight_vf_igb", |g| preflight_vf(g, Pf::Igb)),
+        Test::new("vfio_preflight_vf_nvme", |g| preflight_vf(g, Pf::Nvme)),
+        Test::new("vfio_backends_type1_and_iommufd", both_backends),
+        Test::new("vfio_refuses_unbound_device", refuses_unbound),
+        Test::new(
+            "vfio_shared_group_viable_when_unbound",
+            shared_group_unbound,
+        ),
+        Test::new(
+            "vfio_shared_group_refusal_names_member",
+            shared_group_refusal,
+        ),
+    ]
+}
+
+fn check_err(e: impl std::fmt::Display) -> TestError {
+    TestError::Check(e.to_string())
+}
+
+/// The backend the automatic choice must make on this kernel: iommufd where the kernel has IOMMUFD
+/// and the vfio device cdev (the custom kernel: CONFIG_IOMMUFD=m, CONFIG_VFIO_DEVICE_CDEV=y), type1 on
+/// Debian's kernels (CONFIG_IOMMUFD unset).
+fn expected_backend(g: &Guest) -> Backend {
+    match g.kernel {
+        KernelKind::Custom => Backend::Iommufd,
+        KernelKind::Stock612 | KernelKind::Stock61 => Backend::Type1,
+    }
+}
+
+/// Every step passed (KVM included: the guest has /dev/kvm through nested SVM, so the attach check must
+/// pass here), the backend is the expected one, and the config ids are `ids`.
+fn ensure_passed(
+    g: &Guest,
+    r: &PreflightReport,
+    backend: Backend,
+    ids: (u16, u16),
+) -> Result<(), TestError> {
+    let summary = || serde_json::to_string(r).unwrap_or_default();
+    ensure(r.passed, || {
+        format!("preflight of {} failed: {}", r.target, summary())
+    })?;
+    ensure_eq(format_args!("backend of {}", r.target), r.backend, backend)?;
+    let names: Vec<&str> = r.steps.iter().map(|s| s.name.as_str()).collect();
+    ensure_eq(
+        "preflight steps",
+        names,
+        vec![
+            "open-backend",
+            "open-device",
+            "device-info",
+            "config-read",
+            "dma-map",
+            "dma-unmap",
+            "close",
+            "kvm-attach",
+        ],
+    )?;
+    for s in &r.steps {
+        ensure(matches!(s.outcome, StepOutcome::Passed(_)), || {
+            format!(
+                "step {} of {} did not pass on {:?}: {:?}",
+                s.name, r.target, g.kernel, s.outcome
+            )
+        })?;
+    }
+    let dev = r
+        .device
+        .as_ref()
+        .ok_or_else(|| TestError::Check(format!("no device info in {}", summary())))?;
+    ensure_eq(
+        format_args!("vendor/device of {} from its config region", r.target),
+        (dev.vendor, dev.device),
+        (Some(PciId(ids.0)), Some(PciId(ids.1))),
+    )?;
+    ensure(dev.flag_names.iter().any(|f| f == "pci"), || {
+        format!(
+            "{} lacks VFIO_DEVICE_FLAGS_PCI: {:?}",
+            r.target, dev.flag_names
+        )
+    })?;
+    ensure(dev.config_region().is_some(), || {
+        format!("{} reports no config region: {:?}", r.target, dev.regions)
+    })?;
+    Ok(())
+}
+
+/// Creates one mdev of `ty`, preflights it, removes it.
+fn preflight_mdev(g: &Guest, parent: &str, ty: &str, ids: (u16, u16)) -> TestResult {
+    let mut mdevs = Mdevs::new(&g.host);
+    let uuid = test_uuid(&format!("vfio_preflight_{parent}"), 0);
+    mdevs.create(parent, ty, uuid)?;
+    let r =
+        preflight(&g.host, &Target::Mdev(uuid), &PreflightOptions::default()).map_err(check_err)?;
+    ensure_passed(g, &r, expected_backend(g), ids)?;
+    ensure_eq(
+        format_args!("IOMMU group of mdev {uuid}"),
+        Some(r.iommu_group),
+        g.iommu_group_of(&mdev_types::host::paths::mdev_device(&uuid))
+            .ok(),
+    )?;
+    mdevs.remove_all()?;
+    Ok(Outcome::Passed)
+}
+
+/// Puts a device back on its driver even when the test fails halfway.
+struct Restore<'h> {
+    host: &'h dyn Host,
+    record: Option<BindRecord>,
+}
+
+impl Restore<'_> {
+    fn finish(mut self) -> Result<(), TestError> {
+        match self.record.take() {
+            Some(r) => Ok(restore_driver(self.host, &r)?),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Restore<'_> {
+    fn drop(&mut self) {
+        if let Some(r) = self.record.take() {
+            // Best effort: the test already failed.
+            let _ = restore_driver(self.host, &r);
+        }
+    }
+}
+
+/// Enables one VF, binds it with `bind_vfio`, preflights it, restores it: back without a driver (the
+/// guard enables VFs with autoprobe off, and the guest has no igbvf driver anyway).
+fn preflight_vf(g: &Guest, pf: Pf) -> TestResult {
+    let guard = PfGuard::new(&g.host, pf)?;
+    let vf = guard.enable_vfs(1)?[0];
+    let before = g.driver_of(&vf)?;
+    let v = check(&g.host, &vf).map_err(check_err)?;
+    ensure(v.is_viable(), || format!("VF {vf} is not viable: {v}"))?;
+    let restore = Restore {
+        host: &g.host,
+        record: Some(bind_vfio(&g.host, &vf).map_err(check_err)?),
+    };
+    ensure_eq(
+        format_args!("driver of {vf} after bind_vfio"),
+        g.driver_of(&vf)?,
+        Some("vfio-pci".to_string()),
+    )?;
+    let r =
+        preflight(&g.host, &Target::Pci(vf), &PreflightOptions::default()).map_err(check_err)?;
+    ensure_passed(g, &r, expected_backend(g), pf.vf_id())?;
+    restore.finish()?;
+    ensure_eq(
+        format_args!("driver of {vf} after restore_driver"),
+        g.driver_of(&vf)?,
+        before,
+    )?;
+    guard.set_numvfs(0)?;
+    Ok(Outcome::Passed)
+}
+
+/// On the custom kernel both backends pass when forced; on the stock kernels type1 passes and forcing
+/// iommufd is refused with the reason.
+fn both_backends(g: &Guest) -> TestResult {
+    let mut mdevs = Mdevs::new(&g.host);
+    let uuid = test_uuid("vfio_backends", 0);
+    mdevs.create("mtty", "mtty-2", uuid)?;
+    let t = Target::Mdev(uuid);
+    let opts = |b| PreflightOptions {
+        backend: Some(b),
+        ..PreflightOptions::default()
+    };
+    let r = preflight(&g.host, &t, &opts(Backend::Type1)).map_err(check_err)?;
+    ensure_passed(g, &r, Backend::Type1, (0x4348, 0x3253))?;
+    match (g.kernel, preflight(&g.host, &t, &opts(Backend::Iommufd))) {
+        (KernelKind::Custom, Ok(r)) => ensure_passed(g, &r, Backend::Iommufd, (0x4348, 0x3253))?,
+        (KernelKind::Custom, Err(e)) => {
+            return Err(TestError::Check(format!(
+                "iommufd preflight on the custom kernel: {e}"
+            )));
+        }
+        (_, Ok(r)) => {
+            return Err(TestError::Check(format!(
+                "forcing iommufd on a kernel without IOMMUFD ran: {r:?}"
+            )));
+        }
+        (_, Err(e)) => ensure(e.to_string().contains("/dev/iommu"), || {
+            format!("refusal of iommufd does not name /dev/iommu: {e}")
+        })?,
+    }
+    mdevs.remove_all()?;
+    Ok(Outcome::Passed)
+}
+
+/// A PCI device not on vfio-pci is refused before anything is opened, naming its driver.
+fn refuses_unbound(g: &Guest) -> TestResult {
+    let pf = Pf::Igb.find(&g.host)?;
+    let e = preflight(&g.host, &Target::Pci(pf), &PreflightOptions::default())
+        .err()
+        .ok_or_else(|| TestError::Check(format!("preflight of the igb PF {pf} ran")))?;
+    let msg = e.to_string();
+    ensure(msg.contains("igb") && msg.contains("vfio-pci"), || {
+        format!("refusal does not name igb and vfio-pci: {msg}")
+    })?;
+    Ok(Outcome::Passed)
+}
+
+/// The two edu devices (and their bridge) of the shared-group topology; `None` in the default one.
+fn edus(g: &Guest) -> Result<Option<(PciAddress, PciAddress)>, TestError> {
+    let found = g.pci_by_id(EDU.0, EDU.1)?;
+    match (g.topology, found.as_slice()) {
+        (Topology::Default, []) => Ok(None),
+        (Topology::SharedGroup, [a, b]) => Ok(Some((*a, *b))),
+        (t, other) => Err(TestError::Check(format!(
+            "{t:?} topology has edu devices {other:?}"
+        ))),
+    }
+}
+
+/// With the other edu device unbound, the group is viable (bridge and unbound members are fine), the
+/// first edu device binds, passes the preflight (the kernel agrees the group is viable) and goes back.
+fn shared_group_unbound(g: &Guest) -> TestResult {
+    let Some((a, b)) = edus(g)? else {
+        return Ok(Outcome::Passed);
+    };
+    let v = check(&g.host, &a).map_err(check_err)?;
+    ensure(v.is_viable(), || {
+        format!("{a} with {b} unbound is not viable: {v}")
+    })?;
+    let states: Vec<(PciAddress, MemberState)> =
+        v.members.iter().map(|m| (m.address, m.state)).collect();
+    ensure(states.contains(&(b, MemberState::Unbound)), || {
+        format!("{b} is not an unbound member of {a}'s group: {states:?}")
+    })?;
+    ensure(
+        states.iter().any(|(_, s)| *s == MemberState::Bridge),
+        || format!("no bridge in {a}'s group: {states:?}"),
+    )?;
+    let before = g.driver_of(&a)?;
+    let restore = Restore {
+        host: &g.host,
+        record: Some(bind_vfio(&g.host, &a).map_err(check_err)?),
+    };
+    let r = preflight(&g.host, &Target::Pci(a), &PreflightOptions::default()).map_err(check_err)?;
+    ensure_passed(g, &r, expected_backend(g), EDU)?;
+    restore.finish()?;
+    ensure_eq(
+        format_args!("driver of {a} after release"),
+        g.driver_of(&a)?,
+        before,
+    )?;
+    Ok(Outcome::Passed)
+}
+
+/// With the other edu device on a host driver (uio_pci_generic, which does not set driver_managed_dma),
+/// the viability check refuses naming it, bind_vfio changes nothing, and the kernel agrees: a device
+/// forced onto vfio-pci anyway cannot be opened (its group is not viable).
+fn shared_group_refusal(g: &Guest) -> TestResult {
+    let Some((a, b)) = edus(g)? else {
+        return Ok(Outcome::Passed);
+    };
+    if !g
+        .host
+        .exists(&mdev_types::host::paths::pci_driver("uio_pci_generic"))
+    {
+        return Ok(Outcome::Skipped(
+            "kernel has no uio_pci_generic (CONFIG_UIO unset), the only host driver that takes an edu device"
+                .into(),
+        ));
+    }
+    let b_restore = Restore {
+        host: &g.host,
+        record: Some(bind_driver(&g.host, &b, "uio_pci_generic")?),
+    };
+    let v = check(&g.host, &a).map_err(check_err)?;
+    ensure_eq(
+        format_args!("problems of {a}"),
+        v.problems.clone(),
+        vec![Problem::MemberInUse {
+            address: b,
+            driver: "uio_pci_generic".into(),
+        }],
+    )?;
+    let before = g.driver_of(&a)?;
+    match bind_vfio(&g.host, &a) {
+        Err(e @ VfioBindError::Refused { .. }) => {
+            let msg = e.to_string();
+            ensure(
+                msg.contains(&b.to_string()) && msg.contains("uio_pci_generic"),
+                || format!("refusal does not name {b} and its driver: {msg}"),
+            )?;
+            ensure(msg.contains("IOMMU group"), || {
+                format!("refusal does not name the group: {msg}")
+            })?;
+        }
+        other => {
+            return Err(TestError::Check(format!(
+                "bind_vfio({a}) was not refused: {other:?}"
+            )));
+        }
+    }
+    ensure_eq(
+        format_args!("driver of {a} after the refusal"),
+        g.driver_of(&a)?,
+        before.clone(),
+    )?;
+    // Bypass the check: the kernel refuses to open the group.
+    let forced = Restore {
+        host: &g.host,
+        record: Some(bind_driver(&g.host, &a, "vfio-pci")?),
+    };
+    let opts = PreflightOptions {
+        kvm: false,
+        ..PreflightOptions::default()
+    };
+    let r = preflight(&g.host, &Target::Pci(a), &opts).map_err(check_err)?;
+    ensure(!r.passed, || {
+        format!("preflight of {a} passed in a non-viable group: {r:?}")
+    })?;
+    forced.finish()?;
+    b_restore.finish()?;
+    ensure_eq(
+        format_args!("driver of {a} after release"),
+        g.driver_of(&a)?,
+        before,
+    )?;
+    ensure_eq(
+        format_args!("driver of {b} after release"),
+        g.driver_of(&b)?,
+        None,
+    )?;
+    Ok(Outcome::Passed)
+}
