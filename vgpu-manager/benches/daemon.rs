@@ -72,7 +72,8 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-fn cold_start(dir: &Path) {
+/// Returns the simulated host after the reboot, with its 1,000 devices.
+fn cold_start(dir: &Path) -> Arc<SimHost> {
     println!("== cold start + reconcile, {N} autostart definitions, simulated host");
     // Baseline: just reading every definition file.
     let read_files = median(
@@ -121,6 +122,7 @@ fn cold_start(dir: &Path) {
         ms(reboot),
         ms(reboot) / 100.0
     );
+    host
 }
 
 struct Vgpud(Child);
@@ -132,18 +134,22 @@ impl Drop for Vgpud {
     }
 }
 
-fn rss_kib(pid: u32) -> u64 {
+/// `VmRSS`, `RssAnon` and `RssFile` of a process, in KiB.
+fn rss_kib(pid: u32) -> (u64, u64, u64) {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap()
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap()
+    };
+    (field("VmRSS:"), field("RssAnon:"), field("RssFile:"))
 }
 
 async fn over_dbus(dir: &Path, tmp: &Path) {
-    println!("== vgpud over its embedded bus with {N} instances");
+    println!("== vgpud over its embedded bus with {N} instances, simulated host");
     let sock = tmp.join("bus.sock");
     let bus = format!("unix:path={}", sock.display());
     let child = Command::new(env!("CARGO_BIN_EXE_vgpud"))
@@ -161,13 +167,63 @@ async fn over_dbus(dir: &Path, tmp: &Path) {
         .spawn()
         .unwrap();
     let daemon = Vgpud(child);
+    measure(&daemon, &sock, &bus, true).await;
+}
+
+/// The daemon as deployed: a separate bus daemon (`dbus-daemon`, like the system bus) and the kernel's
+/// sysfs read through `SysfsHost` (here a real directory tree written from the simulated host, with
+/// the same 1,000 devices), so neither the embedded bus nor the simulated kernel counts in its memory.
+async fn as_deployed(host: &SimHost, dir: &Path, tmp: &Path) {
+    println!("== vgpud on a separate dbus-daemon with {N} instances, sysfs tree on disk");
+    let sysfs = tmp.join("sysfs");
+    host.materialize(&sysfs).unwrap();
+    let sock = tmp.join("dbus.sock");
+    let bus = format!("unix:path={}", sock.display());
+    let config = tmp.join("bus.conf");
+    std::fs::write(
+        &config,
+        format!(
+            "<!DOCTYPE busconfig PUBLIC \"-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN\" \"http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd\">\n<busconfig><type>session</type><listen>{bus}</listen><auth>EXTERNAL</auth><policy context=\"default\"><allow send_destination=\"*\" eavesdrop=\"true\"/><allow eavesdrop=\"true\"/><allow own=\"*\"/></policy></busconfig>\n"
+        ),
+    )
+    .unwrap();
+    let Ok(bus_daemon) = Command::new("dbus-daemon")
+        .arg(format!("--config-file={}", config.display()))
+        .arg("--nofork")
+        .stdout(Stdio::null())
+        .spawn()
+    else {
+        println!("  skipped: dbus-daemon is not installed (Debian package dbus-daemon)");
+        return;
+    };
+    let _bus_daemon = Vgpud(bus_daemon);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !sock.exists() {
+        assert!(Instant::now() < deadline, "dbus-daemon did not start");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let child = Command::new(env!("CARGO_BIN_EXE_vgpud"))
+        .args(["--bus", &bus, "--sysfs-root"])
+        .arg(&sysfs)
+        .arg("--state-dir")
+        .arg(dir)
+        .env("VGPU_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let daemon = Vgpud(child);
+    measure(&daemon, &sock, &bus, false).await;
+}
+
+/// Waits for the daemon to list `N` instances, then measures ListInstances against Ping (when
+/// `latency`) and the daemon's idle resident memory.
+async fn measure(daemon: &Vgpud, sock: &Path, bus: &str, latency: bool) {
     let deadline = Instant::now() + Duration::from_secs(60);
     let (conn, proxy) = loop {
         // The embedded bus drops calls to a name nobody owns yet (instead of an error): ask first.
         if sock.exists()
-            && let Ok(conn) = zbus::connection::Builder::address(bus.as_str())
-                .build()
-                .await
+            && let Ok(conn) = zbus::connection::Builder::address(bus).build().await
             && let Ok(dbus) = zbus::fdo::DBusProxy::new(&conn).await
             && dbus
                 .name_has_owner(vgpu_manager::client::SERVICE.try_into().unwrap())
@@ -185,7 +241,22 @@ async fn over_dbus(dir: &Path, tmp: &Path) {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    let peer = zbus::fdo::PeerProxy::builder(&conn)
+    if latency {
+        list_vs_ping(&conn, &proxy).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (rss, anon, file) = rss_kib(daemon.0.id());
+    println!(
+        "  idle vgpud RSS with {N} instances: {:.1} MiB = {:.2}x the 15 MB target (heap and stacks {:.1} MiB, mapped binary and libraries {:.1} MiB)",
+        rss as f64 / 1024.0,
+        rss as f64 * 1024.0 / 15e6,
+        anon as f64 / 1024.0,
+        file as f64 / 1024.0
+    );
+}
+
+async fn list_vs_ping(conn: &zbus::Connection, proxy: &Manager1Proxy<'_>) {
+    let peer = zbus::fdo::PeerProxy::builder(conn)
         .destination(vgpu_manager::client::SERVICE)
         .path(vgpu_manager::client::MANAGER_PATH)
         .build()
@@ -216,13 +287,6 @@ async fn over_dbus(dir: &Path, tmp: &Path) {
         ms(l99),
         ms(l99) / ms(p99)
     );
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let rss = rss_kib(daemon.0.id());
-    println!(
-        "  idle vgpud RSS with {N} instances: {:.1} MiB = {:.2}x the 15 MB target",
-        rss as f64 / 1024.0,
-        rss as f64 * 1024.0 / 15e6
-    );
 }
 
 fn main() {
@@ -235,10 +299,11 @@ fn main() {
         "(prepared {N} definitions in {:.1} s)",
         t.elapsed().as_secs_f64()
     );
-    cold_start(&dir);
+    let host = cold_start(&dir);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .unwrap();
     rt.block_on(over_dbus(&dir, tmp.path()));
+    rt.block_on(as_deployed(&host, &dir, tmp.path()));
 }

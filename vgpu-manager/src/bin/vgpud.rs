@@ -80,7 +80,13 @@ fn main() -> ExitCode {
         .with_ansi(std::io::stderr().is_terminal())
         .init();
     let args = Args::parse();
+    // Two workers whatever the core count: the daemon waits on the bus and on sysfs, and every worker
+    // costs a thread and (with glibc) its own malloc arena, which on a many-core GPU host would multiply
+    // the resident memory for nothing. Blocking work (sysfs, the state directory) runs on the blocking
+    // pool, bounded for the same reason.
     let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .max_blocking_threads(16)
         .enable_all()
         .build()
     {

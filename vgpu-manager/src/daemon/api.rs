@@ -123,6 +123,12 @@ pub enum Command {
 }
 
 impl Command {
+    /// True for commands answered from the core's memory alone, with no sysfs or disk I/O (so the
+    /// D-Bus layer may run them on its async threads instead of the blocking pool).
+    pub fn is_memory_read(&self) -> bool {
+        matches!(self, Command::ListInstances | Command::GetInstance { .. })
+    }
+
     /// True for commands that change the host or the desired state (and so need authorization).
     pub fn is_mutating(&self) -> bool {
         !matches!(

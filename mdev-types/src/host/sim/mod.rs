@@ -237,6 +237,10 @@ fn set_module(model: &mut Model, module: &str, load: bool) -> Result<(), Errno> 
 
 impl Inner {
     fn tree(&mut self) -> &Vfs {
+        if self.tree.is_none() {
+            // The fresh tree supersedes the stale one: keep one copy of the tree, not two.
+            self.stale = None;
+        }
         self.tree.get_or_insert_with(|| render::render(&self.model))
     }
 }

@@ -62,6 +62,8 @@ pub struct Core {
     /// The registered mdev parents as last seen, to notice one that appears.
     known_parents: Mutex<BTreeSet<String>>,
     events: broadcast::Sender<Event>,
+    /// Bumped after every change of `views` (see [`Core::views_generation`]).
+    views_generation: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for Core {
@@ -105,10 +107,20 @@ impl Core {
             views: Mutex::new(BTreeMap::new()),
             known_parents: Mutex::new(BTreeSet::new()),
             events,
+            views_generation: std::sync::atomic::AtomicU64::new(0),
         };
         *lock(&core.known_parents) = core.parents_now();
         core.reconcile(ReconcileScope::Startup)?;
         Ok(core)
+    }
+
+    /// A number that changes after every change of the instance views, so a cache of something derived
+    /// from [`Command::ListInstances`] can tell it is still current: a reply obtained *after* reading
+    /// generation `g` is at least as new as every change before `g`, and while the generation still
+    /// reads `g`, no change has happened since.
+    pub fn views_generation(&self) -> u64 {
+        self.views_generation
+            .load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Events for signals and property updates. Slow receivers lose the oldest events (and should then

@@ -142,6 +142,7 @@ impl Core {
         drop(store);
     }
 
+    /// Emits the event of one view change; called after the view itself was replaced.
     fn emit_diff(&self, old: Option<InstanceView>, new: Option<InstanceView>, uuid: &MdevUuid) {
         let ev = match (old, new) {
             (None, Some(n)) => Event::InstanceAdded(n),
@@ -149,6 +150,8 @@ impl Core {
             (Some(o), Some(n)) if o != n => Event::InstanceChanged(n),
             _ => return,
         };
+        self.views_generation
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         // No receiver is fine: nobody listens yet.
         let _ = self.events.send(ev);
     }

@@ -96,6 +96,22 @@ fn parse_request(
 impl Manager {
     /// Runs `cmd` for the caller of `hdr`: authorization (mutating commands), execution, then waits
     /// until the objects and signals reflect the result.
+    /// The cached instance list, if it is current for generation `g`.
+    fn cached_list(&self, g: u64) -> Option<Arc<Vec<InstanceInfo>>> {
+        match &*self.list_cache() {
+            Some((cached, list)) if *cached == g => Some(Arc::clone(list)),
+            _ => None,
+        }
+    }
+
+    fn list_cache(&self) -> std::sync::MutexGuard<'_, Option<(u64, Arc<Vec<InstanceInfo>>)>> {
+        // Plain data: a panic elsewhere cannot leave it inconsistent.
+        self.shared
+            .instance_list
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     async fn run(
         &self,
         conn: &Connection,
@@ -108,9 +124,14 @@ impl Manager {
             tracing::info!(%caller, command = ?cmd, "request");
         }
         let exec = Arc::clone(&self.shared.exec);
-        let result = tokio::task::spawn_blocking(move || exec.execute(cmd))
-            .await
-            .map_err(ApiError::internal)?;
+        let result = if cmd.is_memory_read() {
+            // No I/O: a hop to the blocking pool would cost more than the command.
+            exec.execute(cmd)
+        } else {
+            tokio::task::spawn_blocking(move || exec.execute(cmd))
+                .await
+                .map_err(ApiError::internal)?
+        };
         if mutating {
             // Even a failed command may have changed something (a rolled-back step); settle always.
             self.shared.mirror.settle().await;
@@ -170,11 +191,26 @@ impl Manager {
         &self,
         #[zbus(header)] hdr: Header<'_>,
         #[zbus(connection)] conn: &Connection,
-    ) -> Result<Vec<InstanceInfo>, ApiError> {
-        match self.run(conn, &hdr, Command::ListInstances).await? {
-            Reply::Instances(v) => Ok(v.iter().map(super::instance::info).collect()),
-            other => Err(ApiError::internal(format!("unexpected reply {other:?}"))),
+    ) -> Result<Arc<Vec<InstanceInfo>>, ApiError> {
+        // Listing is the hot read (dashboards, provisioning loops): while nothing changed, the answer
+        // built last time is sent again, with no copy of the views and no conversion.
+        let generation = self.shared.exec.views_generation();
+        if let Some(g) = generation
+            && let Some(list) = self.cached_list(g)
+        {
+            return Ok(list);
         }
+        let list = match self.run(conn, &hdr, Command::ListInstances).await? {
+            Reply::Instances(v) => {
+                Arc::new(v.iter().map(super::instance::info).collect::<Vec<_>>())
+            }
+            other => return Err(ApiError::internal(format!("unexpected reply {other:?}"))),
+        };
+        if let Some(g) = generation {
+            // Read after generation `g`: at least as new as `g` (see `Core::views_generation`).
+            *self.list_cache() = Some((g, Arc::clone(&list)));
+        }
+        Ok(list)
     }
 
     /// One instance by UUID.

@@ -36,6 +36,11 @@ pub trait Executor: Send + Sync + 'static {
     fn execute(&self, cmd: Command) -> Result<Reply, CoreError>;
     /// A receiver of every event sent from now on.
     fn subscribe(&self) -> broadcast::Receiver<Event>;
+    /// The generation of the instance list (see [`Core::views_generation`](crate::daemon::core::Core::views_generation)),
+    /// if this executor keeps one; `None` disables caching of the list.
+    fn views_generation(&self) -> Option<u64> {
+        None
+    }
 }
 
 impl Executor for crate::daemon::core::Core {
@@ -46,6 +51,10 @@ impl Executor for crate::daemon::core::Core {
     fn subscribe(&self) -> broadcast::Receiver<Event> {
         crate::daemon::core::Core::subscribe(self)
     }
+
+    fn views_generation(&self) -> Option<u64> {
+        Some(crate::daemon::core::Core::views_generation(self))
+    }
 }
 
 /// State shared by the method handlers.
@@ -53,6 +62,8 @@ struct Shared {
     exec: Arc<dyn Executor>,
     auth: Authorizer,
     mirror: mirror::MirrorHandle,
+    /// The last `ListInstances` answer and the views generation it is current for.
+    instance_list: std::sync::Mutex<Option<(u64, Arc<Vec<crate::client::InstanceInfo>>)>>,
 }
 
 /// Why the objects could not be served.
@@ -124,6 +135,7 @@ pub async fn serve_with(
         exec,
         auth,
         mirror: handle.clone(),
+        instance_list: std::sync::Mutex::new(None),
     });
     server.at(MANAGER_PATH, manager::Manager { shared }).await?;
     Ok(Service {
