@@ -54,7 +54,9 @@ pub fn all_tests() -> Vec<Test<Guest>> {
 /// Every benchmark. Not part of a normal run: the kernel-tests binary adds them only when a filter
 /// contains `bench` (they print measurements and fail only when an operation fails).
 pub fn all_benches() -> Vec<Test<Guest>> {
-    bench::benches()
+    let mut benches = bench::benches();
+    benches.extend(vfio::benches());
+    benches
 }
 
 #[cfg(test)]
