@@ -170,11 +170,26 @@ async fn over_dbus(dir: &Path, tmp: &Path) {
     measure(&daemon, &sock, &bus, true).await;
 }
 
-/// The daemon as deployed: a separate bus daemon (`dbus-daemon`, like the system bus) and the kernel's
-/// sysfs read through `SysfsHost` (here a real directory tree written from the simulated host, with
-/// the same 1,000 devices), so neither the embedded bus nor the simulated kernel counts in its memory.
+/// The `Environment=` settings of the shipped systemd unit, which the deployed daemon runs with.
+fn unit_environment() -> Vec<(String, String)> {
+    let unit = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../data/vgpud.service");
+    std::fs::read_to_string(unit)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.strip_prefix("Environment="))
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// The daemon as deployed: a separate bus daemon (`dbus-daemon`, like the system bus), the
+/// environment of the shipped systemd unit, and the kernel's sysfs read through `SysfsHost` (here a
+/// real directory tree written from the simulated host, with the same 1,000 devices), so neither the
+/// embedded bus nor the simulated kernel counts in its memory.
 async fn as_deployed(host: &SimHost, dir: &Path, tmp: &Path) {
-    println!("== vgpud on a separate dbus-daemon with {N} instances, sysfs tree on disk");
+    println!(
+        "== vgpud as deployed with {N} instances: separate dbus-daemon, the unit's environment, sysfs tree on disk"
+    );
     let sysfs = tmp.join("sysfs");
     host.materialize(&sysfs).unwrap();
     let sock = tmp.join("dbus.sock");
@@ -207,13 +222,14 @@ async fn as_deployed(host: &SimHost, dir: &Path, tmp: &Path) {
         .arg(&sysfs)
         .arg("--state-dir")
         .arg(dir)
+        .envs(unit_environment())
         .env("VGPU_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
         .unwrap();
     let daemon = Vgpud(child);
-    measure(&daemon, &sock, &bus, false).await;
+    measure(&daemon, &sock, &bus, true).await;
 }
 
 /// Waits for the daemon to list `N` instances, then measures ListInstances against Ping (when
