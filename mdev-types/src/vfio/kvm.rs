@@ -123,3 +123,19 @@ fn attach(
         buffer.size()
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nix::errno::Errno as libc_errno;
+
+    #[test]
+    fn missing_or_forbidden_kvm_is_unusable_not_failed() {
+        for e in [libc_errno::ENOENT, libc_errno::EACCES, libc_errno::ENXIO] {
+            assert!(unusable(e as i32), "{e}");
+        }
+        for e in [libc_errno::EINVAL, libc_errno::ENOMEM, libc_errno::EBUSY] {
+            assert!(!unusable(e as i32), "{e}");
+        }
+    }
+}
