@@ -86,6 +86,17 @@ pub enum VfioCheckError {
         /// The error.
         detail: String,
     },
+    /// The host is not the live kernel (a simulated host or a sysfs tree below another root), so there is
+    /// nothing VFIO could open.
+    #[error(
+        "preflight needs the live kernel, but {host} is not it ({target} is not in the live /sys with the same IOMMU group)"
+    )]
+    NotLive {
+        /// The host's description.
+        host: String,
+        /// The target.
+        target: Target,
+    },
     /// Reading sysfs failed.
     #[error(transparent)]
     Host(#[from] HostError),
@@ -239,6 +250,7 @@ pub fn preflight(
 ) -> Result<PreflightReport, VfioCheckError> {
     let start = Instant::now();
     let state = inspect(host, target)?;
+    ensure_live(host, &state)?;
     let (backend, backend_reason) = resolve_backend(host, &state, opts.backend)?;
     let mut steps = Steps(Vec::new());
     let mut device = None;
@@ -311,6 +323,21 @@ pub fn preflight(
     })
 }
 
+/// vfio-ioctls opens the live `/dev` and `/sys`, so the target as `host` sees it must be the live one.
+fn ensure_live(host: &dyn Host, state: &TargetState) -> Result<(), VfioCheckError> {
+    let live_group = std::fs::read_link(state.target.sysfs_path().join("iommu_group"))
+        .ok()
+        .and_then(|p| p.file_name()?.to_str()?.parse::<u32>().ok());
+    if live_group == Some(state.iommu_group) {
+        Ok(())
+    } else {
+        Err(VfioCheckError::NotLive {
+            host: host.describe(),
+            target: state.target,
+        })
+    }
+}
+
 /// Allocates, maps and unmaps the DMA buffer.
 fn dma_steps(steps: &mut Steps, session: &Session, size: usize) {
     let buffer = match DmaBuffer::new(size) {
@@ -373,6 +400,16 @@ mod tests {
     use super::*;
     use crate::host::sim::SimHost;
     use crate::ops::bind_driver;
+
+    #[test]
+    fn a_simulated_host_is_refused_before_anything_is_opened() {
+        let h = SimHost::builtin("demo").unwrap();
+        let addr: PciAddress = "0000:01:00.0".parse().unwrap();
+        bind_driver(&h, &addr, "vfio-pci").unwrap();
+        let e = preflight(&h, &Target::Pci(addr), &PreflightOptions::default()).unwrap_err();
+        assert!(matches!(e, VfioCheckError::NotLive { .. }), "{e}");
+        assert!(e.to_string().contains("live kernel"), "{e}");
+    }
 
     #[test]
     fn config_ids_are_little_endian() {
