@@ -12,7 +12,7 @@ use zbus::{Connection, Variant};
 use super::{CliError, Table, write_json};
 use crate::client::{
     BusAddress, ClientError, GpuInfo, InstanceInfo, Manager1Proxy, TARGET_PROFILE, TARGET_TYPE,
-    connect,
+    connect_daemon,
 };
 
 /// Which bus vgpud is on.
@@ -125,7 +125,7 @@ pub fn run(cmd: &DaemonCommand, bus: &BusArgs, out: &mut dyn Write) -> Result<()
         .build()
         .map_err(ClientError::Runtime)?;
     rt.block_on(async {
-        let conn = connect(&bus).await?;
+        let conn = connect_daemon(&bus).await?;
         let client = Client { bus: &bus, conn };
         client.dispatch(cmd, out).await
     })

@@ -16,7 +16,8 @@ use super::daemon_cmds::BusArgs;
 use super::profiles::catalog;
 use super::{CliError, HostArgs, Table, write_json};
 use crate::client::{
-    BusAddress, ClientError, Manager1Proxy, PoolGpu, PoolStatus, PoolSummary, SlotRow, connect,
+    BusAddress, ClientError, Manager1Proxy, PoolGpu, PoolStatus, PoolSummary, SlotRow,
+    connect_daemon,
 };
 use crate::pool::{PoolPlan, Step, load_file, plan_pool};
 
@@ -105,7 +106,7 @@ where
         .build()
         .map_err(ClientError::Runtime)?;
     rt.block_on(async {
-        let conn = connect(&bus).await?;
+        let conn = connect_daemon(&bus).await?;
         let m = Manager1Proxy::new(&conn)
             .await
             .map_err(|e| ClientError::from_call("(connect)", &bus.to_string(), e))?;
@@ -128,7 +129,9 @@ fn progress_line(done: u32, total: u32, step: &str, bar: bool) -> String {
         return format!("[{done}/{total}] {step}\n");
     }
     const WIDTH: u32 = 30;
-    let filled = (done.min(total) * WIDTH).checked_div(total).unwrap_or(WIDTH);
+    let filled = (done.min(total) * WIDTH)
+        .checked_div(total)
+        .unwrap_or(WIDTH);
     let mut step: String = step.chars().take(60).collect();
     if step.len() < 60 {
         step.push_str(&" ".repeat(60 - step.len()));
@@ -252,8 +255,11 @@ fn render_summary(s: &PoolSummary) -> String {
         o.push('\n');
         o.push_str(&gpu_rows(&s.gpus).render());
     }
-    o.push('\n');
-    o.push_str(&slot_rows(&s.slots).render());
+    // Unchanged slots are what `pool status` shows; after a change, show where each one went.
+    if s.changed {
+        o.push('\n');
+        o.push_str(&slot_rows(&s.slots).render());
+    }
     o
 }
 

@@ -69,6 +69,26 @@ pub async fn connect(bus: &BusAddress) -> Result<Connection, ClientError> {
         })
 }
 
+/// Connects to `bus` and checks that vgpud owns its name there, so that a call cannot wait forever on
+/// a bus that drops messages to an unowned name (the embedded bus does) while the daemon starts or
+/// after it stopped. Must run inside a Tokio runtime.
+pub async fn connect_daemon(bus: &BusAddress) -> Result<Connection, ClientError> {
+    let conn = connect(bus).await?;
+    let call_err = |e: zbus::Error| ClientError::from_call("NameHasOwner", &bus.to_string(), e);
+    let dbus = zbus::fdo::DBusProxy::new(&conn).await.map_err(call_err)?;
+    let name = zbus::names::BusName::try_from(super::SERVICE).map_err(call_err)?;
+    let owned = dbus
+        .name_has_owner(name)
+        .await
+        .map_err(|e| call_err(zbus::Error::from(e)))?;
+    if !owned {
+        return Err(ClientError::NotRunning {
+            bus: bus.to_string(),
+        });
+    }
+    Ok(conn)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

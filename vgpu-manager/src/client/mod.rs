@@ -11,7 +11,7 @@ pub mod pools;
 pub mod proxy;
 pub mod wire;
 
-pub use bus::{BusAddress, connect};
+pub use bus::{BusAddress, connect, connect_daemon};
 pub use error::ClientError;
 pub use pools::{PoolGpu, PoolStatus, PoolSummary, SchedulingView, SlotRow};
 pub use proxy::{Gpu1Proxy, Instance1Proxy, Manager1Proxy};
