@@ -337,3 +337,52 @@ async fn scheduling_is_readable_and_plannable_per_gpu() {
     assert!(msg.contains("wieght"), "{msg}");
     drop(daemon);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn reapply_starts_stopped_slots_and_shrinking_removes_the_extra_ones() {
+    let tmp = tempfile::tempdir().unwrap();
+    let daemon = Daemon::embedded(tmp.path(), &tmp.path().join("state")).await;
+    let conn = client(&daemon.bus).await;
+    let m = Manager1Proxy::new(&conn).await.unwrap();
+    let full: PoolSummary = serde_json::from_str(&m.apply(&mixed()).await.unwrap()).unwrap();
+    assert_eq!(full.created.len(), 12);
+
+    // A slot stopped by hand is started again, from its own definition (same creation time).
+    let one = SlotId::new("vdi-mixed", "vdi-2g", 1).uuid.to_string();
+    let before = instances(&daemon.bus).await[&one].clone();
+    ok(&vgpuctl(&daemon.bus, &["stop", &one]).await);
+    assert_eq!(instances(&daemon.bus).await[&one].0, "stopped");
+    let again: PoolSummary = serde_json::from_str(&m.apply(&mixed()).await.unwrap()).unwrap();
+    assert_eq!(
+        (again.created.clone(), again.kept),
+        (vec!["vdi-2g/1".to_string()], 11)
+    );
+    assert_eq!(instances(&daemon.bus).await[&one], before);
+
+    // Fewer desktops: the slots past the new count are destroyed (device and definition), the rest
+    // stay; one of them stopped by hand (so only its definition exists) goes too.
+    let six = SlotId::new("vdi-mixed", "vdi-2g", 6).uuid.to_string();
+    ok(&vgpuctl(&daemon.bus, &["stop", &six]).await);
+    let smaller = mixed().replace("vdi-2g = 8", "vdi-2g = 4");
+    let (result, progress) = apply_watching(&m, &smaller).await;
+    let shrunk: PoolSummary = serde_json::from_str(&result.unwrap()).unwrap();
+    let mut removed = shrunk.removed.clone();
+    removed.sort();
+    assert_eq!(removed, ["vdi-2g/4", "vdi-2g/5", "vdi-2g/6", "vdi-2g/7"]);
+    assert_eq!((shrunk.created.len(), shrunk.kept), (0, 8));
+    assert_eq!(progress.len(), 4);
+    assert!(
+        progress.iter().all(|p| p.2.starts_with("remove vdi-2g/")),
+        "{progress:?}"
+    );
+    let now = instances(&daemon.bus).await;
+    for i in 0..8 {
+        let uuid = SlotId::new("vdi-mixed", "vdi-2g", i).uuid.to_string();
+        assert_eq!(now.contains_key(&uuid), i < 4, "vdi-2g/{i}");
+    }
+    let status: Vec<PoolStatus> = serde_json::from_str(&m.pool_status().await.unwrap()).unwrap();
+    assert_eq!(status[0].wanted["vdi-2g"], 4);
+    assert_eq!(status[0].slots.len(), 8);
+    assert!(status[0].in_sync);
+    drop(daemon);
+}

@@ -8,6 +8,10 @@
 //!   [`Command::Destroy`]), so the ledger protocol, per-parent locks, the kernel's capacity check and
 //!   persistence apply to slots exactly as to any instance. A slot is defined (autostart as the pool
 //!   says) with its stable UUID, labelled `pool:<pool>/<profile>/<index>`, then started.
+//! * **Stopped slots**: the plan sees running instances only. A slot of the pool that is defined but
+//!   stopped is started again when the plan puts it where it is defined, moved (destroyed and defined
+//!   anew) when the plan puts it elsewhere, and removed when the pool no longer wants it. A definition
+//!   with a slot's UUID that this pool did not make (no slot label) is never replaced: the apply fails.
 //! * **A failed step undoes this apply**: what it created is destroyed, what it started is stopped,
 //!   what it removed is defined and started again, in reverse order.
 //!
@@ -37,6 +41,19 @@ static APPLYING: Mutex<()> = Mutex::new(());
 /// The label of a slot's instance.
 pub(super) fn slot_label(slot: &SlotId) -> String {
     format!("pool:{}/{}/{}", slot.pool, slot.profile, slot.index)
+}
+
+/// The slot a label names, when the label is a slot label of `pool` and `uuid` really is that slot's
+/// UUID (a label alone is free text anyone could have given).
+fn labelled_slot(pool: &str, label: Option<&str>, uuid: &MdevUuid) -> Option<SlotId> {
+    let rest = label?.strip_prefix("pool:")?;
+    let (name, rest) = rest.split_once('/')?;
+    let (profile, index) = rest.rsplit_once('/')?;
+    if name != pool {
+        return None;
+    }
+    let slot = SlotId::new(name, profile, index.parse().ok()?);
+    (slot.uuid == *uuid).then_some(slot)
 }
 
 /// How to undo one step of an apply.
@@ -188,11 +205,14 @@ impl Core {
         if let Some(msg) = unsupported_message(&plan) {
             return Err(CoreError::NotSupported(msg));
         }
-        let total = u32::try_from(plan.steps.len()).unwrap_or(u32::MAX);
+        // The plan sees running slots only; a stopped slot the pool no longer wants is removed too.
+        let mut steps = self.unwanted_stopped_slots(&pool);
+        steps.extend(plan.steps.iter().cloned());
+        let total = u32::try_from(steps.len()).unwrap_or(u32::MAX);
         let mut undo = Vec::new();
         let mut created = Vec::new();
         let mut removed = Vec::new();
-        for (i, step) in plan.steps.iter().enumerate() {
+        for (i, step) in steps.iter().enumerate() {
             let line = describe(step);
             if let Err(e) = self.pool_step(&pool, step, &mut undo) {
                 let done = undo.len();
@@ -244,6 +264,28 @@ impl Core {
         Ok(Reply::Report(to_value("apply summary", &summary)?))
     }
 
+    /// Remove steps for the defined, stopped slots of `pool` that it no longer wants (a profile it
+    /// dropped, an index past its count).
+    fn unwanted_stopped_slots(&self, pool: &Pool) -> Vec<Step> {
+        let store = lock(&self.store);
+        store
+            .definitions()
+            .filter(|d| !self.device_exists(&d.uuid))
+            .filter_map(|d| {
+                let slot = labelled_slot(&pool.name, d.label.as_deref(), &d.uuid)?;
+                let wanted = pool
+                    .profiles
+                    .get(&slot.profile)
+                    .is_some_and(|n| slot.index < *n);
+                (!wanted).then(|| Step::Remove {
+                    slot,
+                    gpu: d.gpu.clone(),
+                    holds: d.type_id.to_string(),
+                })
+            })
+            .collect()
+    }
+
     /// Executes one step, pushing how to undo what it did.
     fn pool_step(&self, pool: &Pool, step: &Step, undo: &mut Vec<Undo>) -> Result<(), CoreError> {
         match step {
@@ -275,25 +317,27 @@ impl Core {
                         undo.push(Undo::Stop(uuid));
                         Ok(())
                     }
+                    // This pool's own slot, defined where the plan no longer puts it (its GPU left
+                    // the selection, or another took its room while it was stopped): move it.
+                    Some(d) if labelled_slot(&pool.name, d.label.as_deref(), &uuid).is_some() => {
+                        self.pool_step(
+                            pool,
+                            &Step::Remove {
+                                slot: slot.clone(),
+                                gpu: d.gpu.clone(),
+                                holds: d.type_id.to_string(),
+                            },
+                            undo,
+                        )?;
+                        self.define_slot(pool, slot, parent, type_id, undo)
+                    }
                     Some(d) => Err(CoreError::State(format!(
                         "slot {} ({uuid}) is already defined as {} on {}, not as {type_id} on {parent} where the plan puts it: destroy it (`vgpuctl destroy {uuid}`) or start it, then apply again",
                         slot_name(slot),
                         d.type_id,
                         d.parent
                     ))),
-                    None => {
-                        self.execute(Command::Define(CreateRequest {
-                            target: Target::Type(type_id.clone()),
-                            gpu: Some(parent.clone()),
-                            uuid: Some(uuid),
-                            autostart: pool.autostart,
-                            label: Some(slot_label(slot)),
-                        }))?;
-                        undo.push(Undo::Destroy(uuid));
-                        self.set_slot_profile(&uuid, &slot.profile)?;
-                        self.execute(Command::Start { uuid })?;
-                        Ok(())
-                    }
+                    None => self.define_slot(pool, slot, parent, type_id, undo),
                 }
             }
             other => Err(CoreError::NotSupported(format!(
@@ -301,6 +345,29 @@ impl Core {
                 describe(other)
             ))),
         }
+    }
+
+    /// Defines `slot` as `type_id` on `parent` (autostart as the pool says) and starts it.
+    fn define_slot(
+        &self,
+        pool: &Pool,
+        slot: &SlotId,
+        parent: &str,
+        type_id: &mdev_types::ids::MdevTypeId,
+        undo: &mut Vec<Undo>,
+    ) -> Result<(), CoreError> {
+        let uuid = slot.uuid;
+        self.execute(Command::Define(CreateRequest {
+            target: Target::Type(type_id.clone()),
+            gpu: Some(parent.to_string()),
+            uuid: Some(uuid),
+            autostart: pool.autostart,
+            label: Some(slot_label(slot)),
+        }))?;
+        undo.push(Undo::Destroy(uuid));
+        self.set_slot_profile(&uuid, &slot.profile)?;
+        self.execute(Command::Start { uuid })?;
+        Ok(())
     }
 
     /// The core places a type without knowing the profile it serves; a slot does know it, so it is
@@ -381,5 +448,21 @@ mod tests {
             describe(&step),
             "remove vdi-2g/3 (nvidia-231) from 0000:83:00.0"
         );
+    }
+
+    #[test]
+    fn only_a_true_slot_label_names_a_slot() {
+        let slot = SlotId::new("vdi", "vdi-2g", 3);
+        let label = slot_label(&slot);
+        assert_eq!(
+            labelled_slot("vdi", Some(&label), &slot.uuid),
+            Some(slot.clone())
+        );
+        // Another pool's label, a label on another UUID, free text: not this pool's slot.
+        assert_eq!(labelled_slot("vdi2", Some(&label), &slot.uuid), None);
+        let other = SlotId::new("vdi", "vdi-2g", 4).uuid;
+        assert_eq!(labelled_slot("vdi", Some(&label), &other), None);
+        assert_eq!(labelled_slot("vdi", Some("desk-3"), &slot.uuid), None);
+        assert_eq!(labelled_slot("vdi", None, &slot.uuid), None);
     }
 }
