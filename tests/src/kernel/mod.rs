@@ -12,7 +12,8 @@
 //! * [`vgpud`], [`daemon`], [`daemon_events`] — the real `vgpud` on the guest's sysfs, driven over D-Bus.
 //! * [`qemu_attach`] — the host's QEMU (chrooted into its 9p-shared root) attaching an mdev and a VF
 //!   with `qemu-glue`'s arguments.
-//! * [`vfio`] — VFIO preflight, backends, viability and binding on the real kernel.
+//! * [`vfio`] — VFIO preflight, backends, viability and binding on the real kernel; [`vfio_bench`] its
+//!   benchmarks.
 //! * [`bench`] — benchmarks ([`all_benches`]), run only when a filter names them.
 //!
 //! Later suites (VFIO) add modules here and list their tests in [`all_tests`].
@@ -31,6 +32,7 @@ pub mod runner;
 pub mod samples;
 pub mod sriov;
 pub mod vfio;
+pub mod vfio_bench;
 pub mod vgpud;
 
 use guest::Guest;
@@ -55,7 +57,7 @@ pub fn all_tests() -> Vec<Test<Guest>> {
 /// contains `bench` (they print measurements and fail only when an operation fails).
 pub fn all_benches() -> Vec<Test<Guest>> {
     let mut benches = bench::benches();
-    benches.extend(vfio::benches());
+    benches.extend(vfio_bench::benches());
     benches
 }
 

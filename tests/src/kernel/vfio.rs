@@ -45,17 +45,19 @@ pub fn tests() -> Vec<Test<Guest>> {
             "vfio_shared_group_refusal_names_member",
             shared_group_refusal,
         ),
+        Test::new("vfio_dbus_instance_preflight_and_health", dbus_preflight),
     ]
 }
 
-fn check_err(e: impl std::fmt::Display) -> TestError {
+/// A library error as a check failure.
+pub(super) fn check_err(e: impl std::fmt::Display) -> TestError {
     TestError::Check(e.to_string())
 }
 
 /// The backend the automatic choice must make on this kernel: iommufd where the kernel has IOMMUFD
 /// and the vfio device cdev (the custom kernel: CONFIG_IOMMUFD=m, CONFIG_VFIO_DEVICE_CDEV=y), type1 on
 /// Debian's kernels (CONFIG_IOMMUFD unset).
-fn expected_backend(g: &Guest) -> Backend {
+pub(super) fn expected_backend(g: &Guest) -> Backend {
     match g.kernel {
         KernelKind::Custom => Backend::Iommufd,
         KernelKind::Stock612 | KernelKind::Stock61 => Backend::Type1,
@@ -138,13 +140,14 @@ fn preflight_mdev(g: &Guest, parent: &str, ty: &str, ids: (u16, u16)) -> TestRes
 }
 
 /// Puts a device back on its driver even when the test fails halfway.
-struct Restore<'h> {
-    host: &'h dyn Host,
-    record: Option<BindRecord>,
+pub(super) struct Restore<'h> {
+    pub(super) host: &'h dyn Host,
+    pub(super) record: Option<BindRecord>,
 }
 
 impl Restore<'_> {
-    fn finish(mut self) -> Result<(), TestError> {
+    /// Restores now, reporting a failure.
+    pub(super) fn finish(mut self) -> Result<(), TestError> {
         match self.record.take() {
             Some(r) => Ok(restore_driver(self.host, &r)?),
             None => Ok(()),
@@ -364,165 +367,55 @@ fn shared_group_refusal(g: &Guest) -> TestResult {
     Ok(Outcome::Passed)
 }
 
-/// The VFIO benchmarks (run only when a filter names `bench`, see [`super::all_benches`]).
-pub fn benches() -> Vec<Test<Guest>> {
-    vec![
-        Test::new("bench_vfio_preflight_latency", bench_preflight_latency),
-        Test::new("bench_vfio_dma_map_throughput", bench_dma_map),
-    ]
-}
+/// `Instance1.Preflight()` on the real vgpud: the reply is a passing report for the instance, and the
+/// `Health` property then holds it (with `checked_at`).
+fn dbus_preflight(g: &Guest) -> TestResult {
+    use super::vgpud::{TargetKind, Vgpud, Workdir};
+    use vgpu_manager::client::{BusAddress, SERVICE, connect, instance_path};
 
-/// Measured preflights per sample instance.
-const PREFLIGHTS: usize = 20;
-/// DMA region of the throughput benchmark (issue 5: 256 MiB).
-const DMA_BENCH_SIZE: usize = 256 << 20;
-/// Map/unmap rounds per path, after one warm-up round each.
-const DMA_ROUNDS: usize = 5;
-/// The issue's target: our map throughput at least 0.9x the raw ioctl's.
-const DMA_TARGET: f64 = 0.9;
-
-fn percentile(v: &[u64], p: usize) -> u64 {
-    let mut s = v.to_vec();
-    s.sort_unstable();
-    if s.is_empty() {
-        return 0;
-    }
-    let rank = (s.len() * p).div_ceil(100).clamp(1, s.len());
-    s[rank - 1]
-}
-
-/// Preflight latency (without and with the KVM attach check) of one instance of each sample parent.
-fn bench_preflight_latency(g: &Guest) -> TestResult {
-    let mut mdevs = Mdevs::new(&g.host);
-    for (n, (parent, ty)) in [
-        ("mtty", "mtty-1"),
-        ("mdpy", "mdpy-vga"),
-        ("mbochs", "mbochs-small"),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let uuid = test_uuid("bench_vfio_preflight", n as u32);
-        mdevs.create(parent, ty, uuid)?;
-        for kvm in [false, true] {
-            let opts = PreflightOptions {
-                kvm,
-                ..PreflightOptions::default()
-            };
-            let mut totals = Vec::new();
-            let mut by_step: Vec<(String, Vec<u64>)> = Vec::new();
-            for i in 0..=PREFLIGHTS {
-                let r = preflight(&g.host, &Target::Mdev(uuid), &opts).map_err(check_err)?;
-                ensure(r.passed, || format!("preflight of {parent} failed: {r:?}"))?;
-                if i == 0 {
-                    continue; // warm-up
-                }
-                totals.push(r.total_micros);
-                for s in &r.steps {
-                    match by_step.iter_mut().find(|(n, _)| *n == s.name) {
-                        Some((_, v)) => v.push(s.micros),
-                        None => by_step.push((s.name.clone(), vec![s.micros])),
-                    }
-                }
-            }
-            let steps: Vec<String> = by_step
-                .iter()
-                .map(|(n, v)| format!("{n} {}", percentile(v, 50)))
-                .collect();
-            println!(
-                "bench: preflight {parent} ({:?}, kvm {kvm}): p50 {:.2} ms, p90 {:.2} ms over {PREFLIGHTS}; step p50 us: {}",
-                expected_backend(g),
-                percentile(&totals, 50) as f64 / 1e3,
-                percentile(&totals, 90) as f64 / 1e3,
-                steps.join(", ")
-            );
-        }
-    }
-    mdevs.remove_all()?;
-    Ok(Outcome::Passed)
-}
-
-/// Maps and unmaps a 256 MiB vm-memory region for DMA through our `Session` and through the raw
-/// `VFIO_IOMMU_MAP_DMA`/`UNMAP_DMA` ioctls on the same container and buffer, interleaved, on an igb VF
-/// (a real IOMMU-backed group, so the kernel pins every page and programs the emulated VT-d tables).
-fn bench_dma_map(g: &Guest) -> TestResult {
-    use mdev_types::vfio::sys::{raw_type1_map, raw_type1_unmap};
-    use mdev_types::vfio::{DmaBuffer, Session, inspect};
-    use std::time::Instant;
-
-    let guard = PfGuard::new(&g.host, Pf::Igb)?;
-    let vf = guard.enable_vfs(1)?[0];
-    let restore = Restore {
-        host: &g.host,
-        record: Some(bind_vfio(&g.host, &vf).map_err(check_err)?),
+    let work = Workdir::new("vfio_dbus")?;
+    let d = Vgpud::spawn(work.path(), &work.path().join("state"))?;
+    let uuid = test_uuid("vfio_dbus_preflight", 0);
+    d.create(TargetKind::Type, "mtty-1", "mtty", Some(&uuid))
+        .map_err(check_err)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(check_err)?;
+    let path = instance_path(&uuid.to_string());
+    let (reply, health) = rt
+        .block_on(async {
+            let conn = connect(&BusAddress::Address(d.bus().to_string())).await?;
+            let proxy =
+                zbus::Proxy::new(&conn, SERVICE, path.as_str(), "org.vgpumanager.Instance1")
+                    .await?;
+            let reply: String = proxy.call("Preflight", &()).await?;
+            let health: String = proxy.get_property("Health").await?;
+            Ok::<_, Box<dyn std::error::Error>>((reply, health))
+        })
+        .map_err(|e| d.failure(&format!("Instance1.Preflight on {path}: {e}")))?;
+    let r: serde_json::Value = serde_json::from_str(&reply).map_err(check_err)?;
+    ensure_eq(
+        "passed in the D-Bus reply",
+        &r["passed"],
+        &serde_json::Value::Bool(true),
+    )
+    .map_err(|e| TestError::Check(format!("{e}: {reply}")))?;
+    ensure_eq(
+        "target id",
+        &r["target"]["id"],
+        &serde_json::Value::from(uuid.to_string()),
+    )?;
+    let backend = match expected_backend(g) {
+        Backend::Type1 => "type1",
+        Backend::Iommufd => "iommufd",
     };
-    let target = Target::Pci(vf);
-    let state = inspect(&g.host, &target).map_err(check_err)?;
-    let buffer = DmaBuffer::new(DMA_BENCH_SIZE).map_err(check_err)?;
-    let mut backends = vec![Backend::Type1];
-    if g.kernel == KernelKind::Custom {
-        backends.push(Backend::Iommufd);
-    }
-    for backend in backends {
-        let mut session = Session::open_backend(backend, None, &target).map_err(check_err)?;
-        session.open_device(&state).map_err(check_err)?;
-        let mut ours = Vec::new();
-        let mut raw = Vec::new();
-        for round in 0..=DMA_ROUNDS {
-            let t = Instant::now();
-            session.map(&buffer).map_err(check_err)?;
-            let d = t.elapsed();
-            session.unmap(&buffer).map_err(check_err)?;
-            if round > 0 {
-                ours.push(d);
-            }
-            let Some(container) = session.container() else {
-                continue;
-            };
-            let host = buffer.host_addr().map_err(check_err)? as u64;
-            let t = Instant::now();
-            // SAFETY: `buffer` is an anonymous mapping of DMA_BENCH_SIZE bytes that outlives the mapping
-            // (unmapped right below); nothing reads or writes it meanwhile.
-            unsafe { raw_type1_map(container, buffer.iova(), DMA_BENCH_SIZE as u64, host) }
-                .map_err(|e| TestError::Check(format!("raw VFIO_IOMMU_MAP_DMA: {e}")))?;
-            let d = t.elapsed();
-            let n = raw_type1_unmap(container, buffer.iova(), DMA_BENCH_SIZE as u64)
-                .map_err(|e| TestError::Check(format!("raw VFIO_IOMMU_UNMAP_DMA: {e}")))?;
-            ensure_eq("bytes unmapped by the raw ioctl", n, DMA_BENCH_SIZE as u64)?;
-            if round > 0 {
-                raw.push(d);
-            }
-        }
-        let gib_s = |d: &std::time::Duration| {
-            (DMA_BENCH_SIZE as f64 / (1u64 << 30) as f64) / d.as_secs_f64().max(1e-9)
-        };
-        let median = |v: &mut Vec<std::time::Duration>| {
-            v.sort_unstable();
-            v[v.len() / 2]
-        };
-        let ours_p50 = median(&mut ours);
-        if raw.is_empty() {
-            println!(
-                "bench: dma map 256 MiB ({backend}): ours p50 {:.1} ms = {:.2} GiB/s (no raw baseline for this backend)",
-                ours_p50.as_secs_f64() * 1e3,
-                gib_s(&ours_p50)
-            );
-        } else {
-            let raw_p50 = median(&mut raw);
-            let r = gib_s(&ours_p50) / gib_s(&raw_p50);
-            println!(
-                "bench: dma map 256 MiB ({backend}): ours p50 {:.1} ms = {:.2} GiB/s, raw ioctl p50 {:.1} ms = {:.2} GiB/s, ours/raw throughput {r:.3} (target >= {DMA_TARGET}: {})",
-                ours_p50.as_secs_f64() * 1e3,
-                gib_s(&ours_p50),
-                raw_p50.as_secs_f64() * 1e3,
-                gib_s(&raw_p50),
-                if r >= DMA_TARGET { "met" } else { "NOT met" }
-            );
-        }
-        session.close();
-    }
-    drop(buffer);
-    restore.finish()?;
-    guard.set_numvfs(0)?;
+    ensure_eq("backend", &r["backend"], &serde_json::Value::from(backend))?;
+    ensure(r["checked_at"].as_u64().is_some_and(|t| t > 0), || {
+        format!("no checked_at in {reply}")
+    })?;
+    ensure_eq("Health after Preflight", health, reply)?;
+    d.destroy(&uuid).map_err(check_err)?;
+    d.stop()?;
     Ok(Outcome::Passed)
 }

@@ -120,6 +120,13 @@ pub enum Command {
         /// One request per vGPU that will run there.
         requests: Vec<crate::sched::SchedRequest>,
     },
+    /// Opens the instance through VFIO as a VMM would (`mdev_types::vfio::preflight`, KVM attach check
+    /// included). Needs authorization (it holds the device's group or cdev for a moment). Replies
+    /// [`Reply::Report`] with a [`mdev_types::vfio::PreflightReport`].
+    Preflight {
+        /// The instance.
+        uuid: MdevUuid,
+    },
 }
 
 impl Command {

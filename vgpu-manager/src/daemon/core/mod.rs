@@ -155,6 +155,19 @@ impl Core {
             Command::GetScheduling { gpu } => self.get_scheduling(&gpu),
             Command::PlanScheduling { gpu, requests } => self.plan_scheduling(&gpu, &requests),
             Command::ApplyScheduling { gpu, requests } => self.apply_scheduling(&gpu, &requests),
+            Command::Preflight { uuid } => {
+                let target = mdev_types::vfio::Target::Mdev(uuid);
+                match mdev_types::vfio::preflight(self.host.as_ref(), &target, &Default::default())
+                {
+                    Ok(r) => serde_json::to_value(r)
+                        .map(Reply::Report)
+                        .map_err(|e| CoreError::Invalid(format!("preflight report: {e}"))),
+                    Err(mdev_types::vfio::VfioCheckError::NoSuchTarget(_)) => {
+                        Err(CoreError::NotFound { uuid })
+                    }
+                    Err(e) => Err(CoreError::State(e.to_string())),
+                }
+            }
         }
     }
 

@@ -4,11 +4,43 @@
 //! the properties that differ.
 
 use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
 
-use zbus::{Variant, interface};
+use mdev_types::ids::MdevUuid;
+use zbus::message::Header;
+use zbus::object_server::SignalEmitter;
+use zbus::{Connection, ObjectServer, Variant, interface};
 
-use crate::client::{InstanceInfo, instance_path};
-use crate::daemon::api::{InstanceState, InstanceView, Ownership};
+use super::errors::ApiError;
+use super::manager::Manager;
+use crate::client::{InstanceInfo, MANAGER_PATH, instance_path};
+use crate::daemon::api::{Command, InstanceState, InstanceView, Ownership, Reply};
+
+/// The last preflight report of each instance (JSON), for the `Health` property. Kept here rather than
+/// in [`InstanceObject`] so the mirror, which builds and replaces those objects, needs no change; a report
+/// names its own time (`checked_at`), so one left from an earlier instance with the same UUID shows its
+/// age.
+static HEALTH: LazyLock<Mutex<HashMap<MdevUuid, String>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+fn health_of(uuid: &MdevUuid) -> String {
+    HEALTH
+        .lock()
+        .map(|m| m.get(uuid).cloned().unwrap_or_default())
+        .unwrap_or_default()
+}
+
+/// Adds `checked_at` (seconds since the Unix epoch) to a preflight report.
+fn stamped(mut report: serde_json::Value) -> serde_json::Value {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    if let Some(o) = report.as_object_mut() {
+        o.insert("checked_at".into(), serde_json::Value::from(now));
+    }
+    report
+}
 
 /// The D-Bus name of an instance state.
 pub(super) fn state_name(s: InstanceState) -> &'static str {
@@ -183,6 +215,47 @@ impl InstanceObject {
     fn created_at(&self) -> u64 {
         self.view.created_at
     }
+    /// The last preflight's report as JSON (docs/json.md, `preflight --json`, plus `checked_at`);
+    /// empty until `Preflight` ran. Changes are signalled.
+    #[zbus(property)]
+    fn health(&self) -> String {
+        health_of(&self.view.uuid)
+    }
+
+    /// Opens the instance through VFIO the way a VMM would — device info, config space, a DMA map and
+    /// unmap, the KVM attach check — and returns the report as JSON (also kept in `Health`). A failed
+    /// step is in the report, not an error. Needs the same rights as the Manager's changes: it holds the
+    /// device for a moment, so a VM starting at that instant could find it busy.
+    async fn preflight(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(object_server)] server: &ObjectServer,
+        #[zbus(signal_emitter)] emitter: SignalEmitter<'_>,
+    ) -> Result<String, ApiError> {
+        let manager = server
+            .interface::<_, Manager>(MANAGER_PATH)
+            .await
+            .map_err(ApiError::internal)?;
+        let shared = Arc::clone(&manager.get().await.shared);
+        let caller = shared.auth.authorize_change(conn, &hdr).await?;
+        let uuid = self.view.uuid;
+        tracing::info!(%caller, %uuid, "preflight");
+        let exec = Arc::clone(&shared.exec);
+        let reply = tokio::task::spawn_blocking(move || exec.execute(Command::Preflight { uuid }))
+            .await
+            .map_err(ApiError::internal)??;
+        let Reply::Report(report) = reply else {
+            return Err(ApiError::internal(format!("unexpected reply {reply:?}")));
+        };
+        let text = stamped(report).to_string();
+        if let Ok(mut m) = HEALTH.lock() {
+            m.insert(uuid, text.clone());
+        }
+        // A lost signal only delays clients until their next read.
+        let _ = self.health_changed(&emitter).await;
+        Ok(text)
+    }
 }
 
 #[cfg(test)]
@@ -236,5 +309,16 @@ mod tests {
         assert_eq!(keys, ["IommuGroup", "State"]);
         assert_eq!(c["State"], Variant::from("stopped"));
         assert_eq!(c["IommuGroup"], Variant::from(-1i32));
+    }
+
+    #[test]
+    fn health_reports_carry_their_time_and_start_empty() {
+        let v = stamped(serde_json::json!({"passed": true}));
+        assert_eq!(v["passed"], true);
+        assert!(v["checked_at"].as_u64().unwrap() > 1_700_000_000);
+        let uuid: MdevUuid = "4b20d080-1b54-4048-85b3-a6a62d165cff".parse().unwrap();
+        assert_eq!(health_of(&uuid), "");
+        HEALTH.lock().unwrap().insert(uuid, "{}".into());
+        assert_eq!(health_of(&uuid), "{}");
     }
 }
