@@ -46,6 +46,7 @@ pub fn tests() -> Vec<Test<Guest>> {
             shared_group_refusal,
         ),
         Test::new("vfio_dbus_instance_preflight_and_health", dbus_preflight),
+        Test::new("vfio_vgpuctl_preflight_and_viability", vgpuctl_cli),
     ]
 }
 
@@ -417,5 +418,51 @@ fn dbus_preflight(g: &Guest) -> TestResult {
     ensure_eq("Health after Preflight", health, reply)?;
     d.destroy(&uuid).map_err(check_err)?;
     d.stop()?;
+    Ok(Outcome::Passed)
+}
+
+/// The shipped `vgpuctl` (next to kernel-tests, like vgpud): `preflight UUID --json` exits 0 with a
+/// passing report, `viability ADDR --json` reports the igb PF alone in its group.
+fn vgpuctl_cli(g: &Guest) -> TestResult {
+    let exe = std::env::current_exe().map_err(check_err)?;
+    let bin = exe.with_file_name("vgpuctl");
+    ensure(bin.is_file(), || {
+        format!(
+            "{} is missing: scripts/vm-test ships it next to kernel-tests",
+            bin.display()
+        )
+    })?;
+    let run = |args: &[&str]| -> Result<(i32, serde_json::Value), TestError> {
+        let out = std::process::Command::new(&bin)
+            .args(args)
+            .env_remove("VGPU_SYSFS_ROOT")
+            .output()
+            .map_err(check_err)?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let v = serde_json::from_str(&text).map_err(|e| {
+            TestError::Check(format!(
+                "vgpuctl {args:?}: {e}; stdout {text:?}, stderr {:?}",
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        })?;
+        Ok((out.status.code().unwrap_or(-1), v))
+    };
+    let mut mdevs = Mdevs::new(&g.host);
+    let uuid = test_uuid("vfio_vgpuctl", 0);
+    mdevs.create("mdpy", "mdpy-xga", uuid)?;
+    let (code, v) = run(&["preflight", &uuid.to_string(), "--json"])?;
+    ensure_eq("vgpuctl preflight exit code", code, 0)?;
+    ensure_eq("passed", &v["passed"], &serde_json::Value::Bool(true))?;
+    ensure_eq(
+        "config vendor",
+        &v["device"]["vendor"],
+        &serde_json::Value::from("0x1b36"),
+    )?;
+    mdevs.remove_all()?;
+    let pf = Pf::Igb.find(&g.host)?;
+    let (code, v) = run(&["viability", &pf.to_string(), "--json"])?;
+    ensure_eq("vgpuctl viability exit code", code, 0)?;
+    ensure_eq("viable", &v["viable"], &serde_json::Value::Bool(true))?;
+    ensure_eq("driver", &v["driver"], &serde_json::Value::from("igb"))?;
     Ok(Outcome::Passed)
 }
