@@ -132,10 +132,10 @@ fn progress_line(done: u32, total: u32, step: &str, bar: bool) -> String {
     let filled = (done.min(total) * WIDTH)
         .checked_div(total)
         .unwrap_or(WIDTH);
+    // Padded to a fixed width so a shorter step overwrites all of a longer one.
     let mut step: String = step.chars().take(60).collect();
-    if step.len() < 60 {
-        step.push_str(&" ".repeat(60 - step.len()));
-    }
+    let shown = step.chars().count();
+    step.push_str(&" ".repeat(60 - shown));
     format!(
         "\r[{}{}] {done}/{total} {step}",
         "#".repeat(filled as usize),
