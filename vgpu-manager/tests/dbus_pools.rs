@@ -386,3 +386,55 @@ async fn reapply_starts_stopped_slots_and_shrinking_removes_the_extra_ones() {
     assert!(status[0].in_sync);
     drop(daemon);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_step_brings_back_what_the_apply_removed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let daemon = Daemon::embedded(tmp.path(), &tmp.path().join("state")).await;
+    let conn = client(&daemon.bus).await;
+    let m = Manager1Proxy::new(&conn).await.unwrap();
+    m.apply(&mixed()).await.unwrap();
+
+    // Slot vdi-2g/3 destroyed, and its UUID defined by hand as something else (no slot label).
+    let three = SlotId::new("vdi-mixed", "vdi-2g", 3).uuid.to_string();
+    ok(&vgpuctl(&daemon.bus, &["destroy", &three]).await);
+    ok(&vgpuctl(
+        &daemon.bus,
+        &[
+            "define",
+            "--type",
+            "nvidia-232",
+            "--gpu",
+            "0000:01:00.0",
+            "--uuid",
+            &three,
+        ],
+    )
+    .await);
+    let before = instances(&daemon.bus).await;
+    let seven = SlotId::new("vdi-mixed", "vdi-2g", 7).uuid.to_string();
+    let seven_before = ok_json(&vgpuctl(&daemon.bus, &["status", &seven, "--json"]).await);
+
+    // One desktop fewer: the apply removes vdi-2g/7, then fails to create vdi-2g/3 and so brings
+    // vdi-2g/7 back as it was (defined, autostart, running, same profile and label).
+    let smaller = mixed().replace("vdi-2g = 8", "vdi-2g = 7");
+    let (kind, msg) = refusal(m.apply(&smaller).await.unwrap_err());
+    assert_eq!(kind, "State", "{msg}");
+    assert!(msg.contains("step 2/2 (create vdi-2g/3"), "{msg}");
+    assert!(
+        msg.contains("the 1 change(s) this apply made were undone"),
+        "{msg}"
+    );
+    let mut seven_after = ok_json(&vgpuctl(&daemon.bus, &["status", &seven, "--json"]).await);
+    // A new definition and device: only its creation time and IOMMU group may differ.
+    for k in ["created_at", "iommu_group"] {
+        seven_after[k] = seven_before[k].clone();
+    }
+    assert_eq!(seven_after, seven_before);
+    let after = instances(&daemon.bus).await;
+    assert_eq!(
+        after.keys().collect::<Vec<_>>(),
+        before.keys().collect::<Vec<_>>()
+    );
+    drop(daemon);
+}
