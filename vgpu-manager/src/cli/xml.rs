@@ -1,10 +1,15 @@
-//! `vgpuctl xml UUID [--domain | --qemu]`: what to give a guest to use an instance — the libvirt
+//! `vgpuctl xml UUID|POOL [--domain | --qemu]`: what to give a guest to use an instance — the libvirt
 //! `<hostdev>` element, a complete example VDI domain around it (with vgpu-manager metadata, so the
 //! libvirt hook can recreate the vGPU on demand), or QEMU's `-device` arguments. The instance is looked up
 //! in vgpud, so a typo fails here rather than at guest start.
+//!
+//! Given the name of a pool vgpud has applied (Manager1 `PoolStatus`), the same for every slot that has
+//! an instance, each preceded by a comment naming the slot; with `--domain` one domain per slot, named
+//! `POOL-PROFILE-INDEX` (the slot's label with the characters libvirt refuses in a name replaced).
 
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use clap::Args;
 use mdev_types::ids::MdevUuid;
@@ -12,13 +17,16 @@ use qemu_glue::{DomainSpec, Hostdev, MdevDisplay, VgpuRequest, VgpuTarget};
 
 use super::CliError;
 use super::daemon_cmds::BusArgs;
-use crate::client::{BusAddress, InstanceInfo};
-use crate::hook::daemon::{DbusDaemon, VgpuDaemon};
+use crate::client::{
+    BusAddress, ClientError, InstanceInfo, Manager1Proxy, PoolStatus, SlotRow, connect_daemon,
+};
+use crate::hook::daemon::{CALL_TIMEOUT, DbusDaemon, VgpuDaemon};
 
 /// `vgpuctl xml` options.
 #[derive(Debug, Args)]
 pub struct XmlArgs {
-    /// The instance UUID (`vgpuctl list`). Pool names are not supported yet.
+    /// An instance UUID (`vgpuctl list`), or the name of an applied pool (`vgpuctl pool status`) for
+    /// every slot of it.
     target: String,
     /// Print a complete example domain instead of the <hostdev> element.
     #[arg(long, conflicts_with = "qemu")]
@@ -32,7 +40,7 @@ pub struct XmlArgs {
     /// With --display: also a ramfb boot display, so firmware and boot loader are visible.
     #[arg(long, requires = "display")]
     ramfb: bool,
-    /// With --domain: the domain name (default: vdi-<first 8 characters of the UUID>).
+    /// With --domain and a UUID: the domain name (default: vdi-<first 8 characters of the UUID>).
     #[arg(long, value_name = "NAME", requires = "domain")]
     name: Option<String>,
     /// With --domain: memory in MiB.
@@ -48,19 +56,138 @@ pub struct XmlArgs {
 
 /// Runs `vgpuctl xml` against vgpud on `bus`.
 pub fn run(args: &XmlArgs, bus: &BusArgs, out: &mut dyn Write) -> Result<(), CliError> {
-    // Refuse a non-UUID before touching the bus: the message does not depend on the daemon.
-    let uuid = parse_target(&args.target)?;
     let bus: BusAddress = bus.bus.parse()?;
-    let mut daemon = DbusDaemon::connect(&bus)?;
-    run_with(args, uuid, &mut daemon, out)
+    match args.target.parse::<MdevUuid>() {
+        Ok(uuid) => {
+            let mut daemon = DbusDaemon::connect(&bus)?;
+            run_with(args, uuid, &mut daemon, out)
+        }
+        Err(_) => {
+            // Refused before the bus is touched: a pool has many domains, one name cannot fit them.
+            if args.name.is_some() {
+                return Err(name_with_pool(&args.target));
+            }
+            let pools = pool_status(&bus)?;
+            render_pool(args, &pools, out)
+        }
+    }
 }
 
-fn parse_target(target: &str) -> Result<MdevUuid, CliError> {
-    target.parse().map_err(|_| {
+fn name_with_pool(pool: &str) -> CliError {
+    CliError::BadArgument(format!(
+        "--name names one domain, but '{pool}' is a pool: its domains are named after their slots (POOL-PROFILE-INDEX)"
+    ))
+}
+
+/// Manager1 `PoolStatus` on `bus`, decoded.
+fn pool_status(bus: &BusAddress) -> Result<Vec<PoolStatus>, CliError> {
+    let name = bus.to_string();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(ClientError::Runtime)?;
+    let text = rt.block_on(async {
+        let conn = connect_daemon(bus).await?;
+        let m = Manager1Proxy::new(&conn)
+            .await
+            .map_err(|e| ClientError::from_call("(connect)", &name, e))?;
+        // The same deadline as every other call of this command (DbusDaemon's).
+        match tokio::time::timeout(CALL_TIMEOUT, m.pool_status()).await {
+            Ok(r) => r.map_err(|e| ClientError::from_call("PoolStatus", &name, e)),
+            Err(_) => Err(ClientError::from_call(
+                "PoolStatus",
+                &name,
+                zbus::Error::InputOutput(Arc::new(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!(
+                        "no answer within {} s (is vgpud stuck? `systemctl status vgpud`)",
+                        CALL_TIMEOUT.as_secs()
+                    ),
+                ))),
+            )),
+        }
+    })?;
+    serde_json::from_str(&text).map_err(|e| {
         CliError::BadArgument(format!(
-            "'{target}' is not an instance UUID: give one from `vgpuctl list` (XML for a whole pool is not supported yet)"
+            "vgpud's PoolStatus answer is not the documented JSON ({e}): are vgpuctl and vgpud the same version?"
         ))
     })
+}
+
+/// Renders every slot with an instance of pool `args.target`, found in `pools`.
+fn render_pool(args: &XmlArgs, pools: &[PoolStatus], out: &mut dyn Write) -> Result<(), CliError> {
+    let name = &args.target;
+    if args.name.is_some() {
+        return Err(name_with_pool(name));
+    }
+    let Some(pool) = pools.iter().find(|p| &p.pool == name) else {
+        let applied: Vec<&str> = pools.iter().map(|p| p.pool.as_str()).collect();
+        // "not an instance UUID" first: the argument may as well have been a mistyped UUID.
+        return Err(CliError::BadArgument(format!(
+            "'{name}' is not an instance UUID nor an applied pool (applied pools: {}): give a UUID from `vgpuctl list` or a pool from `vgpuctl pool status`",
+            if applied.is_empty() {
+                "none".to_string()
+            } else {
+                applied.join(", ")
+            }
+        )));
+    };
+    // A slot without an instance has nothing to attach (its row has no GPU).
+    let slots: Vec<&SlotRow> = pool.slots.iter().filter(|s| s.gpu.is_some()).collect();
+    if slots.is_empty() {
+        return Err(CliError::BadArgument(format!(
+            "pool '{name}' has no slot with an instance: `vgpuctl pool apply` its file again"
+        )));
+    }
+    let display = MdevDisplay {
+        display: args.display,
+        ramfb: args.ramfb,
+    };
+    for slot in slots {
+        let uuid: MdevUuid = slot.uuid.parse().map_err(|_| {
+            CliError::BadArgument(format!(
+                "vgpud reports slot {}/{} of pool '{name}' with UUID '{}', which is not a UUID",
+                slot.profile, slot.index, slot.uuid
+            ))
+        })?;
+        let hostdev = Hostdev::Mdev { uuid, display };
+        let what = format!("slot {name}/{}/{} ({uuid})", slot.profile, slot.index);
+        if args.qemu {
+            writeln!(out, "# {what}\n{}", hostdev.qemu_args().join(" "))?;
+            continue;
+        }
+        if !args.domain {
+            write!(out, "<!-- {what} -->\n{}", hostdev.libvirt_xml(0))?;
+            continue;
+        }
+        // The slot was made from its profile, so any GPU that fits it will do (as for a UUID made from a
+        // profile, see `request`).
+        let request = VgpuRequest {
+            uuid,
+            target: VgpuTarget::Profile(slot.profile.clone()),
+            gpu: None,
+        };
+        let domain = format!("{name}-{}-{}", slot.profile, slot.index);
+        let xml = domain_xml(args, &domain, hostdev, request)?;
+        write!(out, "<!-- {what} -->\n{xml}")?;
+    }
+    Ok(())
+}
+
+/// The example domain `name` around `hostdev`, with `request` as its metadata.
+fn domain_xml(
+    args: &XmlArgs,
+    name: &str,
+    hostdev: Hostdev,
+    request: VgpuRequest,
+) -> Result<String, CliError> {
+    let mut spec = DomainSpec::desktop(name, vec![hostdev]);
+    spec.memory_mib = args.memory;
+    spec.vcpus = args.vcpus;
+    spec.disk = args.disk.clone();
+    spec.vgpus.push(request);
+    spec.to_xml()
+        .map_err(|e| CliError::BadArgument(e.to_string()))
 }
 
 /// Renders for instance `uuid` as found through `daemon`.
@@ -90,19 +217,11 @@ fn run_with(
         write!(out, "{}", hostdev.libvirt_xml(0))?;
         return Ok(());
     }
-    let mut spec = DomainSpec::desktop(
-        args.name
-            .as_deref()
-            .unwrap_or(&format!("vdi-{}", &uuid.to_string()[..8])),
-        vec![hostdev],
-    );
-    spec.memory_mib = args.memory;
-    spec.vcpus = args.vcpus;
-    spec.disk = args.disk.clone();
-    spec.vgpus.push(request(&info, uuid)?);
-    let xml = spec
-        .to_xml()
-        .map_err(|e| CliError::BadArgument(e.to_string()))?;
+    let name = match &args.name {
+        Some(n) => n.clone(),
+        None => format!("vdi-{}", &uuid.to_string()[..8]),
+    };
+    let xml = domain_xml(args, &name, hostdev, request(&info, uuid)?)?;
     write!(out, "{xml}")?;
     Ok(())
 }
@@ -143,13 +262,141 @@ mod tests {
 
     const U: &str = "4b20d080-1b54-4048-85b3-a6a62d165c01";
 
+    fn parse(args: &[&str]) -> Result<T, CliError> {
+        T::try_parse_from(std::iter::once("xml").chain(args.iter().copied()))
+            .map_err(|e| CliError::BadArgument(e.to_string()))
+    }
+
     fn render(args: &[&str], f: &mut FakeDaemon) -> Result<String, CliError> {
-        let t = T::try_parse_from(std::iter::once("xml").chain(args.iter().copied()))
-            .map_err(|e| CliError::BadArgument(e.to_string()))?;
-        let uuid = parse_target(&t.a.target)?;
+        let t = parse(args)?;
         let mut out = Vec::new();
-        run_with(&t.a, uuid, f, &mut out)?;
+        match t.a.target.parse::<MdevUuid>() {
+            Ok(uuid) => run_with(&t.a, uuid, f, &mut out)?,
+            Err(_) => render_pool(&t.a, &[], &mut out)?,
+        }
         Ok(String::from_utf8_lossy(&out).into_owned())
+    }
+
+    fn render_pools(args: &[&str], pools: &[PoolStatus]) -> Result<String, CliError> {
+        let t = parse(args)?;
+        let mut out = Vec::new();
+        render_pool(&t.a, pools, &mut out)?;
+        Ok(String::from_utf8_lossy(&out).into_owned())
+    }
+
+    const S0: &str = "e1c3d5b5-851c-52a3-be68-1c6a6edad9d6";
+    const S1: &str = "0f9b8c3a-5a1e-5d2b-9c4e-3f2a1b0c9d8e";
+    const S2: &str = "7a6b5c4d-3e2f-5a1b-8c9d-0e1f2a3b4c5d";
+
+    fn slot(profile: &str, index: u32, uuid: &str, gpu: Option<&str>) -> SlotRow {
+        SlotRow {
+            profile: profile.into(),
+            index,
+            uuid: uuid.into(),
+            gpu: gpu.map(Into::into),
+            numa_node: None,
+            type_id: gpu.map(|_| "nvidia-223".into()),
+            state: if gpu.is_some() { "running" } else { "missing" }.into(),
+        }
+    }
+
+    fn pool(name: &str, slots: Vec<SlotRow>) -> PoolStatus {
+        PoolStatus {
+            pool: name.into(),
+            description: String::new(),
+            policy: "consolidate".into(),
+            autostart: true,
+            applied_at: 0,
+            wanted: Default::default(),
+            in_sync: slots.iter().all(|s| s.gpu.is_some()),
+            slots,
+            gpus: Vec::new(),
+        }
+    }
+
+    fn demo_pools() -> Vec<PoolStatus> {
+        vec![
+            pool("other", vec![]),
+            pool(
+                "desks",
+                vec![
+                    slot("vdi-2g", 0, S0, Some("0000:01:00.0")),
+                    slot("vdi-2g", 1, S1, None),
+                    slot("workstation-4g", 0, S2, Some("0000:83:00.0")),
+                ],
+            ),
+        ]
+    }
+
+    #[test]
+    fn a_pool_gives_one_hostdev_per_slot_with_an_instance() {
+        let x = render_pools(&["desks"], &demo_pools()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(x.matches("<hostdev ").count(), 2, "{x}");
+        assert!(
+            x.contains(&format!("<!-- slot desks/vdi-2g/0 ({S0}) -->\n<hostdev "))
+                && x.contains(&format!("<address uuid='{S0}'/>"))
+                && x.contains(&format!("<address uuid='{S2}'/>")),
+            "{x}"
+        );
+        // The slot without an instance has nothing to attach.
+        assert!(!x.contains(S1), "{x}");
+        let q = render_pools(&["desks", "--qemu"], &demo_pools()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            q,
+            format!(
+                "# slot desks/vdi-2g/0 ({S0})\n-device vfio-pci,sysfsdev=/sys/bus/mdev/devices/{S0}\n\
+                 # slot desks/workstation-4g/0 ({S2})\n-device vfio-pci,sysfsdev=/sys/bus/mdev/devices/{S2}\n"
+            )
+        );
+    }
+
+    #[test]
+    fn a_pool_gives_one_domain_per_slot_named_after_it() {
+        let x = render_pools(
+            &["desks", "--domain", "--display", "--memory", "2048"],
+            &demo_pools(),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(x.matches("<domain ").count(), 2, "{x}");
+        assert!(x.contains("<name>desks-vdi-2g-0</name>"), "{x}");
+        assert!(x.contains("<name>desks-workstation-4g-0</name>"), "{x}");
+        assert!(x.contains("profile='workstation-4g'"), "{x}");
+        assert_eq!(
+            x.matches("<memory unit='MiB'>2048</memory>").count(),
+            2,
+            "{x}"
+        );
+        assert_eq!(x.matches("display='on' ramfb='off'").count(), 2, "{x}");
+        // Each domain carries its own slot only.
+        let second = &x[x.rfind("<domain ").unwrap_or(0)..];
+        assert!(second.contains(S2) && !second.contains(S0), "{second}");
+    }
+
+    #[test]
+    fn unknown_or_empty_pools_are_refused_clearly() {
+        let e = render_pools(&["desk"], &demo_pools())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("'desk' is not an instance UUID nor an applied pool")
+                && e.contains("applied pools: other, desks")
+                && !e.contains('\n'),
+            "{e}"
+        );
+        let e = render_pools(&["other"], &demo_pools())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("pool 'other' has no slot with an instance"),
+            "{e}"
+        );
+        let e = render_pools(&["desks", "--domain", "--name", "x"], &demo_pools())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--name") && e.contains("POOL-PROFILE-INDEX"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -188,7 +435,7 @@ mod tests {
     }
 
     #[test]
-    fn unknown_uuid_and_pool_names_are_refused_clearly() {
+    fn unknown_uuids_and_pools_are_refused_clearly() {
         let mut f = FakeDaemon::new();
         let e = render(&[U], &mut f).unwrap_err().to_string();
         assert!(
@@ -197,7 +444,8 @@ mod tests {
         );
         let e = render(&["vdi-pool"], &mut f).unwrap_err().to_string();
         assert!(
-            e.contains("'vdi-pool' is not an instance UUID") && e.contains("pool"),
+            e.contains("'vdi-pool' is not an instance UUID nor an applied pool")
+                && e.contains("applied pools: none"),
             "{e}"
         );
         let e = render(&[U, "--ramfb"], &mut f).unwrap_err().to_string();
