@@ -37,6 +37,12 @@ pub struct CreateRequest {
 pub enum Command {
     /// List GPUs and their capacity. Always allowed (read-only).
     ListGpus,
+    /// What an instance change can alter in one GPU's view: its mdev types' available instances and
+    /// its running instances (a cheap re-read of one parent, not a discovery). Read-only.
+    GpuCapacity {
+        /// The GPU id ([`GpuView::id`]).
+        id: String,
+    },
     /// List instances: ours, defined-but-stopped, and foreign ones. Always allowed (read-only).
     ListInstances,
     /// One instance. Read-only.
@@ -141,6 +147,7 @@ impl Command {
         !matches!(
             self,
             Command::ListGpus
+                | Command::GpuCapacity { .. }
                 | Command::ListInstances
                 | Command::GetInstance { .. }
                 | Command::PlanPool { .. }
@@ -228,6 +235,9 @@ pub struct GpuView {
 pub enum Reply {
     /// For `ListGpus`.
     Gpus(Vec<GpuView>),
+    /// For `GpuCapacity`: (type id, available instances) in the parent's directory order, and the
+    /// running instances.
+    GpuCapacity(Vec<(MdevTypeId, u32)>, Vec<MdevUuid>),
     /// For `ListInstances`.
     Instances(Vec<InstanceView>),
     /// For commands about one instance.

@@ -19,7 +19,7 @@ use tracing::{info, warn};
 
 use mdev_types::discover::discover;
 use mdev_types::host::{Host, HostExt, paths};
-use mdev_types::ids::MdevUuid;
+use mdev_types::ids::{MdevTypeId, MdevUuid};
 
 use super::api::{Command, CoreError, Event, GpuView, InstanceState, InstanceView, Reply};
 use super::store::{StateDir, StoreError};
@@ -133,6 +133,7 @@ impl Core {
     pub fn execute(&self, cmd: Command) -> Result<Reply, CoreError> {
         match cmd {
             Command::ListGpus => self.list_gpus().map(Reply::Gpus),
+            Command::GpuCapacity { id } => Ok(self.gpu_capacity(&id)),
             Command::ListInstances => Ok(Reply::Instances(
                 lock(&self.views).values().cloned().collect(),
             )),
@@ -247,6 +248,33 @@ impl Core {
                 }
             })
             .collect())
+    }
+
+    /// The types' available instances on mdev parent `id` (none when it is not a registered parent, as
+    /// in [`Core::list_gpus`]) and its running instances.
+    fn gpu_capacity(&self, id: &str) -> Reply {
+        let dir = paths::mdev_parent(id).join("mdev_supported_types");
+        let mut names = self.host.list_optional(&dir).unwrap_or_default();
+        names.sort();
+        let types = names
+            .into_iter()
+            .filter_map(|name| {
+                let type_id: MdevTypeId = name.parse().ok()?;
+                let available = self
+                    .host
+                    .read_trimmed(&dir.join(&name).join("available_instances"))
+                    .ok()?
+                    .parse()
+                    .ok()?;
+                Some((type_id, available))
+            })
+            .collect();
+        let instances = lock(&self.views)
+            .values()
+            .filter(|v| v.gpu == id && v.state == InstanceState::Running)
+            .map(|v| v.uuid)
+            .collect();
+        Reply::GpuCapacity(types, instances)
     }
 
     /// True when the mdev device exists on the host.

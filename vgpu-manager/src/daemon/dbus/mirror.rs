@@ -5,30 +5,32 @@
 //! that task to "settle" (apply every event already sent) before it answers, so a client that gets
 //! an object path back can use it at once, and a later stale event can never resurrect an object a
 //! newer call removed. This relies on the core sending a command's events before `execute` returns.
-//! GPU objects are refreshed by a second task, coalescing bursts of changes into one `ListGpus`.
+//! GPU objects are refreshed by a second task (see `gpu_work`): after an instance change only that
+//! instance's GPU is re-read, after a kernel event or a reconcile all of them.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use tokio::sync::{Notify, broadcast, mpsc, oneshot};
+use tokio::sync::{broadcast, mpsc, oneshot};
 use zbus::Connection;
 use zbus::names::InterfaceName;
 use zbus::object_server::SignalEmitter;
 
 use super::Executor;
 use super::gpu::{self, GpuObject};
+use super::gpu_work::{GpuWork, Work};
 use super::instance::{self, InstanceObject};
 use super::manager::Manager;
 use crate::client::{GPU_INTERFACE, INSTANCE_INTERFACE, MANAGER_PATH, gpu_path, instance_path};
 use crate::daemon::api::{Command, CoreError, Event, GpuView, InstanceView, Reply};
-use mdev_types::ids::MdevUuid;
+use mdev_types::ids::{MdevTypeId, MdevUuid};
 
 /// How method handlers reach the mirror tasks.
 #[derive(Debug, Clone)]
 pub(super) struct MirrorHandle {
     barrier: mpsc::Sender<oneshot::Sender<()>>,
-    gpus: Arc<Notify>,
+    gpus: Arc<GpuWork>,
 }
 
 impl MirrorHandle {
@@ -42,7 +44,7 @@ impl MirrorHandle {
 
     /// Asks for the GPU objects to be refreshed (capacity may have changed).
     pub(super) fn refresh_gpus(&self) {
-        self.gpus.notify_one();
+        self.gpus.all();
     }
 }
 
@@ -83,7 +85,7 @@ struct Instances {
     conn: Connection,
     exec: Arc<dyn Executor>,
     known: HashMap<MdevUuid, InstanceView>,
-    gpus: Arc<Notify>,
+    gpus: Arc<GpuWork>,
 }
 
 impl Instances {
@@ -91,6 +93,7 @@ impl Instances {
         let uuid_text = view.uuid.to_string();
         let path = instance_path(&uuid_text);
         let server = self.conn.object_server();
+        let gpu = view.gpu.clone();
         match self.known.get(&view.uuid) {
             None => {
                 self.known.insert(view.uuid, view.clone());
@@ -100,6 +103,9 @@ impl Instances {
             }
             Some(old) if *old == view => return Ok(()),
             Some(old) => {
+                if old.gpu != gpu {
+                    self.gpus.gpu(&old.gpu);
+                }
                 let changed = instance::changed_properties(old, &view);
                 let state_changed = old.state != view.state;
                 self.known.insert(view.uuid, view.clone());
@@ -126,14 +132,14 @@ impl Instances {
                 }
             }
         }
-        self.gpus.notify_one();
+        self.gpus.gpu(&gpu);
         Ok(())
     }
 
     async fn remove(&mut self, uuid: MdevUuid) -> zbus::Result<()> {
-        if self.known.remove(&uuid).is_none() {
+        let Some(old) = self.known.remove(&uuid) else {
             return Ok(());
-        }
+        };
         let uuid_text = uuid.to_string();
         let path = instance_path(&uuid_text);
         self.conn
@@ -141,7 +147,7 @@ impl Instances {
             .remove::<InstanceObject, _>(&path)
             .await?;
         Manager::instance_removed(&manager_emitter(&self.conn)?, path.as_ref(), &uuid_text).await?;
-        self.gpus.notify_one();
+        self.gpus.gpu(&old.gpu);
         Ok(())
     }
 
@@ -218,7 +224,7 @@ pub(super) async fn start(
     instances: Vec<InstanceView>,
     gpus: Vec<GpuView>,
 ) -> zbus::Result<(MirrorHandle, Vec<tokio::task::JoinHandle<()>>)> {
-    let notify = Arc::new(Notify::new());
+    let work = Arc::new(GpuWork::default());
     let mut known_gpus = HashMap::new();
     for g in gpus {
         conn.object_server()
@@ -233,7 +239,7 @@ pub(super) async fn start(
         conn: conn.clone(),
         exec: Arc::clone(&exec),
         known: HashMap::new(),
-        gpus: Arc::clone(&notify),
+        gpus: Arc::clone(&work),
     };
     for v in instances {
         let path = instance_path(&v.uuid.to_string());
@@ -269,11 +275,14 @@ pub(super) async fn start(
         }
     });
     let gpu_conn = conn.clone();
-    let gpu_notify = Arc::clone(&notify);
+    let gpu_work = Arc::clone(&work);
     let gpus_task = tokio::spawn(async move {
         loop {
-            gpu_notify.notified().await;
-            if let Err(e) = refresh_gpus(&gpu_conn, &exec, &mut known_gpus).await {
+            let result = match gpu_work.next().await {
+                Work::All => refresh_gpus(&gpu_conn, &exec, &mut known_gpus).await,
+                Work::Gpus(ids) => refresh_capacity(&gpu_conn, &exec, &mut known_gpus, &ids).await,
+            };
+            if let Err(e) = result {
                 tracing::warn!(error = %e, "cannot update the D-Bus objects of the GPUs");
             }
         }
@@ -281,7 +290,7 @@ pub(super) async fn start(
     Ok((
         MirrorHandle {
             barrier: barrier_tx,
-            gpus: notify,
+            gpus: work,
         },
         vec![instances_task, gpus_task],
     ))
@@ -312,28 +321,77 @@ async fn refresh_gpus(
         server.remove::<GpuObject, _>(gpu_path(&id)).await?;
     }
     for g in now {
-        let path = gpu_path(&g.id);
-        match known.get(&g.id) {
-            None => {
-                known.insert(g.id.clone(), g.clone());
-                server
-                    .at(&path, GpuObject::new(g, Arc::clone(exec)))
-                    .await?;
+        apply_gpu(conn, exec, known, g).await?;
+    }
+    Ok(())
+}
+
+/// Re-reads the capacity of the GPUs `ids` (after instance changes) and applies the differences; falls
+/// back to a full refresh for a GPU it does not know or whose set of types changed.
+async fn refresh_capacity(
+    conn: &Connection,
+    exec: &Arc<dyn Executor>,
+    known: &mut HashMap<String, GpuView>,
+    ids: &[String],
+) -> zbus::Result<()> {
+    for id in ids {
+        let Some(old) = known.get(id) else {
+            return refresh_gpus(conn, exec, known).await;
+        };
+        let (types, instances) = match query(exec, Command::GpuCapacity { id: id.clone() }).await {
+            Ok(Reply::GpuCapacity(t, i)) => (t, i),
+            Ok(other) => {
+                tracing::warn!(gpu = %id, "GpuCapacity answered {other:?}");
+                continue;
             }
-            Some(old) if *old == g => {}
-            Some(old) => {
-                let changed = gpu::changed_properties(old, &g);
-                known.insert(g.id.clone(), g.clone());
-                let iface = server.interface::<_, GpuObject>(&path).await?;
-                iface.get_mut().await.view = g;
-                zbus::fdo::Properties::properties_changed(
-                    iface.signal_emitter(),
-                    InterfaceName::from_static_str_unchecked(GPU_INTERFACE),
-                    changed.iter().map(|(k, v)| (*k, v.clone())).collect(),
-                    Cow::Borrowed(&[]),
-                )
+            Err(e) => {
+                tracing::warn!(gpu = %id, error = %e, "cannot re-read the GPU's capacity");
+                continue;
+            }
+        };
+        let now: HashMap<&MdevTypeId, u32> = types.iter().map(|(t, n)| (t, *n)).collect();
+        if now.len() != old.types.len() || old.types.iter().any(|(t, _)| !now.contains_key(t)) {
+            return refresh_gpus(conn, exec, known).await;
+        }
+        let mut g = old.clone();
+        for (t, n) in &mut g.types {
+            *n = now[&*t];
+        }
+        g.instances = instances;
+        apply_gpu(conn, exec, known, g).await?;
+    }
+    Ok(())
+}
+
+/// Registers a new GPU object or updates a known one (with PropertiesChanged).
+async fn apply_gpu(
+    conn: &Connection,
+    exec: &Arc<dyn Executor>,
+    known: &mut HashMap<String, GpuView>,
+    g: GpuView,
+) -> zbus::Result<()> {
+    let server = conn.object_server();
+    let path = gpu_path(&g.id);
+    match known.get(&g.id) {
+        None => {
+            known.insert(g.id.clone(), g.clone());
+            server
+                .at(&path, GpuObject::new(g, Arc::clone(exec)))
                 .await?;
-            }
+        }
+        Some(old) if *old == g => {}
+        Some(old) => {
+            let changed = gpu::changed_properties(old, &g);
+            known.insert(g.id.clone(), g.clone());
+            let iface = server.interface::<_, GpuObject>(&path).await?;
+            iface.get_mut().await.view = g;
+            zbus::fdo::Properties::properties_changed(
+                iface.signal_emitter(),
+                InterfaceName::from_static_str_unchecked(GPU_INTERFACE),
+                changed.iter().map(|(k, v)| (*k, v.clone())).collect(),
+                Cow::Borrowed(&[]),
+            )
+            .await?;
         }
     }
     Ok(())

@@ -12,6 +12,7 @@ mod callers;
 pub mod embedded_bus;
 pub mod errors;
 mod gpu;
+mod gpu_work;
 mod instance;
 mod manager;
 mod mirror;
