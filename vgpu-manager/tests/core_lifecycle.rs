@@ -361,3 +361,85 @@ fn a_parent_that_registers_late_gets_its_autostart_instances_and_removals_are_no
     let v = instance(core.execute(Command::GetInstance { uuid: v.uuid }));
     assert_eq!(v.state, InstanceState::Stopped);
 }
+
+/// The real kernel announces a new mdev (`add`, `bind`) before it creates the device's `mdev_type`
+/// link and `remove` file. This host shows an mdev's `mdev_type` only after it has been asked about it
+/// a few times, the way the link appears a moment after the event.
+#[derive(Debug)]
+struct LateLinks {
+    sim: Arc<SimHost>,
+    asked: std::sync::Mutex<u32>,
+}
+
+impl LateLinks {
+    fn hidden(&self, path: &Path) -> bool {
+        if !(path.starts_with(paths::MDEV_DEVICES) && path.ends_with("mdev_type")) {
+            return false;
+        }
+        let mut n = self.asked.lock().unwrap();
+        *n = n.saturating_add(1);
+        *n <= 3
+    }
+}
+
+impl Host for LateLinks {
+    fn read(&self, path: &Path) -> Result<String, mdev_types::host::HostError> {
+        self.sim.read(path)
+    }
+    fn write(&self, path: &Path, value: &str) -> Result<(), mdev_types::host::HostError> {
+        self.sim.write(path, value)
+    }
+    fn list(&self, path: &Path) -> Result<Vec<String>, mdev_types::host::HostError> {
+        self.sim.list(path)
+    }
+    fn read_link(&self, path: &Path) -> Result<std::path::PathBuf, mdev_types::host::HostError> {
+        self.sim.read_link(path)
+    }
+    fn canonicalize(&self, path: &Path) -> Result<std::path::PathBuf, mdev_types::host::HostError> {
+        if self.hidden(path) {
+            return Err(mdev_types::host::HostError::new(
+                mdev_types::host::HostOp::Canonicalize,
+                path,
+                nix::errno::Errno::ENOENT,
+            ));
+        }
+        self.sim.canonicalize(path)
+    }
+    fn exists(&self, path: &Path) -> bool {
+        !self.hidden(path) && self.sim.exists(path)
+    }
+    fn describe(&self) -> String {
+        self.sim.describe()
+    }
+}
+
+#[test]
+fn a_device_announced_before_its_mdev_type_link_exists_is_still_listed() {
+    let sim = Arc::new(SimHost::builtin("samples").unwrap());
+    let events = sim.subscribe().unwrap();
+    let host = Arc::new(LateLinks {
+        sim: Arc::clone(&sim),
+        asked: std::sync::Mutex::new(u32::MAX),
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let core = Core::open(
+        host.clone() as Arc<dyn Host>,
+        dir.path(),
+        Catalog::builtin().unwrap(),
+    )
+    .unwrap();
+    // Someone makes a device through sysfs; its link shows up only after a few looks.
+    *host.asked.lock().unwrap() = 0;
+    let uuid: MdevUuid = FOREIGN.parse().unwrap();
+    sim.write(
+        &paths::mdev_type_dir("mtty", &"mtty-1".parse::<MdevTypeId>().unwrap()).join("create"),
+        FOREIGN,
+    )
+    .unwrap();
+    for ev in events.try_iter() {
+        core.handle_uevent(&ev);
+    }
+    let v = instance(core.execute(Command::GetInstance { uuid }));
+    assert_eq!(v.ownership, Ownership::Foreign);
+    assert_eq!(v.state, InstanceState::Running);
+}

@@ -182,6 +182,9 @@ impl Core {
         }
         if ev.subsystem.as_deref() == Some("mdev") {
             if let Some(uuid) = ev.devpath.rsplit('/').next().and_then(|u| u.parse().ok()) {
+                if matches!(ev.action.as_str(), "add" | "bind") {
+                    self.wait_for_mdev_links(&uuid);
+                }
                 self.refresh_one(&uuid);
             }
             return;
@@ -275,6 +278,24 @@ impl Core {
             .map(|v| v.uuid)
             .collect();
         Reply::GpuCapacity(types, instances)
+    }
+
+    /// Waits (briefly) until a new mdev's `mdev_type` link exists. The kernel announces the device
+    /// (`add`, then `bind` when vfio-mdev probes it) from `device_add` and only afterwards creates its
+    /// `mdev_type` link and `remove` file (drivers/vfio/mdev/mdev_core.c `mdev_device_create` →
+    /// `mdev_create_sysfs_files`), so a view computed at the event could miss the device for good.
+    /// Gives up after about a second (the device may be gone again), leaving it to the refresh.
+    fn wait_for_mdev_links(&self, uuid: &MdevUuid) {
+        let dir = paths::mdev_device(uuid);
+        let mut pause = std::time::Duration::from_millis(1);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        while self.host.exists(&dir)
+            && !self.host.exists(&dir.join("mdev_type"))
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(std::time::Duration::from_millis(50));
+        }
     }
 
     /// True when the mdev device exists on the host.
