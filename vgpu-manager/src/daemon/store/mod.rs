@@ -47,8 +47,9 @@
 //! ends*:
 //!
 //! 1. **Create**: write `ledger/<uuid>.toml` (durably) *before* writing the UUID into the parent's
-//!    `create` attribute. If the kernel refuses, remove the entry again (only when the device really
-//!    does not exist).
+//!    `create` attribute — or, when a reconcile creates many devices, one `ledger/batch-<n>.toml`
+//!    holding all their entries before the first of them. If the kernel refuses, remove the entry
+//!    again (only when the device really does not exist).
 //! 2. **Remove**: write the parent's `remove` attribute, confirm the device is gone, *then* remove the
 //!    ledger entry.
 //! 3. **Adopt**: write the entry with `ownership = "adopted"` before reporting the device as ours.
