@@ -4,9 +4,8 @@
 //! the properties that differ.
 
 use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::Arc;
 
-use mdev_types::ids::MdevUuid;
 use zbus::message::Header;
 use zbus::object_server::SignalEmitter;
 use zbus::{Connection, ObjectServer, Variant, interface};
@@ -15,20 +14,6 @@ use super::errors::ApiError;
 use super::manager::Manager;
 use crate::client::{InstanceInfo, MANAGER_PATH, instance_path};
 use crate::daemon::api::{Command, InstanceState, InstanceView, Ownership, Reply};
-
-/// The last preflight report of each instance (JSON), for the `Health` property. Kept here rather than
-/// in [`InstanceObject`] so the mirror, which builds and replaces those objects, needs no change; a report
-/// names its own time (`checked_at`), so one left from an earlier instance with the same UUID shows its
-/// age.
-static HEALTH: LazyLock<Mutex<HashMap<MdevUuid, String>>> =
-    LazyLock::new(|| Mutex::new(HashMap::new()));
-
-fn health_of(uuid: &MdevUuid) -> String {
-    HEALTH
-        .lock()
-        .map(|m| m.get(uuid).cloned().unwrap_or_default())
-        .unwrap_or_default()
-}
 
 /// Adds `checked_at` (seconds since the Unix epoch) to a preflight report.
 fn stamped(mut report: serde_json::Value) -> serde_json::Value {
@@ -138,6 +123,19 @@ pub(super) fn changed_properties(
 #[derive(Debug)]
 pub(super) struct InstanceObject {
     pub(super) view: InstanceView,
+    /// The last preflight report (JSON with `checked_at`), for the `Health` property. It lives and goes
+    /// with the object: the mirror updates `view` in place and removes the object with its instance.
+    health: String,
+}
+
+impl InstanceObject {
+    /// The object of a newly listed instance (no preflight yet).
+    pub(super) fn new(view: InstanceView) -> InstanceObject {
+        InstanceObject {
+            view,
+            health: String::new(),
+        }
+    }
 }
 
 /// One mdev instance: running, defined, or made by someone else (Owner `foreign`). Lifecycle methods
@@ -219,7 +217,7 @@ impl InstanceObject {
     /// empty until `Preflight` ran. Changes are signalled.
     #[zbus(property)]
     fn health(&self) -> String {
-        health_of(&self.view.uuid)
+        self.health.clone()
     }
 
     /// Opens the instance through VFIO the way a VMM would — device info, config space, a DMA map and
@@ -227,7 +225,7 @@ impl InstanceObject {
     /// step is in the report, not an error. Needs the same rights as the Manager's changes: it holds the
     /// device for a moment, so a VM starting at that instant could find it busy.
     async fn preflight(
-        &self,
+        &mut self,
         #[zbus(header)] hdr: Header<'_>,
         #[zbus(connection)] conn: &Connection,
         #[zbus(object_server)] server: &ObjectServer,
@@ -249,9 +247,7 @@ impl InstanceObject {
             return Err(ApiError::internal(format!("unexpected reply {reply:?}")));
         };
         let text = stamped(report).to_string();
-        if let Ok(mut m) = HEALTH.lock() {
-            m.insert(uuid, text.clone());
-        }
+        self.health = text.clone();
         // A lost signal only delays clients until their next read.
         let _ = self.health_changed(&emitter).await;
         Ok(text)
@@ -312,13 +308,9 @@ mod tests {
     }
 
     #[test]
-    fn health_reports_carry_their_time_and_start_empty() {
+    fn health_reports_carry_their_time() {
         let v = stamped(serde_json::json!({"passed": true}));
         assert_eq!(v["passed"], true);
         assert!(v["checked_at"].as_u64().unwrap() > 1_700_000_000);
-        let uuid: MdevUuid = "4b20d080-1b54-4048-85b3-a6a62d165cff".parse().unwrap();
-        assert_eq!(health_of(&uuid), "");
-        HEALTH.lock().unwrap().insert(uuid, "{}".into());
-        assert_eq!(health_of(&uuid), "{}");
     }
 }

@@ -97,7 +97,7 @@ impl Instances {
         match self.known.get(&view.uuid) {
             None => {
                 self.known.insert(view.uuid, view.clone());
-                server.at(&path, InstanceObject { view }).await?;
+                server.at(&path, InstanceObject::new(view)).await?;
                 Manager::instance_added(&manager_emitter(&self.conn)?, path.as_ref(), &uuid_text)
                     .await?;
             }
@@ -245,7 +245,7 @@ pub(super) async fn start(
         let path = instance_path(&v.uuid.to_string());
         mirror.known.insert(v.uuid, v.clone());
         conn.object_server()
-            .at(path, InstanceObject { view: v })
+            .at(path, InstanceObject::new(v))
             .await?;
     }
     let (barrier_tx, mut barrier_rx) = mpsc::channel::<oneshot::Sender<()>>(64);
