@@ -225,3 +225,19 @@ fn write_json<T: serde::Serialize>(out: &mut dyn Write, value: &T) -> Result<(),
     writeln!(out)?;
     Ok(())
 }
+
+/// Runs `vgpuctl ARGS…` in-process for tests: exit code, stdout, stderr.
+#[cfg(test)]
+pub(crate) fn run_for_test(args: &[&str]) -> (i32, String, String) {
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let code = run(
+        std::iter::once("vgpuctl").chain(args.iter().copied()),
+        &mut out,
+        &mut err,
+    );
+    (
+        code,
+        String::from_utf8_lossy(&out).into_owned(),
+        String::from_utf8_lossy(&err).into_owned(),
+    )
+}

@@ -426,15 +426,9 @@ pub(super) fn render(p: &PoolPlan) -> String {
 mod tests {
     use std::path::Path;
 
+    /// `vgpuctl` with `args` (which start with the program name, as `argv` does).
     fn run(args: &[&str]) -> (i32, String, String) {
-        let mut out = Vec::new();
-        let mut err = Vec::new();
-        let code = crate::cli::run(args.iter().copied(), &mut out, &mut err);
-        (
-            code,
-            String::from_utf8(out).unwrap(),
-            String::from_utf8(err).unwrap(),
-        )
+        crate::cli::run_for_test(&args[1..])
     }
 
     fn pool_file(name: &str) -> String {

@@ -102,18 +102,7 @@ pub(super) fn run(
 
 #[cfg(test)]
 mod tests {
-    fn run(args: &[&str]) -> (i32, String, String) {
-        let mut out = Vec::new();
-        let mut err = Vec::new();
-        let mut argv = vec!["vgpuctl"];
-        argv.extend_from_slice(args);
-        let code = crate::cli::run(argv, &mut out, &mut err);
-        (
-            code,
-            String::from_utf8_lossy(&out).into_owned(),
-            String::from_utf8_lossy(&err).into_owned(),
-        )
-    }
+    use crate::cli::run_for_test as run;
 
     #[test]
     fn refuses_simulated_hosts_and_bad_targets() {

@@ -432,18 +432,7 @@ mod tests {
 mod cli_tests {
     //! `vgpuctl sched` end to end on simulated hosts.
 
-    fn run(args: &[&str]) -> (i32, String, String) {
-        let mut out = Vec::new();
-        let mut err = Vec::new();
-        let mut argv = vec!["vgpuctl"];
-        argv.extend_from_slice(args);
-        let code = crate::cli::run(argv, &mut out, &mut err);
-        (
-            code,
-            String::from_utf8_lossy(&out).into_owned(),
-            String::from_utf8_lossy(&err).into_owned(),
-        )
-    }
+    use crate::cli::run_for_test as run;
 
     #[test]
     fn plan_json_is_a_sched_plan() {

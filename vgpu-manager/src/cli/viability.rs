@@ -83,18 +83,7 @@ pub(super) fn viability(
 
 #[cfg(test)]
 mod tests {
-    fn run(args: &[&str]) -> (i32, String, String) {
-        let mut out = Vec::new();
-        let mut err = Vec::new();
-        let mut argv = vec!["vgpuctl"];
-        argv.extend_from_slice(args);
-        let code = crate::cli::run(argv, &mut out, &mut err);
-        (
-            code,
-            String::from_utf8_lossy(&out).into_owned(),
-            String::from_utf8_lossy(&err).into_owned(),
-        )
-    }
+    use crate::cli::run_for_test as run;
 
     #[test]
     fn shared_group_report_names_the_blocker() {
