@@ -13,133 +13,18 @@
 mod dbus_common;
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+use dbus_common::system_bus::{
+    NOBODY, PERMISSIVE, SYSTEM_DEFAULTS, open_tempdir, repo, running_as_root, start_dbus_daemon,
+};
 use dbus_common::{
     Daemon, PATIENCE, assert_refused, client, ok, ok_json, stderr, vgpuctl, vgpuctl_as,
 };
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::{Gid, Group, Pid, geteuid};
+use nix::unistd::{Gid, Group};
 use zbus::{Connection, OwnedVariant};
-
-/// The unprivileged caller: nobody/nogroup on Debian.
-const NOBODY: u32 = 65534;
-
-fn running_as_root() -> bool {
-    if geteuid().is_root() {
-        return true;
-    }
-    eprintln!(
-        "SKIPPED: authorization tests switch to an unprivileged uid with setpriv, which needs root"
-    );
-    false
-}
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// A temporary directory every user can traverse (the unprivileged caller needs to reach the sockets).
-fn open_tempdir() -> tempfile::TempDir {
-    let t = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    t
-}
-
-/// A private `dbus-daemon`; killed by pid when dropped.
-struct DbusDaemon {
-    child: Child,
-    address: String,
-}
-
-impl Drop for DbusDaemon {
-    fn drop(&mut self) {
-        let _ = kill(Pid::from_raw(self.child.id() as i32), Signal::SIGTERM);
-        let _ = self.child.wait();
-    }
-}
-
-/// The default policy of a system bus, as in dbus's shipped `system.conf` (`<policy context="default">`):
-/// anyone connects, nobody owns names or sends method calls unless a service's file allows it.
-const SYSTEM_DEFAULTS: &str = r#"
-    <allow user="*"/>
-    <deny own="*"/>
-    <deny send_type="method_call"/>
-    <allow send_type="signal"/>
-    <allow send_requested_reply="true" send_type="method_return"/>
-    <allow send_requested_reply="true" send_type="error"/>
-    <allow receive_type="method_call"/>
-    <allow receive_type="method_return"/>
-    <allow receive_type="error"/>
-    <allow receive_type="signal"/>
-    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus"/>
-    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Introspectable"/>
-"#;
-
-/// No restriction at all: what a bus without vgpu-manager's policy file lets through.
-const PERMISSIVE: &str = r#"
-    <allow user="*"/>
-    <allow own="*"/>
-    <allow send_type="method_call"/>
-    <allow send_type="signal"/>
-    <allow send_requested_reply="true" send_type="method_return"/>
-    <allow send_requested_reply="true" send_type="error"/>
-    <allow receive_type="method_call"/>
-    <allow receive_type="method_return"/>
-    <allow receive_type="error"/>
-    <allow receive_type="signal"/>
-"#;
-
-/// Starts `dbus-daemon` as a system-type bus on a socket in `dir`, with `default_policy` and, if given,
-/// an included policy file; returns once it listens.
-fn start_dbus_daemon(dir: &Path, default_policy: &str, include: Option<&Path>) -> DbusDaemon {
-    let socket = dir.join("system_bus_socket");
-    let include = include
-        .map(|p| format!("  <include>{}</include>\n", p.display()))
-        .unwrap_or_default();
-    let conf = format!(
-        r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <type>system</type>
-  <listen>unix:path={}</listen>
-  <auth>EXTERNAL</auth>
-  <policy context="default">{default_policy}  </policy>
-{include}</busconfig>
-"#,
-        socket.display()
-    );
-    let conf_path = dir.join("bus.conf");
-    std::fs::write(&conf_path, conf).unwrap();
-    let mut child = Command::new("dbus-daemon")
-        .arg(format!("--config-file={}", conf_path.display()))
-        .args(["--nofork", "--print-address=1"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(dir.join("dbus-daemon.log")).unwrap())
-        .spawn()
-        .expect(
-            "dbus-daemon (Debian package `dbus`) must be installed for the authorization tests",
-        );
-    // dbus-daemon prints its address once it listens.
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert!(
-        line.starts_with("unix:"),
-        "dbus-daemon did not start: {line:?}"
-    );
-    DbusDaemon {
-        child,
-        address: line.trim().to_string(),
-    }
-}
 
 /// Calls `Manager1.Reconcile` (no vgpuctl command makes it) with `dbus-send`, optionally as `uid`.
 async fn reconcile_as(uid: Option<u32>, bus: &str) -> Output {

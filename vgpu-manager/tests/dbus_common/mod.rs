@@ -2,6 +2,8 @@
 //! run the real `vgpuctl` against it, and watch the daemon's signals.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod system_bus;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
