@@ -235,8 +235,8 @@ pub struct GpuView {
 pub enum Reply {
     /// For `ListGpus`.
     Gpus(Vec<GpuView>),
-    /// For `GpuCapacity`: (type id, available instances) in the parent's directory order, and the
-    /// running instances.
+    /// For `GpuCapacity`: (type id, available instances) of each type, in no particular order, and
+    /// the running instances.
     GpuCapacity(Vec<(MdevTypeId, u32)>, Vec<MdevUuid>),
     /// For `ListInstances`.
     Instances(Vec<InstanceView>),

@@ -42,7 +42,7 @@ impl Core {
         }
     }
 
-    fn available(&self, parent: &str, type_id: &MdevTypeId) -> Option<u32> {
+    pub(super) fn available(&self, parent: &str, type_id: &MdevTypeId) -> Option<u32> {
         self.host
             .read_trimmed(&paths::mdev_type_dir(parent, type_id).join("available_instances"))
             .ok()

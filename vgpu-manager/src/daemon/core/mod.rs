@@ -257,18 +257,14 @@ impl Core {
     /// in [`Core::list_gpus`]) and its running instances.
     fn gpu_capacity(&self, id: &str) -> Reply {
         let dir = paths::mdev_parent(id).join("mdev_supported_types");
-        let mut names = self.host.list_optional(&dir).unwrap_or_default();
-        names.sort();
-        let types = names
+        let types = self
+            .host
+            .list_optional(&dir)
+            .unwrap_or_default()
             .into_iter()
             .filter_map(|name| {
                 let type_id: MdevTypeId = name.parse().ok()?;
-                let available = self
-                    .host
-                    .read_trimmed(&dir.join(&name).join("available_instances"))
-                    .ok()?
-                    .parse()
-                    .ok()?;
+                let available = self.available(id, &type_id)?;
                 Some((type_id, available))
             })
             .collect();
