@@ -175,18 +175,7 @@ fn create_destroy_by_type(g: &Guest) -> TestResult {
             instance_path(&uuid.to_string()).to_string(),
         )?;
         // The reply comes after the device exists: no waiting here.
-        ensure_eq(
-            format_args!("{uuid}'s parent and type in sysfs"),
-            device_type(g, &uuid)?,
-            (parent.to_string(), ty.to_string()),
-        )?;
-        ensure_eq(
-            format_args!("{ty} available_instances after Create"),
-            available(&g.host, parent, ty)?,
-            avail - 1,
-        )?;
-        let i = listed(&d, &uuid)?;
-        ensure_entry(&i, "running", "daemon", false)?;
+        let i = ensure_created(g, &d, &uuid, (parent, ty), avail)?;
         ensure_eq(
             format_args!("{uuid} (gpu, parent, type, profile)"),
             (
@@ -252,6 +241,30 @@ fn create_destroy_by_type(g: &Guest) -> TestResult {
     Ok(Outcome::Passed)
 }
 
+/// After a Create returned: the device is in sysfs on `parent` with type `ty`, the type has one
+/// instance fewer available than `avail`, and the daemon lists it as running and its own.
+fn ensure_created(
+    g: &Guest,
+    d: &Vgpud,
+    uuid: &MdevUuid,
+    (parent, ty): (&str, &str),
+    avail: u32,
+) -> Result<InstanceInfo, TestError> {
+    ensure_eq(
+        format_args!("{uuid}'s parent and type in sysfs"),
+        device_type(g, uuid)?,
+        (parent.to_string(), ty.to_string()),
+    )?;
+    ensure_eq(
+        format_args!("{ty} available_instances after Create"),
+        available(&g.host, parent, ty)?,
+        avail - 1,
+    )?;
+    let i = listed(d, uuid)?;
+    ensure_entry(&i, "running", "daemon", false)?;
+    Ok(i)
+}
+
 /// Create by profile with the daemon choosing the GPU: the shipped sample profiles land on the types
 /// their files name (profiles/sample-display-*.toml).
 fn create_by_profile(g: &Guest) -> TestResult {
@@ -267,18 +280,7 @@ fn create_by_profile(g: &Guest) -> TestResult {
         let avail = available(&g.host, parent, ty)?;
         d.create(TargetKind::Profile, profile, "", Some(&uuid))?;
         mdevs.adopt(uuid);
-        ensure_eq(
-            format_args!("profile {profile}: {uuid}'s parent and type in sysfs"),
-            device_type(g, &uuid)?,
-            (parent.to_string(), ty.to_string()),
-        )?;
-        ensure_eq(
-            format_args!("{ty} available_instances after Create"),
-            available(&g.host, parent, ty)?,
-            avail - 1,
-        )?;
-        let i = listed(&d, &uuid)?;
-        ensure_entry(&i, "running", "daemon", false)?;
+        let i = ensure_created(g, &d, &uuid, (parent, ty), avail)?;
         ensure_eq(
             format_args!("{uuid} (gpu, type, profile)"),
             (i.gpu.as_str(), i.type_id.as_str(), i.profile()),
