@@ -78,6 +78,7 @@ fn mutating_commands<'a>(running: &'a str, defined: &'a str) -> Vec<Vec<&'a str>
         vec!["undefine", defined],
         vec!["autostart", defined],
         vec!["autostart", defined, "--disable"],
+        vec!["open-device", running],
     ]
 }
 
@@ -213,6 +214,7 @@ async fn daemon_refuses_by_itself(bus: &str) {
         "Undefine",
         "SetAutostart",
         "SetAutostart",
+        "OpenDevice",
     ];
     for (args, method) in mutating_commands(&running, &defined)
         .into_iter()

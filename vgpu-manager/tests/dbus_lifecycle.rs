@@ -4,12 +4,15 @@
 
 mod dbus_common;
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use dbus_common::{Daemon, PATIENCE, Sig, Signals, assert_refused, client, ok, ok_json, vgpuctl};
 use futures_util::StreamExt;
 use serde_json::Value;
-use vgpu_manager::client::{Gpu1Proxy, INSTANCE_INTERFACE, Instance1Proxy, MANAGER_PATH, SERVICE};
+use vgpu_manager::client::{
+    Gpu1Proxy, INSTANCE_INTERFACE, Instance1Proxy, MANAGER_PATH, SERVICE, instance_path,
+};
 
 fn s(v: &Value, k: &str) -> String {
     v[k].as_str()
@@ -371,6 +374,75 @@ async fn refusals_are_one_clear_line_with_exit_code_2() {
         &vgpuctl("tcp-nonsense", &["list"]).await,
         &["'tcp-nonsense' is not a bus"],
     );
+}
+
+/// `OpenDevice` refusals on a simulated host: each names the instance and the way out. (The hand-off
+/// itself needs real VFIO devices: tests/src/kernel/handoff.rs runs it in the real-kernel guest.)
+#[tokio::test(flavor = "multi_thread")]
+async fn open_device_refusals_name_the_instance_and_the_fix() {
+    let tmp = tempfile::tempdir().unwrap();
+    let daemon = Daemon::embedded(tmp.path(), &tmp.path().join("state")).await;
+    let bus = daemon.bus.clone();
+    let running = s(
+        &ok_json(&vgpuctl(&bus, &["create", "--profile", "vdi-2g", "--json"]).await),
+        "uuid",
+    );
+    let defined = s(
+        &ok_json(&vgpuctl(&bus, &["define", "--profile", "vdi-1g", "--json"]).await),
+        "uuid",
+    );
+    assert_refused(
+        &vgpuctl(&bus, &["open-device", &running]).await,
+        &[&running, "live kernel"],
+    );
+    assert_refused(
+        &vgpuctl(&bus, &["open-device", &defined]).await,
+        &[&defined, "not running", "Start it first"],
+    );
+    let stranger = "4b20d080-1b54-4048-85b3-a6a62d165c01";
+    assert_refused(
+        &vgpuctl(&bus, &["open-device", stranger]).await,
+        &["no instance", stranger],
+    );
+    let list = ok_json(&vgpuctl(&bus, &["list", "--json"]).await);
+    if let Some(f) = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| s(i, "owner") == "foreign")
+    {
+        let u = s(f, "uuid");
+        assert_refused(
+            &vgpuctl(&bus, &["open-device", &u]).await,
+            &[&u, "not created by vgpu-manager"],
+        );
+    }
+    // Options are checked before anything is opened.
+    let conn = client(&bus).await;
+    let path = instance_path(&running);
+    let proxy = instance_proxy(&conn, path.as_str()).await;
+    for (key, value, expect) in [
+        (
+            "backend",
+            zbus::Variant::from("vfio-v3"),
+            "backend 'vfio-v3' is none of",
+        ),
+        (
+            "backend",
+            zbus::Variant::from(7u32),
+            "unknown option 'backend' of type 'u'",
+        ),
+        (
+            "colour",
+            zbus::Variant::from("red"),
+            "unknown option 'colour'",
+        ),
+    ] {
+        let mut options = HashMap::new();
+        options.insert(key, value);
+        let e = proxy.open_device(options).await.unwrap_err().to_string();
+        assert!(e.contains(expect) && e.contains("Invalid"), "{e}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -19,13 +19,16 @@ use thiserror::Error;
 use crate::host::{Host, HostError};
 use crate::ids::{PciAddress, PciId};
 
+mod handoff;
 mod info;
 pub mod kvm;
 mod session;
 pub mod sys;
 mod target;
 
+pub use handoff::OpenedDevice;
 pub use info::{DeviceInfo, IrqInfo, RegionInfo};
+use session::read_config_ids;
 pub use session::{DmaBuffer, Session};
 pub use target::{Backend, Target, TargetState, choose_backend, inspect};
 

@@ -149,42 +149,7 @@ impl Session {
 
     /// Reads vendor and device id from the PCI config region (offset 0 of region 7).
     pub fn config_ids(&self) -> Result<(PciId, PciId), VfioCheckError> {
-        let dev = self.device()?;
-        let not_pci = || VfioCheckError::Vfio {
-            op: "finding the PCI config region".into(),
-            target: self.target,
-            detail:
-                "the device reports no config region of at least 4 bytes (not a vfio-pci device?)"
-                    .into(),
-        };
-        let (_, size, offset) =
-            sys::region_info(dev, super::info::CONFIG_REGION).map_err(|_| not_pci())?;
-        if size < 4 {
-            return Err(not_pci());
-        }
-        let mut buf = [0u8; 4];
-        let n = sys::read_at(dev, &mut buf, offset).map_err(|e| VfioCheckError::Vfio {
-            op: "reading the PCI config region".into(),
-            target: self.target,
-            detail: e.desc().to_string(),
-        })?;
-        if n != 4 {
-            return Err(VfioCheckError::Vfio {
-                op: "reading the PCI config region".into(),
-                target: self.target,
-                detail: format!("short read: {n} of 4 bytes"),
-            });
-        }
-        let (v, d) = ids_from_config(buf);
-        if v.0 == 0xffff {
-            return Err(VfioCheckError::Vfio {
-                op: "reading the PCI config region".into(),
-                target: self.target,
-                detail: "vendor reads 0xffff: the device does not respond (powered off or gone)"
-                    .into(),
-            });
-        }
-        Ok((v, d))
+        read_config_ids(self.device()?, &self.target)
     }
 
     /// Maps `buf` for DMA at its IOVA, read and write.
@@ -238,4 +203,44 @@ impl Drop for Session {
         self.iommufd.take();
         self.container.take();
     }
+}
+
+/// Reads vendor and device id through a VFIO device fd: offset 0 of its PCI config region (index 7).
+pub(super) fn read_config_ids(
+    dev: &impl std::os::fd::AsRawFd,
+    target: &Target,
+) -> Result<(PciId, PciId), VfioCheckError> {
+    let not_pci = || VfioCheckError::Vfio {
+        op: "finding the PCI config region".into(),
+        target: *target,
+        detail: "the device reports no config region of at least 4 bytes (not a vfio-pci device?)"
+            .into(),
+    };
+    let (_, size, offset) =
+        sys::region_info(dev, super::info::CONFIG_REGION).map_err(|_| not_pci())?;
+    if size < 4 {
+        return Err(not_pci());
+    }
+    let mut buf = [0u8; 4];
+    let n = sys::read_at(dev, &mut buf, offset).map_err(|e| VfioCheckError::Vfio {
+        op: "reading the PCI config region".into(),
+        target: *target,
+        detail: e.desc().to_string(),
+    })?;
+    if n != 4 {
+        return Err(VfioCheckError::Vfio {
+            op: "reading the PCI config region".into(),
+            target: *target,
+            detail: format!("short read: {n} of 4 bytes"),
+        });
+    }
+    let (v, d) = ids_from_config(buf);
+    if v.0 == 0xffff {
+        return Err(VfioCheckError::Vfio {
+            op: "reading the PCI config region".into(),
+            target: *target,
+            detail: "vendor reads 0xffff: the device does not respond (powered off or gone)".into(),
+        });
+    }
+    Ok((v, d))
 }

@@ -6,12 +6,22 @@
 //! `VFIO_IOMMU_UNMAP_DMA` + 14; each takes a pointer to its argsz-prefixed struct).
 //! This is the hardware layer: every `unsafe` block states why it is sound.
 
+use std::ffi::CString;
 use std::mem::size_of;
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+
+use iommufd_bindings::iommufd::{
+    IOMMUFD_CMD_IOAS_ALLOC, IOMMUFD_CMD_IOAS_MAP, IOMMUFD_CMD_IOAS_UNMAP, IOMMUFD_TYPE,
+    iommu_ioas_alloc, iommu_ioas_map, iommu_ioas_unmap,
+    iommufd_ioas_map_flags_IOMMU_IOAS_MAP_FIXED_IOVA,
+    iommufd_ioas_map_flags_IOMMU_IOAS_MAP_READABLE,
+    iommufd_ioas_map_flags_IOMMU_IOAS_MAP_WRITEABLE,
+};
 
 use nix::errno::Errno;
 use vfio_bindings::bindings::vfio::{
-    VFIO_BASE, VFIO_DMA_MAP_FLAG_READ, VFIO_DMA_MAP_FLAG_WRITE, VFIO_TYPE, vfio_device_info,
+    VFIO_BASE, VFIO_DMA_MAP_FLAG_READ, VFIO_DMA_MAP_FLAG_WRITE, VFIO_TYPE,
+    vfio_device_attach_iommufd_pt, vfio_device_bind_iommufd, vfio_device_info, vfio_group_status,
     vfio_iommu_type1_dma_map, vfio_iommu_type1_dma_unmap, vfio_irq_info, vfio_region_info,
 };
 
@@ -134,4 +144,217 @@ pub fn raw_type1_unmap(container: &impl AsRawFd, iova: u64, size: u64) -> Result
     // the kernel reads and writes only the fixed-size struct.
     unsafe { iommu_unmap_dma(container.as_raw_fd(), &mut unmap) }?;
     Ok(unmap.size)
+}
+
+// The hand-off (`super::handoff`) opens devices with the raw ioctl sequence instead of vfio-ioctls'
+// objects, whose Drop detaches the group from its container or the device from its IOAS: the daemon
+// closes its copies right after sending them, and the receiving VMM must keep a working device.
+//
+// ABI source: include/uapi/linux/vfio.h (`VFIO_GET_API_VERSION` = VFIO_BASE + 0, `VFIO_CHECK_EXTENSION`
+// + 1 and `VFIO_SET_IOMMU` + 2 taking an int by value, `VFIO_GROUP_GET_STATUS` + 3,
+// `VFIO_GROUP_SET_CONTAINER` + 4 taking a pointer to the container fd, `VFIO_GROUP_GET_DEVICE_FD` + 6
+// taking a pointer to the device name and returning the fd, `VFIO_DEVICE_BIND_IOMMUFD` + 18,
+// `VFIO_DEVICE_ATTACH_IOMMUFD_PT` + 19) and include/uapi/linux/iommufd.h (`IOMMU_IOAS_ALLOC`,
+// `IOMMU_IOAS_MAP`, `IOMMU_IOAS_UNMAP`: `_IO(IOMMUFD_TYPE, IOMMUFD_CMD_*)`).
+
+nix::ioctl_none_bad!(
+    /// `VFIO_GET_API_VERSION`.
+    get_api_version,
+    nix::request_code_none!(VFIO_TYPE, VFIO_BASE)
+);
+nix::ioctl_write_int_bad!(
+    /// `VFIO_CHECK_EXTENSION`.
+    check_extension,
+    nix::request_code_none!(VFIO_TYPE, VFIO_BASE + 1)
+);
+nix::ioctl_write_int_bad!(
+    /// `VFIO_SET_IOMMU`.
+    set_iommu,
+    nix::request_code_none!(VFIO_TYPE, VFIO_BASE + 2)
+);
+nix::ioctl_readwrite_bad!(
+    /// `VFIO_GROUP_GET_STATUS`.
+    group_get_status,
+    nix::request_code_none!(VFIO_TYPE, VFIO_BASE + 3),
+    vfio_group_status
+);
+nix::ioctl_write_ptr_bad!(
+    /// `VFIO_GROUP_SET_CONTAINER`.
+    group_set_container,
+    nix::request_code_none!(VFIO_TYPE, VFIO_BASE + 4),
+    std::os::raw::c_int
+);
+nix::ioctl_write_ptr_bad!(
+    /// `VFIO_GROUP_GET_DEVICE_FD`.
+    group_get_device_fd,
+    nix::request_code_none!(VFIO_TYPE, VFIO_BASE + 6),
+    std::os::raw::c_char
+);
+nix::ioctl_readwrite_bad!(
+    /// `VFIO_DEVICE_BIND_IOMMUFD`.
+    device_bind_iommufd,
+    nix::request_code_none!(VFIO_TYPE, VFIO_BASE + 18),
+    vfio_device_bind_iommufd
+);
+nix::ioctl_readwrite_bad!(
+    /// `VFIO_DEVICE_ATTACH_IOMMUFD_PT`.
+    device_attach_iommufd_pt,
+    nix::request_code_none!(VFIO_TYPE, VFIO_BASE + 19),
+    vfio_device_attach_iommufd_pt
+);
+nix::ioctl_readwrite_bad!(
+    /// `IOMMU_IOAS_ALLOC`.
+    ioas_alloc,
+    nix::request_code_none!(IOMMUFD_TYPE, IOMMUFD_CMD_IOAS_ALLOC),
+    iommu_ioas_alloc
+);
+nix::ioctl_readwrite_bad!(
+    /// `IOMMU_IOAS_MAP`.
+    ioas_map,
+    nix::request_code_none!(IOMMUFD_TYPE, IOMMUFD_CMD_IOAS_MAP),
+    iommu_ioas_map
+);
+nix::ioctl_readwrite_bad!(
+    /// `IOMMU_IOAS_UNMAP`.
+    ioas_unmap,
+    nix::request_code_none!(IOMMUFD_TYPE, IOMMUFD_CMD_IOAS_UNMAP),
+    iommu_ioas_unmap
+);
+
+/// `VFIO_GET_API_VERSION` on a container.
+pub(crate) fn api_version(container: &impl AsRawFd) -> Result<i32, Errno> {
+    // SAFETY: the ioctl takes no argument; the fd is borrowed for the call.
+    unsafe { get_api_version(container.as_raw_fd()) }
+}
+
+/// `VFIO_CHECK_EXTENSION(ext)`: true when the container supports the extension.
+pub(crate) fn has_extension(container: &impl AsRawFd, ext: u32) -> Result<bool, Errno> {
+    let ext = i32::try_from(ext).map_err(|_| Errno::EINVAL)?;
+    // SAFETY: the argument is an int passed by value; the kernel reads nothing from our memory.
+    let r = unsafe { check_extension(container.as_raw_fd(), ext) }?;
+    Ok(r > 0)
+}
+
+/// `VFIO_SET_IOMMU(model)` on a container with at least one group.
+pub(crate) fn set_iommu_model(container: &impl AsRawFd, model: u32) -> Result<(), Errno> {
+    let model = i32::try_from(model).map_err(|_| Errno::EINVAL)?;
+    // SAFETY: as in `has_extension`.
+    unsafe { set_iommu(container.as_raw_fd(), model) }?;
+    Ok(())
+}
+
+/// `VFIO_GROUP_GET_STATUS`: the group's flags (`VFIO_GROUP_FLAGS_*`).
+pub(crate) fn group_status(group: &impl AsRawFd) -> Result<u32, Errno> {
+    let mut status = vfio_group_status {
+        argsz: argsz::<vfio_group_status>(),
+        flags: 0,
+    };
+    // SAFETY: `status` is a valid, argsz-prefixed vfio_group_status the kernel fills in.
+    unsafe { group_get_status(group.as_raw_fd(), &mut status) }?;
+    Ok(status.flags)
+}
+
+/// `VFIO_GROUP_SET_CONTAINER`: attaches the group to the container.
+pub(crate) fn group_attach(group: &impl AsRawFd, container: &impl AsRawFd) -> Result<(), Errno> {
+    let fd: std::os::raw::c_int = container.as_raw_fd();
+    // SAFETY: the kernel reads one int (the container fd, open for the duration of the call).
+    unsafe { group_set_container(group.as_raw_fd(), &fd) }?;
+    Ok(())
+}
+
+/// `VFIO_GROUP_GET_DEVICE_FD(name)`: a new fd for the device `name` of the group.
+pub(crate) fn group_device_fd(group: &impl AsRawFd, name: &str) -> Result<OwnedFd, Errno> {
+    let name = CString::new(name).map_err(|_| Errno::EINVAL)?;
+    // SAFETY: `name` is a NUL-terminated string that outlives the call; the kernel reads it with
+    // strndup_user and returns a new fd on success.
+    let fd = unsafe { group_get_device_fd(group.as_raw_fd(), name.as_ptr()) }?;
+    // SAFETY: on success the ioctl returns a freshly installed fd that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `VFIO_DEVICE_BIND_IOMMUFD`: binds a device cdev to an iommufd; returns the device id in it.
+pub(crate) fn bind_iommufd(device: &impl AsRawFd, iommufd: &impl AsRawFd) -> Result<u32, Errno> {
+    let mut bind = vfio_device_bind_iommufd {
+        argsz: argsz::<vfio_device_bind_iommufd>(),
+        flags: 0,
+        iommufd: iommufd.as_raw_fd(),
+        ..Default::default()
+    };
+    // SAFETY: `bind` is a valid, argsz-prefixed struct with flags 0 (so the optional token pointer is
+    // not read); the kernel writes out_devid.
+    unsafe { device_bind_iommufd(device.as_raw_fd(), &mut bind) }?;
+    Ok(bind.out_devid)
+}
+
+/// `VFIO_DEVICE_ATTACH_IOMMUFD_PT`: attaches a bound device to the IOAS (or page table) `pt_id`.
+pub(crate) fn attach_pt(device: &impl AsRawFd, pt_id: u32) -> Result<(), Errno> {
+    let mut attach = vfio_device_attach_iommufd_pt {
+        argsz: argsz::<vfio_device_attach_iommufd_pt>(),
+        flags: 0,
+        pt_id,
+        pasid: 0,
+    };
+    // SAFETY: `attach` is a valid, argsz-prefixed struct with flags 0 (no PASID); the kernel may write
+    // back pt_id.
+    unsafe { device_attach_iommufd_pt(device.as_raw_fd(), &mut attach) }?;
+    Ok(())
+}
+
+/// `IOMMU_IOAS_ALLOC`: a new, empty IOAS in the iommufd; returns its id.
+pub(crate) fn alloc_ioas(iommufd: &impl AsRawFd) -> Result<u32, Errno> {
+    let mut alloc = iommu_ioas_alloc {
+        size: argsz::<iommu_ioas_alloc>(),
+        flags: 0,
+        out_ioas_id: 0,
+    };
+    // SAFETY: `alloc` is a valid, size-prefixed iommu_ioas_alloc the kernel fills in.
+    unsafe { ioas_alloc(iommufd.as_raw_fd(), &mut alloc) }?;
+    Ok(alloc.out_ioas_id)
+}
+
+/// `IOMMU_IOAS_MAP` at a fixed IOVA, read+write.
+///
+/// # Safety
+///
+/// As for [`raw_type1_map`]: `vaddr..vaddr+size` stays mapped in this process until
+/// [`raw_ioas_unmap`] of the range succeeds, and no Rust reference to it is live meanwhile.
+pub unsafe fn raw_ioas_map(
+    iommufd: &impl AsRawFd,
+    ioas_id: u32,
+    iova: u64,
+    size: u64,
+    vaddr: u64,
+) -> Result<(), Errno> {
+    let mut map = iommu_ioas_map {
+        size: argsz::<iommu_ioas_map>(),
+        flags: iommufd_ioas_map_flags_IOMMU_IOAS_MAP_FIXED_IOVA
+            | iommufd_ioas_map_flags_IOMMU_IOAS_MAP_READABLE
+            | iommufd_ioas_map_flags_IOMMU_IOAS_MAP_WRITEABLE,
+        ioas_id,
+        __reserved: 0,
+        user_va: vaddr,
+        length: size,
+        iova,
+    };
+    // SAFETY: `map` is a valid, size-prefixed iommu_ioas_map; the caller guarantees the memory contract.
+    unsafe { ioas_map(iommufd.as_raw_fd(), &mut map) }?;
+    Ok(())
+}
+
+/// `IOMMU_IOAS_UNMAP`; returns the number of bytes the kernel unmapped.
+pub fn raw_ioas_unmap(
+    iommufd: &impl AsRawFd,
+    ioas_id: u32,
+    iova: u64,
+    size: u64,
+) -> Result<u64, Errno> {
+    let mut unmap = iommu_ioas_unmap {
+        size: argsz::<iommu_ioas_unmap>(),
+        ioas_id,
+        iova,
+        length: size,
+    };
+    // SAFETY: `unmap` is a valid, size-prefixed iommu_ioas_unmap the kernel reads and writes back.
+    unsafe { ioas_unmap(iommufd.as_raw_fd(), &mut unmap) }?;
+    Ok(unmap.length)
 }

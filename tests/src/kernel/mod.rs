@@ -23,6 +23,7 @@ pub mod daemon;
 pub mod daemon_events;
 pub mod discovery;
 pub mod guest;
+pub mod handoff;
 pub mod harness;
 pub mod iommu;
 pub mod lifecycle;
@@ -48,6 +49,7 @@ pub fn all_tests() -> Vec<Test<Guest>> {
     tests.extend(lifecycle::tests());
     tests.extend(discovery::tests());
     tests.extend(vfio::tests());
+    tests.extend(handoff::tests());
     tests.extend(daemon::tests());
     tests.extend(qemu_attach::tests());
     tests

@@ -152,6 +152,11 @@ impl Vgpud {
     /// Starts `vgpud --sysfs-root / --listen unix:path=<work>/bus.sock --state-dir <state>` (log in
     /// `<work>/vgpud-N.log`) and waits until it owns its bus name.
     pub fn spawn(work: &Path, state: &Path) -> Result<Vgpud, TestError> {
+        Vgpud::spawn_with(work, state, &[])
+    }
+
+    /// [`Vgpud::spawn`] with more command-line arguments (e.g. `--admin-group NAME`).
+    pub fn spawn_with(work: &Path, state: &Path, extra: &[&str]) -> Result<Vgpud, TestError> {
         static STARTS: AtomicUsize = AtomicUsize::new(0);
         let bin = binary()?;
         let bus = format!("unix:path={}", work.join("bus.sock").display());
@@ -164,6 +169,7 @@ impl Vgpud {
         let child = Command::new(&bin)
             .args(["--sysfs-root", "/", "--listen", &bus, "--state-dir"])
             .arg(state)
+            .args(extra)
             .env("VGPU_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

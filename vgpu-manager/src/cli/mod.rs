@@ -12,6 +12,7 @@ mod daemon_cmds;
 mod discover;
 mod host_select;
 mod mdevctl;
+mod open_device;
 mod pool;
 mod preflight;
 mod profiles;
@@ -110,9 +111,11 @@ enum Command {
         /// The shell.
         shell: clap_complete::Shell,
     },
-    /// Print the man page, or write one page per command into --dir.
     /// Open an mdev or a device on vfio-pci through VFIO as a VMM would (needs root, live kernel).
     Preflight(preflight::PreflightArgs),
+    /// Receive a running instance's VFIO fds from vgpud (as an unprivileged VMM does) and check them,
+    /// or run a command (a VMM) with them.
+    OpenDevice(open_device::OpenDeviceArgs),
     /// Whether a PCI device may be handed to a guest through VFIO (its IOMMU group); changes nothing.
     Viability {
         /// The PCI address (`0000:01:00.0` or `01:00.0`).
@@ -121,6 +124,7 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print the man page, or write one page per command into --dir.
     Manpage {
         /// Write vgpuctl.1 and vgpuctl-COMMAND.1 files here.
         #[arg(long, value_name = "DIR")]
@@ -180,6 +184,16 @@ where
             }
         };
     }
+    if let Command::OpenDevice(a) = &cli.command {
+        return match open_device::run(&cli.bus, a, out) {
+            Ok(true) => 0,
+            Ok(false) => preflight::EXIT_FAILED,
+            Err(e) => {
+                let _ = writeln!(err, "vgpuctl: {e}");
+                EXIT_USAGE
+            }
+        };
+    }
     match dispatch(&cli, out) {
         Ok(()) => 0,
         // A reader that went away (`vgpuctl list | head`) is not an error worth a message.
@@ -213,7 +227,7 @@ fn dispatch(cli: &Cli, out: &mut dyn Write) -> Result<(), CliError> {
         Command::Mdevctl(c) => mdevctl::run(c, &cli.bus, out),
         Command::Completions { shell } => completions::completions(*shell, out),
         // Handled in `run` (its exit code depends on the report).
-        Command::Preflight(_) => Ok(()),
+        Command::Preflight(_) | Command::OpenDevice(_) => Ok(()),
         Command::Viability { addr, json } => viability::viability(&cli.host, addr, *json, out),
         Command::Manpage { dir } => completions::manpage(dir.as_deref(), out),
     }

@@ -4,7 +4,9 @@
 
 use std::io::Write;
 
-use mdev_types::vfio::{Backend, PreflightOptions, StepOutcome, Target, preflight};
+use mdev_types::vfio::{
+    Backend, PreflightOptions, PreflightReport, StepOutcome, Target, preflight,
+};
 
 use super::{CliError, HostArgs, write_json};
 
@@ -17,6 +19,17 @@ pub(super) enum BackendArg {
     Type1,
     /// iommufd + the vfio device cdev.
     Iommufd,
+}
+
+impl BackendArg {
+    /// The forced backend, or `None` for the automatic choice.
+    pub(super) fn forced(self) -> Option<Backend> {
+        match self {
+            BackendArg::Auto => None,
+            BackendArg::Type1 => Some(Backend::Type1),
+            BackendArg::Iommufd => Some(Backend::Iommufd),
+        }
+    }
 }
 
 /// The options of `vgpuctl preflight`.
@@ -58,20 +71,25 @@ pub(super) fn run(
         ));
     }
     let opts = PreflightOptions {
-        backend: match args.backend {
-            BackendArg::Auto => None,
-            BackendArg::Type1 => Some(Backend::Type1),
-            BackendArg::Iommufd => Some(Backend::Iommufd),
-        },
+        backend: args.backend.forced(),
         dma_size: (args.dma_mib as usize) << 20,
         kvm: !args.no_kvm,
     };
     let host = host.open()?;
     let report =
         preflight(host.as_ref(), &target, &opts).map_err(|e| CliError::Host(e.to_string()))?;
-    if args.json {
-        write_json(out, &report)?;
-        return Ok(report.passed);
+    print_report(out, &report, args.json)?;
+    Ok(report.passed)
+}
+
+/// Prints a preflight report: JSON, or a header line and one line per step.
+pub(super) fn print_report(
+    out: &mut dyn Write,
+    report: &PreflightReport,
+    json: bool,
+) -> Result<(), CliError> {
+    if json {
+        return write_json(out, report);
     }
     writeln!(
         out,
@@ -97,7 +115,7 @@ pub(super) fn run(
         )?;
     }
     writeln!(out, "  total {:.3} ms", report.total_micros as f64 / 1000.0)?;
-    Ok(report.passed)
+    Ok(())
 }
 
 #[cfg(test)]

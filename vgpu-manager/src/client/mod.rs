@@ -7,12 +7,14 @@
 
 mod bus;
 mod error;
+mod handoff;
 pub mod pools;
 pub mod proxy;
 pub mod wire;
 
 pub use bus::{BusAddress, connect, connect_daemon};
 pub use error::ClientError;
+pub use handoff::open_device;
 pub use pools::{PoolGpu, PoolStatus, PoolSummary, SchedulingView, SlotRow};
 pub use proxy::{Gpu1Proxy, Instance1Proxy, Manager1Proxy};
 pub use wire::{GpuInfo, InstanceInfo, TypeSlot};

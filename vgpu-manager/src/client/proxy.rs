@@ -161,4 +161,18 @@ pub trait Instance1 {
     fn iommu_group(&self) -> zbus::Result<i32>;
     #[zbus(property)]
     fn created_at(&self) -> zbus::Result<u64>;
+    /// JSON of the last preflight (empty before the first).
+    #[zbus(property)]
+    fn health(&self) -> zbus::Result<String>;
+
+    /// Opens the instance through VFIO as a VMM would; JSON of a
+    /// [`mdev_types::vfio::PreflightReport`] (also kept in `Health`).
+    fn preflight(&self) -> zbus::Result<String>;
+
+    /// Opens the running instance for the caller: (device fd, IOMMU fd, backend, IOAS id, IOMMU group).
+    /// Options: `backend` (s: auto, type1, iommufd). [`super::open_device`] wraps it.
+    fn open_device(
+        &self,
+        options: HashMap<&str, Variant<'_>>,
+    ) -> zbus::Result<(zbus::OwnedFd, zbus::OwnedFd, String, u32, u32)>;
 }

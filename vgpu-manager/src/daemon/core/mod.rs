@@ -32,6 +32,7 @@ mod pool;
 mod pool_record;
 mod reconcile;
 mod sched;
+mod vfio;
 mod views;
 
 pub use reconcile::ReconcileScope;
@@ -156,19 +157,7 @@ impl Core {
             Command::GetScheduling { gpu } => self.get_scheduling(&gpu),
             Command::PlanScheduling { gpu, requests } => self.plan_scheduling(&gpu, &requests),
             Command::ApplyScheduling { gpu, requests } => self.apply_scheduling(&gpu, &requests),
-            Command::Preflight { uuid } => {
-                let target = mdev_types::vfio::Target::Mdev(uuid);
-                match mdev_types::vfio::preflight(self.host.as_ref(), &target, &Default::default())
-                {
-                    Ok(r) => serde_json::to_value(r)
-                        .map(Reply::Report)
-                        .map_err(|e| CoreError::Invalid(format!("preflight report: {e}"))),
-                    Err(mdev_types::vfio::VfioCheckError::NoSuchTarget(_)) => {
-                        Err(CoreError::NotFound { uuid })
-                    }
-                    Err(e) => Err(CoreError::State(e.to_string())),
-                }
-            }
+            Command::Preflight { uuid } => self.preflight(uuid),
         }
     }
 

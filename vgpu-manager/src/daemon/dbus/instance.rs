@@ -6,14 +6,52 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use mdev_types::vfio::Backend;
 use zbus::message::Header;
 use zbus::object_server::SignalEmitter;
-use zbus::{Connection, ObjectServer, Variant, interface};
+use zbus::{Connection, ObjectServer, OwnedVariant, Variant, interface};
 
 use super::errors::ApiError;
 use super::manager::Manager;
 use crate::client::{InstanceInfo, MANAGER_PATH, instance_path};
-use crate::daemon::api::{Command, InstanceState, InstanceView, Ownership, Reply};
+use crate::daemon::api::{Command, CoreError, InstanceState, InstanceView, Ownership, Reply};
+
+/// What `OpenDevice` returns: device fd, IOMMU fd (type1 container or iommufd), backend (`type1` or
+/// `iommufd`), IOAS id (0 for type1), IOMMU group.
+type OpenDeviceReply = (zbus::OwnedFd, zbus::OwnedFd, String, u32, u32);
+
+/// The `backend` option of `OpenDevice`: `type1`, `iommufd`, or `auto` (the default).
+fn parse_open_options(
+    options: &HashMap<String, OwnedVariant>,
+) -> Result<Option<Backend>, ApiError> {
+    let known = "backend (s: auto, type1, iommufd)";
+    let mut backend = None;
+    for (key, value) in options {
+        match (key.as_str(), &**value) {
+            ("backend", Variant::Str(s)) => {
+                backend = match s.as_str() {
+                    "auto" | "" => None,
+                    "type1" => Some(Backend::Type1),
+                    "iommufd" => Some(Backend::Iommufd),
+                    other => {
+                        return Err(CoreError::Invalid(format!(
+                            "OpenDevice: backend '{other}' is none of auto, type1, iommufd"
+                        ))
+                        .into());
+                    }
+                }
+            }
+            _ => {
+                return Err(CoreError::Invalid(format!(
+                    "OpenDevice: unknown option '{key}' of type '{}'; known options: {known}",
+                    value.value_signature()
+                ))
+                .into());
+            }
+        }
+    }
+    Ok(backend)
+}
 
 /// Adds `checked_at` (seconds since the Unix epoch) to a preflight report.
 fn stamped(mut report: serde_json::Value) -> serde_json::Value {
@@ -251,6 +289,46 @@ impl InstanceObject {
         // A lost signal only delays clients until their next read.
         let _ = self.health_changed(&emitter).await;
         Ok(text)
+    }
+
+    /// Opens the running instance through VFIO for the caller — a VMM that may not open `/dev/vfio`
+    /// itself — and hands over the fds: (device fd, IOMMU fd, backend, IOAS id, IOMMU group). The IOMMU
+    /// fd is the type1 container (backend `type1`, IOAS id 0) or the iommufd whose IOAS `ioas_id` the
+    /// device is attached to (backend `iommufd`); the caller maps guest memory through it
+    /// (VFIO_IOMMU_MAP_DMA or IOMMU_IOAS_MAP). Options: `backend` (s: auto, type1, iommufd). Needs the
+    /// same rights as the Manager's changes. The device stays open until the caller closes both fds;
+    /// meanwhile Preflight and a second OpenDevice find it busy.
+    async fn open_device(
+        &self,
+        options: HashMap<String, OwnedVariant>,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(object_server)] server: &ObjectServer,
+    ) -> Result<OpenDeviceReply, ApiError> {
+        let backend = parse_open_options(&options)?;
+        let manager = server
+            .interface::<_, Manager>(MANAGER_PATH)
+            .await
+            .map_err(ApiError::internal)?;
+        let shared = Arc::clone(&manager.get().await.shared);
+        let caller = shared.auth.authorize_change(conn, &hdr).await?;
+        let uuid = self.view.uuid;
+        let exec = Arc::clone(&shared.exec);
+        let opened = tokio::task::spawn_blocking(move || exec.open_device(uuid, backend))
+            .await
+            .map_err(ApiError::internal)??;
+        tracing::info!(%caller, %uuid, device = %opened, "handing a VFIO device to a client");
+        let backend = match opened.backend {
+            Backend::Type1 => "type1",
+            Backend::Iommufd => "iommufd",
+        };
+        Ok((
+            opened.device.into(),
+            opened.iommu.into(),
+            backend.to_string(),
+            opened.ioas_id.unwrap_or(0),
+            opened.iommu_group,
+        ))
     }
 }
 

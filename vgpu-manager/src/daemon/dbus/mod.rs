@@ -42,6 +42,19 @@ pub trait Executor: Send + Sync + 'static {
     fn views_generation(&self) -> Option<u64> {
         None
     }
+    /// Opens a running instance through VFIO for hand-off to a VMM (see
+    /// [`Core::open_device`](crate::daemon::core::Core::open_device)); blocking. Executors without
+    /// devices refuse.
+    fn open_device(
+        &self,
+        uuid: mdev_types::ids::MdevUuid,
+        backend: Option<mdev_types::vfio::Backend>,
+    ) -> Result<mdev_types::vfio::OpenedDevice, CoreError> {
+        let _ = (uuid, backend);
+        Err(CoreError::NotSupported(
+            "this daemon has no devices to open".into(),
+        ))
+    }
 }
 
 impl Executor for crate::daemon::core::Core {
@@ -55,6 +68,14 @@ impl Executor for crate::daemon::core::Core {
 
     fn views_generation(&self) -> Option<u64> {
         Some(crate::daemon::core::Core::views_generation(self))
+    }
+
+    fn open_device(
+        &self,
+        uuid: mdev_types::ids::MdevUuid,
+        backend: Option<mdev_types::vfio::Backend>,
+    ) -> Result<mdev_types::vfio::OpenedDevice, CoreError> {
+        crate::daemon::core::Core::open_device(self, uuid, backend)
     }
 }
 

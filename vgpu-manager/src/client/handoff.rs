@@ -1,0 +1,73 @@
+//! Receiving a device from vgpud: `Instance1.OpenDevice` hands over the fds a VMM needs, so the VMM
+//! can run without the rights to open `/dev/vfio` itself.
+
+use std::collections::HashMap;
+
+use mdev_types::ids::MdevUuid;
+use mdev_types::vfio::{Backend, OpenedDevice, Target};
+use zbus::{Connection, Variant};
+
+use super::{ClientError, Instance1Proxy, instance_path};
+
+/// Asks vgpud for the fds of running instance `uuid` through `backend` (or the daemon's choice). The
+/// device stays open as long as the returned value (or its fds) lives.
+pub async fn open_device(
+    conn: &Connection,
+    bus: &str,
+    uuid: &MdevUuid,
+    backend: Option<Backend>,
+) -> Result<OpenedDevice, ClientError> {
+    let call_err = |e| ClientError::from_call("OpenDevice", bus, e);
+    let path = instance_path(&uuid.to_string());
+    let proxy = Instance1Proxy::builder(conn)
+        .path(path)
+        .build()
+        .await
+        .map_err(call_err)?;
+    let mut options = HashMap::new();
+    let name = match backend {
+        None => "auto",
+        Some(Backend::Type1) => "type1",
+        Some(Backend::Iommufd) => "iommufd",
+    };
+    options.insert("backend", Variant::from(name));
+    let (device, iommu, kind, ioas, group) = proxy.open_device(options).await.map_err(|e| {
+        // Instances are objects: an unknown UUID has none.
+        let unknown = match &e {
+            zbus::Error::FDO(f) => matches!(**f, zbus::fdo::Error::UnknownObject(_)),
+            zbus::Error::MethodError(name, _, _) => {
+                name.as_str() == "org.freedesktop.DBus.Error.UnknownObject"
+            }
+            _ => false,
+        };
+        if unknown {
+            ClientError::Daemon {
+                kind: "NotFound".into(),
+                message: format!("no instance {uuid}: `vgpuctl list` shows the instances"),
+            }
+        } else {
+            call_err(e)
+        }
+    })?;
+    let backend = match kind.as_str() {
+        "type1" => Backend::Type1,
+        "iommufd" => Backend::Iommufd,
+        other => {
+            return Err(ClientError::Bus {
+                method: "OpenDevice".into(),
+                source: zbus::Error::Failure(format!(
+                    "the daemon answered with unknown backend '{other}'"
+                )),
+            });
+        }
+    };
+    let ioas_id = (backend == Backend::Iommufd).then_some(ioas);
+    Ok(OpenedDevice::from_parts(
+        Target::Mdev(*uuid),
+        group,
+        backend,
+        device.into(),
+        iommu.into(),
+        ioas_id,
+    ))
+}
