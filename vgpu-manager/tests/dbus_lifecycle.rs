@@ -437,6 +437,11 @@ async fn open_device_refusals_name_the_instance_and_the_fix() {
             zbus::Variant::from("red"),
             "unknown option 'colour'",
         ),
+        (
+            "bind",
+            zbus::Variant::from("yes"),
+            "unknown option 'bind' of type 's'",
+        ),
     ] {
         let mut options = HashMap::new();
         options.insert(key, value);

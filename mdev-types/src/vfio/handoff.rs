@@ -43,7 +43,9 @@ pub struct OpenedDevice {
     pub device: OwnedFd,
     /// The type1 container or the iommufd (DMA mappings).
     pub iommu: OwnedFd,
-    /// The IOAS the device is attached to (iommufd only).
+    /// The IOAS the device is attached to (iommufd only). `None` with iommufd: the device fd is the
+    /// cdev not yet bound to the iommufd (an unbound hand-off, for VMMs that bind it themselves, as
+    /// QEMU does with `-device vfio-pci,fd=`); [`OpenedDevice::bind_and_attach`] binds it.
     pub ioas_id: Option<u32>,
 }
 
@@ -77,20 +79,55 @@ fn open_rw(target: &Target, path: &Path, busy_hint: &str) -> Result<OwnedFd, Vfi
 }
 
 impl OpenedDevice {
-    /// Opens `target` for hand-off through the backend `forced`, or the automatic choice. Nothing stays
-    /// open in this process once the returned value is dropped (or its fds are sent and closed).
+    /// Opens `target` for hand-off through the backend `forced`, or the automatic choice. With `bind`
+    /// the device is ready for DMA mappings (type1: group in a container with TYPE1v2 set; iommufd:
+    /// cdev bound and attached to a fresh IOAS); without, the cdev and the iommufd are handed over
+    /// as they are (iommufd only: a type1 device fd exists only once its group is in a container).
+    /// Nothing stays open in this process once the returned value is dropped (or its fds are sent and
+    /// closed).
     pub fn open(
         host: &dyn crate::host::Host,
         target: &Target,
         forced: Option<Backend>,
+        bind: bool,
     ) -> Result<OpenedDevice, VfioCheckError> {
         let state = inspect(host, target)?;
         ensure_live(host, &state)?;
-        let (backend, _) = resolve_backend(host, &state, forced)?;
+        let (backend, why) = resolve_backend(host, &state, forced)?;
         match backend {
+            Backend::Type1 if !bind => Err(VfioCheckError::BackendUnavailable {
+                backend: Backend::Iommufd,
+                target: *target,
+                reason: format!(
+                    "an unbound hand-off needs the device's cdev and /dev/iommu, and the type1 container was {}",
+                    if forced.is_some() {
+                        "forced".to_string()
+                    } else {
+                        why
+                    }
+                ),
+            }),
             Backend::Type1 => open_type1(&state),
-            Backend::Iommufd => open_iommufd(&state),
+            Backend::Iommufd => open_iommufd(&state, bind),
         }
+    }
+
+    /// Binds an unbound iommufd hand-off to its iommufd and attaches it to a new IOAS (what a VMM
+    /// does with the fds); returns the IOAS id. Already attached: returns it.
+    pub fn bind_and_attach(&mut self) -> Result<u32, VfioCheckError> {
+        if let Some(ioas) = self.ioas_id {
+            return Ok(ioas);
+        }
+        if self.backend != Backend::Iommufd {
+            return Err(VfioCheckError::Vfio {
+                op: "binding the device".into(),
+                target: self.target,
+                detail: "a type1 device is bound when its fd is made".into(),
+            });
+        }
+        let ioas = attach_iommufd(&self.device, &self.iommu, &self.target)?;
+        self.ioas_id = Some(ioas);
+        Ok(ioas)
     }
 
     /// Reassembles what a receiver got (the fds, and the backend and IOAS id from the same reply).
@@ -183,9 +220,16 @@ impl OpenedDevice {
 
     /// Proves the fds work the way a VMM uses them: device info, config ids, a DMA map and unmap of
     /// `dma_size` bytes. A failed step is in the report (as in [`super::preflight`]).
-    pub fn check(&self, dma_size: usize) -> PreflightReport {
+    /// An unbound iommufd hand-off is bound and attached first (step `bind-attach`).
+    pub fn check(&mut self, dma_size: usize) -> PreflightReport {
         let start = Instant::now();
         let mut steps = Steps(Vec::new());
+        if self.backend == Backend::Iommufd && self.ioas_id.is_none() {
+            steps.run("bind-attach", || {
+                self.bind_and_attach()
+                    .map(|ioas| ((), format!("bound to the iommufd, attached to IOAS {ioas}")))
+            });
+        }
         let mut device = steps.run("device-info", || {
             let i = self.device_info()?;
             let text = i.summary();
@@ -322,7 +366,7 @@ fn open_type1(state: &TargetState) -> Result<OpenedDevice, VfioCheckError> {
     })
 }
 
-fn open_iommufd(state: &TargetState) -> Result<OpenedDevice, VfioCheckError> {
+fn open_iommufd(state: &TargetState, bind: bool) -> Result<OpenedDevice, VfioCheckError> {
     let t = &state.target;
     let cdev = state
         .cdev
@@ -338,26 +382,35 @@ fn open_iommufd(state: &TargetState) -> Result<OpenedDevice, VfioCheckError> {
         &Path::new("/dev/vfio/devices").join(cdev),
         " (the device is already open: by a running VMM, a preflight, or an earlier OpenDevice whose fds are still open)",
     )?;
-    sys::bind_iommufd(&device, &iommufd).map_err(|e| {
-        failed(
-            t,
-            format!("VFIO_DEVICE_BIND_IOMMUFD of {cdev}"),
-            e,
-            " (the device is already open — by a running VMM, a preflight, or an earlier OpenDevice whose fds are still open — or its group is open through the type1 API)",
-        )
-    })?;
-    let ioas =
-        sys::alloc_ioas(&iommufd).map_err(|e| failed(t, "IOMMU_IOAS_ALLOC".into(), e, ""))?;
-    sys::attach_pt(&device, ioas)
-        .map_err(|e| failed(t, format!("VFIO_DEVICE_ATTACH_IOMMUFD_PT({ioas})"), e, ""))?;
+    let ioas_id = if bind {
+        Some(attach_iommufd(&device, &iommufd, t)?)
+    } else {
+        None
+    };
     Ok(OpenedDevice {
         target: *t,
         iommu_group: state.iommu_group,
         backend: Backend::Iommufd,
         device,
         iommu: iommufd,
-        ioas_id: Some(ioas),
+        ioas_id,
     })
+}
+
+/// BIND_IOMMUFD, IOAS_ALLOC, ATTACH_IOMMUFD_PT: returns the IOAS id.
+fn attach_iommufd(device: &OwnedFd, iommufd: &OwnedFd, t: &Target) -> Result<u32, VfioCheckError> {
+    sys::bind_iommufd(device, iommufd).map_err(|e| {
+        failed(
+            t,
+            "VFIO_DEVICE_BIND_IOMMUFD".into(),
+            e,
+            " (the device is already open — by a running VMM, a preflight, or an earlier OpenDevice whose fds are still open — or its group is open through the type1 API)",
+        )
+    })?;
+    let ioas = sys::alloc_ioas(iommufd).map_err(|e| failed(t, "IOMMU_IOAS_ALLOC".into(), e, ""))?;
+    sys::attach_pt(device, ioas)
+        .map_err(|e| failed(t, format!("VFIO_DEVICE_ATTACH_IOMMUFD_PT({ioas})"), e, ""))?;
+    Ok(ioas)
 }
 
 /// The raw fd numbers, for logs.
@@ -393,7 +446,7 @@ mod tests {
         let ty = parent.types[0].id.clone();
         let uuid: crate::ids::MdevUuid = "6a1f0c2e-9b3d-4c1a-8e2f-0d5b7a9c1e01".parse().unwrap();
         crate::ops::create_mdev(&h, &parent.name, &ty, &uuid).unwrap();
-        let e = OpenedDevice::open(&h, &Target::Mdev(uuid), None).unwrap_err();
+        let e = OpenedDevice::open(&h, &Target::Mdev(uuid), None, true).unwrap_err();
         assert!(matches!(e, VfioCheckError::NotLive { .. }), "{e}");
     }
 

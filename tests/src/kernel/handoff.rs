@@ -41,7 +41,7 @@ const VMM_UID: u32 = 4242;
 /// An unprivileged user outside it.
 const STRANGER_UID: u32 = 4243;
 /// mbochs' config-space ids (samples/vfio-mdev/mbochs.c `mbochs_create_config_space`).
-const MBOCHS_IDS: &str = "vendor 1234, device 1111";
+const MBOCHS_IDS: &str = "vendor 0x1234, device 0x1111";
 
 /// Adds the two users and the group to the guest's (RAM-backed) /etc files unless present, so that
 /// vgpud can resolve the callers (getpwuid, getgrouplist).
@@ -137,26 +137,58 @@ fn vfio_fds_of(pid: u32) -> Vec<String> {
             d.flatten()
                 .filter_map(|e| std::fs::read_link(e.path()).ok())
                 .map(|l| l.display().to_string())
-                .filter(|l| l.starts_with("/dev/vfio") || l == "/dev/iommu" || l.contains("vfio"))
+                .filter(|l| {
+                    l.starts_with("/dev/vfio")
+                        || l == "/dev/iommu"
+                        || l.starts_with("anon_inode:[vfio")
+                })
                 .collect()
         })
         .unwrap_or_default()
 }
 
+/// vgpud trusting [`GROUP`], a copy of vgpuctl any user can run, and one running mbochs instance.
+struct Fixture {
+    /// Kept for its Drop (removes the directory).
+    _work: Workdir,
+    vgpuctl: PathBuf,
+    d: Vgpud,
+    uuid: mdev_types::ids::MdevUuid,
+}
+
+impl Fixture {
+    fn new(tag: &str) -> Result<Fixture, TestError> {
+        ensure_accounts()?;
+        let work = Workdir::new(tag)?;
+        let vgpuctl = vgpuctl_copy(work.path())?;
+        let d = Vgpud::spawn_with(
+            work.path(),
+            &work.path().join("state"),
+            &["--admin-group", GROUP],
+        )?;
+        let uuid = test_uuid(tag, 0);
+        d.create(TargetKind::Type, "mbochs-small", "mbochs", Some(&uuid))
+            .map_err(check_err)?;
+        Ok(Fixture {
+            _work: work,
+            vgpuctl,
+            d,
+            uuid,
+        })
+    }
+
+    fn finish(self) -> TestResult {
+        self.d.destroy(&self.uuid).map_err(check_err)?;
+        self.d.stop()?;
+        Ok(Outcome::Passed)
+    }
+}
+
 fn unprivileged_vmm(g: &Guest) -> TestResult {
-    ensure_accounts()?;
-    let work = Workdir::new("handoff")?;
-    let vgpuctl = vgpuctl_copy(work.path())?;
-    let d = Vgpud::spawn_with(
-        work.path(),
-        &work.path().join("state"),
-        &["--admin-group", GROUP],
-    )?;
+    let f = Fixture::new("vfio_handoff")?;
+    let (vgpuctl, d, uuid) = (&f.vgpuctl, &f.d, f.uuid);
     let bus = d.bus().to_string();
-    let uuid = test_uuid("vfio_handoff", 0);
     let u = uuid.to_string();
-    d.create(TargetKind::Type, "mbochs-small", "mbochs", Some(&uuid))
-        .map_err(check_err)?;
     let group = d
         .get_instance(&uuid)
         .map_err(check_err)?
@@ -178,68 +210,67 @@ fn unprivileged_vmm(g: &Guest) -> TestResult {
     if expected_backend(g) == Backend::Iommufd {
         backends.push(Backend::Iommufd);
     }
+    // Receives the fds as uid VMM_UID with `extra` options and checks them: `first` steps (the
+    // receiver's own binding, for unbound hand-offs), then device info, config ids, DMA map and unmap.
+    let check = |name: &str, extra: &[&str], first: &[&str]| -> Result<(), TestError> {
+        let mut args = vec![
+            "--bus",
+            &bus,
+            "open-device",
+            &u,
+            "--backend",
+            name,
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let o = run_as(VMM_UID, vgpuctl, &args)?;
+        let out = text(&o.stdout);
+        ensure(o.status.success(), || {
+            format!(
+                "open-device {args:?} as uid {VMM_UID}: {}\n{out}{}",
+                o.status,
+                text(&o.stderr)
+            )
+        })?;
+        let r: serde_json::Value = serde_json::from_str(&out).map_err(check_err)?;
+        ensure_eq(
+            format_args!("backend of {out}"),
+            &r["backend"],
+            &serde_json::json!(name),
+        )?;
+        let steps: Vec<(String, String)> = r["steps"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|s| {
+                        (
+                            s["name"].as_str().unwrap_or_default().to_string(),
+                            s["outcome"].as_str().unwrap_or_default().to_string(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let passed = |n: &str| (n.to_string(), "passed".to_string());
+        let mut expected: Vec<(String, String)> = first.iter().map(|n| passed(n)).collect();
+        expected.extend(["device-info", "config-read", "dma-map", "dma-unmap"].map(passed));
+        ensure_eq(
+            format_args!("steps of the received fds ({out})"),
+            steps,
+            expected,
+        )?;
+        let ids = r["steps"][first.len() + 1]["detail"]
+            .as_str()
+            .unwrap_or_default();
+        ensure_eq(
+            "config ids read through the received device fd",
+            ids,
+            MBOCHS_IDS,
+        )
+    };
     for b in backends {
         let name = backend_name(b);
-        let check = || -> Result<(), TestError> {
-            let o = run_as(
-                VMM_UID,
-                &vgpuctl,
-                &[
-                    "--bus",
-                    &bus,
-                    "open-device",
-                    &u,
-                    "--backend",
-                    name,
-                    "--json",
-                ],
-            )?;
-            let out = text(&o.stdout);
-            ensure(o.status.success(), || {
-                format!(
-                    "open-device --backend {name} as uid {VMM_UID}: {}\n{out}{}",
-                    o.status,
-                    text(&o.stderr)
-                )
-            })?;
-            let r: serde_json::Value = serde_json::from_str(&out).map_err(check_err)?;
-            ensure_eq(
-                format_args!("backend of {out}"),
-                &r["backend"],
-                &serde_json::json!(name),
-            )?;
-            let steps: Vec<(String, String)> = r["steps"]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .map(|s| {
-                            (
-                                s["name"].as_str().unwrap_or_default().to_string(),
-                                s["outcome"].as_str().unwrap_or_default().to_string(),
-                            )
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
-            let passed = |n: &str| (n.to_string(), "passed".to_string());
-            ensure_eq(
-                format_args!("steps of the received fds ({out})"),
-                steps,
-                vec![
-                    passed("device-info"),
-                    passed("config-read"),
-                    passed("dma-map"),
-                    passed("dma-unmap"),
-                ],
-            )?;
-            let ids = r["steps"][1]["detail"].as_str().unwrap_or_default();
-            ensure_eq(
-                "config ids read through the received device fd",
-                ids,
-                MBOCHS_IDS,
-            )
-        };
-        check()?;
+        check(name, &[], &[])?;
 
         // Exec mode: the fds survive into the command, which finds a second open refused.
         let script = format!(
@@ -250,7 +281,7 @@ fn unprivileged_vmm(g: &Guest) -> TestResult {
         );
         let o = run_as(
             VMM_UID,
-            &vgpuctl,
+            vgpuctl,
             &[
                 "--bus",
                 &bus,
@@ -289,7 +320,7 @@ fn unprivileged_vmm(g: &Guest) -> TestResult {
         )?;
 
         // The holder is gone: the device is free again, and vgpud kept nothing open.
-        check()?;
+        check(name, &[], &[])?;
         if let Some(pid) = d.pid() {
             let held = vfio_fds_of(pid);
             ensure(held.is_empty(), || {
@@ -298,7 +329,29 @@ fn unprivileged_vmm(g: &Guest) -> TestResult {
         }
     }
 
-    let o = run_as(STRANGER_UID, &vgpuctl, &["--bus", &bus, "open-device", &u])?;
+    // Unbound: the receiver binds the cdev itself (as QEMU does); type1 cannot hand out an unbound
+    // device.
+    if expected_backend(g) == Backend::Iommufd {
+        check("iommufd", &["--unbound"], &["bind-attach"])?;
+    } else {
+        let o = run_as(
+            VMM_UID,
+            vgpuctl,
+            &["--bus", &bus, "open-device", &u, "--unbound"],
+        )?;
+        let err = text(&o.stderr);
+        ensure(
+            o.status.code() == Some(2) && err.contains("/dev/iommu") && err.contains(&u),
+            || {
+                format!(
+                    "--unbound without iommufd was not refused clearly: {} {err}",
+                    o.status
+                )
+            },
+        )?;
+    }
+
+    let o = run_as(STRANGER_UID, vgpuctl, &["--bus", &bus, "open-device", &u])?;
     let err = text(&o.stderr);
     ensure(
         o.status.code() == Some(2)
@@ -312,7 +365,5 @@ fn unprivileged_vmm(g: &Guest) -> TestResult {
         },
     )?;
 
-    d.destroy(&uuid).map_err(check_err)?;
-    d.stop()?;
-    Ok(Outcome::Passed)
+    f.finish()
 }

@@ -5,8 +5,8 @@
 //! map and unmap through the container or IOAS (exit 1 when a step fails; `--json` prints the
 //! report). With `-- COMMAND ARGS…` it runs COMMAND in its place with both fds inherited: `{device-fd}`,
 //! `{iommu-fd}` and `{ioas-id}` in ARGS are replaced, and `VGPU_DEVICE_FD`, `VGPU_IOMMU_FD`,
-//! `VGPU_IOMMU_BACKEND`, `VGPU_IOAS_ID` and `VGPU_IOMMU_GROUP` are set. For QEMU (iommufd backend):
-//! `vgpuctl open-device UUID --backend iommufd -- qemu-system-x86_64 … -object
+//! `VGPU_IOMMU_BACKEND`, `VGPU_IOAS_ID` and `VGPU_IOMMU_GROUP` are set. QEMU binds the device itself, so it takes the unbound form:
+//! `vgpuctl open-device UUID --unbound -- qemu-system-x86_64 … -object
 //! iommufd,id=iommufd0,fd={iommu-fd} -device vfio-pci,iommufd=iommufd0,fd={device-fd}`.
 
 use std::io::Write;
@@ -33,6 +33,10 @@ pub(super) struct OpenDeviceArgs {
     /// Size of the DMA buffer of the check, in MiB (it is pinned: mind RLIMIT_MEMLOCK).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=4096))]
     dma_mib: u32,
+    /// Receive the device's cdev unbound, with a fresh iommufd, as VMMs that bind it themselves expect
+    /// (QEMU's `-object iommufd,fd={iommu-fd} -device vfio-pci,iommufd=…,fd={device-fd}`); iommufd only.
+    #[arg(long)]
+    unbound: bool,
     /// Print the check's report as JSON (docs/json.md, as `preflight --json`).
     #[arg(long)]
     json: bool,
@@ -57,9 +61,16 @@ pub(super) fn run(
         .enable_all()
         .build()
         .map_err(ClientError::Runtime)?;
-    let opened = rt.block_on(async {
+    let mut opened = rt.block_on(async {
         let conn = connect_daemon(&address).await?;
-        open_device(&conn, &address.to_string(), &uuid, args.backend.forced()).await
+        open_device(
+            &conn,
+            &address.to_string(),
+            &uuid,
+            args.backend.forced(),
+            !args.unbound,
+        )
+        .await
     })?;
     drop(rt);
     if args.command.is_empty() {

@@ -9,13 +9,15 @@ use zbus::{Connection, Variant};
 
 use super::{ClientError, Instance1Proxy, instance_path};
 
-/// Asks vgpud for the fds of running instance `uuid` through `backend` (or the daemon's choice). The
-/// device stays open as long as the returned value (or its fds) lives.
+/// Asks vgpud for the fds of running instance `uuid` through `backend` (or the daemon's choice), bound
+/// and attached for DMA or, with `bind` false, as the unbound cdev and an iommufd (see
+/// [`OpenedDevice::open`]). The device stays open as long as the returned value (or its fds) lives.
 pub async fn open_device(
     conn: &Connection,
     bus: &str,
     uuid: &MdevUuid,
     backend: Option<Backend>,
+    bind: bool,
 ) -> Result<OpenedDevice, ClientError> {
     let call_err = |e| ClientError::from_call("OpenDevice", bus, e);
     let path = instance_path(&uuid.to_string());
@@ -31,6 +33,7 @@ pub async fn open_device(
         Some(Backend::Iommufd) => "iommufd",
     };
     options.insert("backend", Variant::from(name));
+    options.insert("bind", Variant::from(bind));
     let (device, iommu, kind, ioas, group) = proxy.open_device(options).await.map_err(|e| {
         // Instances are objects: an unknown UUID has none.
         let unknown = match &e {
@@ -61,7 +64,7 @@ pub async fn open_device(
             });
         }
     };
-    let ioas_id = (backend == Backend::Iommufd).then_some(ioas);
+    let ioas_id = (backend == Backend::Iommufd && ioas != 0).then_some(ioas);
     Ok(OpenedDevice::from_parts(
         Target::Mdev(*uuid),
         group,

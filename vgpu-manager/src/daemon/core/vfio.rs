@@ -27,14 +27,15 @@ impl Core {
             .map_err(|e| CoreError::Invalid(format!("preflight report: {e}")))
     }
 
-    /// Opens running instance `uuid` through VFIO (the backend `backend`, or the automatic choice) so
-    /// its fds can be handed to a VMM. Only instances vgpu-manager manages are handed out, and only
+    /// Opens running instance `uuid` through VFIO (the backend `backend`, or the automatic choice;
+    /// bound and attached for DMA or not: [`OpenedDevice::open`]) so its fds can be handed to a VMM. Only instances vgpu-manager manages are handed out, and only
     /// while running. This is outside [`crate::daemon::api::Command`] because its result carries open
     /// fds, which are not data; the caller must be authorized like any change.
     pub fn open_device(
         &self,
         uuid: MdevUuid,
         backend: Option<Backend>,
+        bind: bool,
     ) -> Result<OpenedDevice, CoreError> {
         let parent = lock(&self.views)
             .get(&uuid)
@@ -55,7 +56,7 @@ impl Core {
                     "instance {uuid} is not running, so there is no device to open: Start it first"
                 )));
             }
-            OpenedDevice::open(self.host.as_ref(), &Target::Mdev(uuid), backend)
+            OpenedDevice::open(self.host.as_ref(), &Target::Mdev(uuid), backend, bind)
                 .map_err(|e| vfio_error(uuid, e))
         })
     }

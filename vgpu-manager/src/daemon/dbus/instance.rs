@@ -20,12 +20,14 @@ use crate::daemon::api::{Command, CoreError, InstanceState, InstanceView, Owners
 /// `iommufd`), IOAS id (0 for type1), IOMMU group.
 type OpenDeviceReply = (zbus::OwnedFd, zbus::OwnedFd, String, u32, u32);
 
-/// The `backend` option of `OpenDevice`: `type1`, `iommufd`, or `auto` (the default).
+/// The options of `OpenDevice`: `backend` (s: auto, type1, iommufd; default auto) and `bind` (b,
+/// default true).
 fn parse_open_options(
     options: &HashMap<String, OwnedVariant>,
-) -> Result<Option<Backend>, ApiError> {
-    let known = "backend (s: auto, type1, iommufd)";
+) -> Result<(Option<Backend>, bool), ApiError> {
+    let known = "backend (s: auto, type1, iommufd), bind (b)";
     let mut backend = None;
+    let mut bind = true;
     for (key, value) in options {
         match (key.as_str(), &**value) {
             ("backend", Variant::Str(s)) => {
@@ -41,6 +43,7 @@ fn parse_open_options(
                     }
                 }
             }
+            ("bind", Variant::Bool(b)) => bind = *b,
             _ => {
                 return Err(CoreError::Invalid(format!(
                     "OpenDevice: unknown option '{key}' of type '{}'; known options: {known}",
@@ -50,7 +53,7 @@ fn parse_open_options(
             }
         }
     }
-    Ok(backend)
+    Ok((backend, bind))
 }
 
 /// Adds `checked_at` (seconds since the Unix epoch) to a preflight report.
@@ -295,8 +298,10 @@ impl InstanceObject {
     /// itself — and hands over the fds: (device fd, IOMMU fd, backend, IOAS id, IOMMU group). The IOMMU
     /// fd is the type1 container (backend `type1`, IOAS id 0) or the iommufd whose IOAS `ioas_id` the
     /// device is attached to (backend `iommufd`); the caller maps guest memory through it
-    /// (VFIO_IOMMU_MAP_DMA or IOMMU_IOAS_MAP). Options: `backend` (s: auto, type1, iommufd). Needs the
-    /// same rights as the Manager's changes. The device stays open until the caller closes both fds;
+    /// (VFIO_IOMMU_MAP_DMA or IOMMU_IOAS_MAP). Options: `backend` (s: auto, type1, iommufd) and `bind`
+    /// (b, default true): false hands over the device's cdev unbound with a fresh iommufd (IOAS id 0)
+    /// for VMMs that bind it themselves, such as QEMU's `-object iommufd,fd=` and
+    /// `-device vfio-pci,fd=` (iommufd only). Needs the same rights as the Manager's changes. The device stays open until the caller closes both fds;
     /// meanwhile Preflight and a second OpenDevice find it busy.
     async fn open_device(
         &self,
@@ -305,7 +310,7 @@ impl InstanceObject {
         #[zbus(connection)] conn: &Connection,
         #[zbus(object_server)] server: &ObjectServer,
     ) -> Result<OpenDeviceReply, ApiError> {
-        let backend = parse_open_options(&options)?;
+        let (backend, bind) = parse_open_options(&options)?;
         let manager = server
             .interface::<_, Manager>(MANAGER_PATH)
             .await
@@ -314,7 +319,7 @@ impl InstanceObject {
         let caller = shared.auth.authorize_change(conn, &hdr).await?;
         let uuid = self.view.uuid;
         let exec = Arc::clone(&shared.exec);
-        let opened = tokio::task::spawn_blocking(move || exec.open_device(uuid, backend))
+        let opened = tokio::task::spawn_blocking(move || exec.open_device(uuid, backend, bind))
             .await
             .map_err(ApiError::internal)??;
         tracing::info!(%caller, %uuid, device = %opened, "handing a VFIO device to a client");

@@ -49,8 +49,9 @@ pub trait Executor: Send + Sync + 'static {
         &self,
         uuid: mdev_types::ids::MdevUuid,
         backend: Option<mdev_types::vfio::Backend>,
+        bind: bool,
     ) -> Result<mdev_types::vfio::OpenedDevice, CoreError> {
-        let _ = (uuid, backend);
+        let _ = (uuid, backend, bind);
         Err(CoreError::NotSupported(
             "this daemon has no devices to open".into(),
         ))
@@ -74,8 +75,9 @@ impl Executor for crate::daemon::core::Core {
         &self,
         uuid: mdev_types::ids::MdevUuid,
         backend: Option<mdev_types::vfio::Backend>,
+        bind: bool,
     ) -> Result<mdev_types::vfio::OpenedDevice, CoreError> {
-        crate::daemon::core::Core::open_device(self, uuid, backend)
+        crate::daemon::core::Core::open_device(self, uuid, backend, bind)
     }
 }
 
