@@ -349,17 +349,7 @@ pub(crate) fn create_vf_target(
         ));
     }
     if *enable_vfs {
-        match enable {
-            VfEnable::Sysfs => {
-                // Documentation/ABI/testing/sysfs-driver-intel-xe-sriov and the issue: set
-                // sriov_drivers_autoprobe=0 before sriov_numvfs so the VFs stay free for vfio-pci.
-                set_sriov_autoprobe(host, pf, false)?;
-                set_sriov_numvfs(host, pf, *num_vfs)?;
-            }
-            VfEnable::AtModuleLoad(how) => {
-                return Err(unsupported(b, "enable VFs", how));
-            }
-        }
+        self::enable_vfs(host, pf, *num_vfs, enable, b)?;
     }
     let vf = match vf {
         Some(v) => *v,
@@ -375,6 +365,27 @@ pub(crate) fn create_vf_target(
     };
     let bind = bind_driver(host, &vf, "vfio-pci")?;
     Ok(Created::Vf { pf: *pf, vf, bind })
+}
+
+/// Enables `num_vfs` VFs on `pf` the way `enable` says, leaving them without a host driver. Writing the
+/// count that is already enabled changes nothing (drivers/pci/iov.c `sriov_numvfs_store`).
+pub(crate) fn enable_vfs(
+    host: &dyn Host,
+    pf: &PciAddress,
+    num_vfs: u32,
+    enable: VfEnable,
+    b: &dyn Backend,
+) -> Result<(), BackendError> {
+    match enable {
+        VfEnable::Sysfs => {
+            // Documentation/ABI/testing/sysfs-driver-intel-xe-sriov and the issue: set
+            // sriov_drivers_autoprobe=0 before sriov_numvfs so the VFs stay free for vfio-pci.
+            set_sriov_autoprobe(host, pf, false)?;
+            set_sriov_numvfs(host, pf, num_vfs)?;
+            Ok(())
+        }
+        VfEnable::AtModuleLoad(how) => Err(unsupported(b, "enable VFs", how)),
+    }
 }
 
 /// The first VF of `pf` (`virtfn0`), when enabled.

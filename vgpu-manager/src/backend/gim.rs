@@ -138,6 +138,11 @@ impl GimBackend {
     }
 }
 
+/// GIM makes its VFs itself when it loads.
+const GIM_VFS: VfEnable = VfEnable::AtModuleLoad(
+    "GIM enables VFs only when it loads, from vf_num: set `options gim vf_num=N` (or vf_num in /etc/gim_config for the older GIM) and reload gim",
+);
+
 impl Backend for GimBackend {
     fn kind(&self) -> BackendKind {
         BackendKind::AmdGim
@@ -176,15 +181,11 @@ impl Backend for GimBackend {
     }
 
     fn create(&self, host: &dyn Host, req: &CreateRequest) -> Result<Created, BackendError> {
-        common::create_vf_target(
-            host,
-            &self.pf,
-            req,
-            VfEnable::AtModuleLoad(
-                "GIM enables VFs only when it loads, from vf_num: set `options gim vf_num=N` (or vf_num in /etc/gim_config for the older GIM) and reload gim",
-            ),
-            self,
-        )
+        common::create_vf_target(host, &self.pf, req, GIM_VFS, self)
+    }
+
+    fn enable_vfs(&self, host: &dyn Host, num_vfs: u32) -> Result<(), BackendError> {
+        common::enable_vfs(host, &self.pf, num_vfs, GIM_VFS, self)
     }
 
     fn destroy(&self, host: &dyn Host, created: &Created) -> Result<(), BackendError> {

@@ -124,6 +124,10 @@ impl Backend for I915IovBackend {
         common::create_vf_target(host, &self.pf, req, VfEnable::Sysfs, self)
     }
 
+    fn enable_vfs(&self, host: &dyn Host, num_vfs: u32) -> Result<(), BackendError> {
+        common::enable_vfs(host, &self.pf, num_vfs, VfEnable::Sysfs, self)
+    }
+
     fn destroy(&self, host: &dyn Host, created: &Created) -> Result<(), BackendError> {
         common::destroy_vf(host, created, self)
     }

@@ -215,6 +215,18 @@ pub trait Backend: fmt::Debug + Send + Sync {
     /// Undoes [`Backend::create`].
     fn destroy(&self, host: &dyn Host, created: &Created) -> Result<(), BackendError>;
 
+    /// Enables `num_vfs` SR-IOV VFs on its PF (before creates that assign them), leaving them without
+    /// a host driver. Backends whose VFs come into existence otherwise refuse with the way to do it.
+    fn enable_vfs(&self, host: &dyn Host, num_vfs: u32) -> Result<(), BackendError> {
+        let _ = host;
+        Err(BackendError::Unsupported {
+            gpu: self.gpu().to_string(),
+            backend: self.kind().to_string(),
+            what: format!("enable {num_vfs} VFs"),
+            why: "this interface has no SR-IOV VFs to enable".into(),
+        })
+    }
+
     /// One request per slot that exists now, all of weight 1 (what `plan` is given when the operator
     /// names no weights).
     fn default_requests(&self) -> Vec<SchedRequest> {

@@ -169,6 +169,10 @@ impl Backend for XeBackend {
         common::destroy_vf(host, created, self)
     }
 
+    fn enable_vfs(&self, host: &dyn Host, num_vfs: u32) -> Result<(), BackendError> {
+        common::enable_vfs(host, &self.pf, num_vfs, VfEnable::Sysfs, self)
+    }
+
     fn plan(&self, requests: &[SchedRequest], opts: &PlanOptions) -> SchedPlan {
         let slots = self.slots();
         let (pairs, refusals) = assign(requests, &slots, "VF");

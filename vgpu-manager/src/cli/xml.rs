@@ -12,8 +12,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::Args;
-use mdev_types::ids::MdevUuid;
-use qemu_glue::{DomainSpec, Hostdev, MdevDisplay, VgpuRequest, VgpuTarget};
+use mdev_types::ids::{MdevUuid, PciAddress};
+use qemu_glue::{DomainSpec, Hostdev, MdevDisplay, PciHostdev, VfBinding, VgpuRequest, VgpuTarget};
 
 use super::CliError;
 use super::daemon_cmds::BusArgs;
@@ -150,8 +150,28 @@ fn render_pool(args: &XmlArgs, pools: &[PoolStatus], out: &mut dyn Write) -> Res
                 slot.profile, slot.index, slot.uuid
             ))
         })?;
-        let hostdev = Hostdev::Mdev { uuid, display };
-        let what = format!("slot {name}/{}/{} ({uuid})", slot.profile, slot.index);
+        // A VF slot is given to the guest as its PCI function; vgpud bound it (or the NVIDIA driver
+        // owns it), so libvirt must leave the binding alone.
+        let vf = match &slot.vf {
+            Some(a) => Some(a.parse::<PciAddress>().map_err(|_| {
+                CliError::BadArgument(format!(
+                    "vgpud reports slot {}/{} of pool '{name}' on VF '{a}', which is not a PCI address",
+                    slot.profile, slot.index
+                ))
+            })?),
+            None => None,
+        };
+        let hostdev = match vf {
+            Some(a) => Hostdev::Pci(PciHostdev::new(a, VfBinding::BoundByVgpuManager)),
+            None => Hostdev::Mdev { uuid, display },
+        };
+        let what = match vf {
+            Some(a) => format!(
+                "slot {name}/{}/{} ({uuid}, VF {a})",
+                slot.profile, slot.index
+            ),
+            None => format!("slot {name}/{}/{} ({uuid})", slot.profile, slot.index),
+        };
         if args.qemu {
             writeln!(out, "# {what}\n{}", hostdev.qemu_args().join(" "))?;
             continue;
@@ -160,13 +180,14 @@ fn render_pool(args: &XmlArgs, pools: &[PoolStatus], out: &mut dyn Write) -> Res
             write!(out, "<!-- {what} -->\n{}", hostdev.libvirt_xml(0))?;
             continue;
         }
-        // The slot was made from its profile, so any GPU that fits it will do (as for a UUID made from a
-        // profile, see `request`).
-        let request = VgpuRequest {
+        // An mdev slot was made from its profile, so any GPU that fits it will do (as for a UUID made
+        // from a profile, see `request`). A VF slot is kept by the pool itself: no request for the
+        // hook.
+        let request = vf.is_none().then(|| VgpuRequest {
             uuid,
             target: VgpuTarget::Profile(slot.profile.clone()),
             gpu: None,
-        };
+        });
         let domain = format!("{name}-{}-{}", slot.profile, slot.index);
         let xml = domain_xml(args, &domain, hostdev, request)?;
         write!(out, "<!-- {what} -->\n{xml}")?;
@@ -179,13 +200,13 @@ fn domain_xml(
     args: &XmlArgs,
     name: &str,
     hostdev: Hostdev,
-    request: VgpuRequest,
+    request: Option<VgpuRequest>,
 ) -> Result<String, CliError> {
     let mut spec = DomainSpec::desktop(name, vec![hostdev]);
     spec.memory_mib = args.memory;
     spec.vcpus = args.vcpus;
     spec.disk = args.disk.clone();
-    spec.vgpus.push(request);
+    spec.vgpus.extend(request);
     spec.to_xml()
         .map_err(|e| CliError::BadArgument(e.to_string()))
 }
@@ -221,7 +242,7 @@ fn run_with(
         Some(n) => n.clone(),
         None => format!("vdi-{}", &uuid.to_string()[..8]),
     };
-    let xml = domain_xml(args, &name, hostdev, request(&info, uuid)?)?;
+    let xml = domain_xml(args, &name, hostdev, Some(request(&info, uuid)?))?;
     write!(out, "{xml}")?;
     Ok(())
 }
@@ -290,6 +311,7 @@ mod tests {
 
     fn slot(profile: &str, index: u32, uuid: &str, gpu: Option<&str>) -> SlotRow {
         SlotRow {
+            vf: None,
             profile: profile.into(),
             index,
             uuid: uuid.into(),

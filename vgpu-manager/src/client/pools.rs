@@ -29,6 +29,11 @@ pub struct SlotRow {
     pub type_id: Option<String>,
     /// `running`, `stopped`, `waiting-for-parent`, or `missing` (no instance).
     pub state: String,
+    /// For a slot held by an SR-IOV VF (xe/i915/GIM VF on vfio-pci, NVIDIA vendor-VFIO vGPU): the VF's
+    /// PCI address, which a guest is given (`<hostdev type='pci' managed='no'>`: vgpud bound it, or the
+    /// NVIDIA driver owns it, so libvirt must not rebind it); `None` for mdev slots.
+    #[serde(default)]
+    pub vf: Option<String>,
 }
 
 /// The slots of a pool on one GPU.

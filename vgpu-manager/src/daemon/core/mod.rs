@@ -32,6 +32,7 @@ mod pool;
 mod pool_record;
 mod reconcile;
 mod sched;
+mod vf_slots;
 mod vfio;
 mod views;
 
@@ -112,6 +113,7 @@ impl Core {
         };
         *lock(&core.known_parents) = core.parents_now();
         core.reconcile(ReconcileScope::Startup)?;
+        core.reconcile_vf_slots();
         Ok(core)
     }
 

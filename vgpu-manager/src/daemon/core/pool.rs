@@ -2,12 +2,14 @@
 //!
 //! Apply is all-or-nothing as far as the daemon can make it:
 //! * **Refused before any change** when the plan leaves a profile short (the exact shortfall per
-//!   profile is the message) or when a step needs something vgpud cannot create yet (SR-IOV VF slots:
-//!   enabling VFs, xe/GIM VFs, NVIDIA vendor-VFIO vGPUs — the core makes only mdev instances).
-//! * **Steps** run through the core's own commands ([`Command::Define`], [`Command::Start`],
+//!   profile is the message).
+//! * **mdev slots** run through the core's own commands ([`Command::Define`], [`Command::Start`],
 //!   [`Command::Destroy`]), so the ledger protocol, per-parent locks, the kernel's capacity check and
 //!   persistence apply to slots exactly as to any instance. A slot is defined (autostart as the pool
 //!   says) with its stable UUID, labelled `pool:<pool>/<profile>/<index>`, then started.
+//! * **VF slots** (xe/i915 VFs on vfio-pci, NVIDIA vendor-VFIO vGPUs; see [`super::vf_slots`]) are
+//!   made through the GPU's vendor backend: `EnableVfs` steps enable the PF's VFs (autoprobe off),
+//!   each slot takes a free VF and is recorded before the VF is touched.
 //! * **Stopped slots**: the plan sees running instances only. A slot of the pool that is defined but
 //!   stopped is started again when the plan puts it where it is defined, moved (destroyed and defined
 //!   anew) when the plan puts it elsewhere, and removed when the pool no longer wants it. A definition
@@ -65,6 +67,17 @@ enum Undo {
     Stop(MdevUuid),
     /// The apply removed it: define (or create) and start it again as it was.
     Restore(Box<InstanceView>),
+    /// The apply made this VF slot: give its VF back.
+    ReleaseVf(MdevUuid),
+    /// The apply released this VF slot: make it again.
+    RecreateVf(Box<super::vf_slots::VfSlotRecord>),
+    /// The apply enabled VFs on this PF, which had `previous` before.
+    NumVfs {
+        /// The PF.
+        pf: mdev_types::ids::PciAddress,
+        /// Its VF count before.
+        previous: u32,
+    },
 }
 
 /// `profile/index` of a slot.
@@ -117,63 +130,6 @@ fn shortfall_message(plan: &PoolPlan) -> Option<String> {
     ))
 }
 
-/// Steps the core cannot execute (anything but mdev creates and removes), as one message.
-fn unsupported_message(plan: &PoolPlan) -> Option<String> {
-    // Per GPU, in plan order: what it would need.
-    let mut per_gpu: Vec<(String, Vec<String>)> = Vec::new();
-    let mut slots = 0usize;
-    for step in &plan.steps {
-        let (gpu, what) = match step {
-            Step::Create {
-                target: OptionTarget::Mdev { .. },
-                ..
-            }
-            | Step::Remove { .. } => continue,
-            Step::EnableVfs { gpu, num_vfs, .. } => (gpu, format!("enabling {num_vfs} VFs")),
-            Step::Create { gpu, target, .. } => {
-                slots += 1;
-                (gpu, target.backend().to_string())
-            }
-        };
-        match per_gpu.iter_mut().find(|(g, _)| g == gpu) {
-            Some((_, w)) => w.push(what),
-            None => per_gpu.push((gpu.clone(), vec![what])),
-        }
-    }
-    if per_gpu.is_empty() {
-        return None;
-    }
-    let list: Vec<String> = per_gpu
-        .iter()
-        .map(|(g, whats)| {
-            // "enabling 8 VFs, 8 × sriov-vf" rather than eight repeated words.
-            let mut counted: Vec<(String, usize)> = Vec::new();
-            for w in whats {
-                match counted.iter_mut().find(|(x, _)| x == w) {
-                    Some((_, n)) => *n += 1,
-                    None => counted.push((w.clone(), 1)),
-                }
-            }
-            let parts: Vec<String> = counted
-                .iter()
-                .map(|(w, n)| {
-                    if *n == 1 {
-                        w.clone()
-                    } else {
-                        format!("{n} × {w}")
-                    }
-                })
-                .collect();
-            format!("{g}: {}", parts.join(", "))
-        })
-        .collect();
-    Some(format!(
-        "pool {} needs {slots} SR-IOV VF slot(s) ({}), and vgpud creates only mdev instances so far; nothing was changed: limit the pool to mdev GPUs with [select] gpus or models (`vgpuctl discover` shows each GPU's virtualization)",
-        plan.pool,
-        list.join("; ")
-    ))
-}
-
 impl Core {
     fn parse_pool(&self, text: &str) -> Result<Pool, CoreError> {
         Pool::from_toml(ORIGIN, text, &self.catalog).map_err(|e| CoreError::Invalid(e.to_string()))
@@ -181,8 +137,8 @@ impl Core {
 
     fn plan_of(&self, pool: &Pool) -> Result<(PoolPlan, mdev_types::model::Inventory), CoreError> {
         let inv = discover(self.host.as_ref())?;
-        // VF slots are never held by the daemon (it cannot create them), so none are passed.
-        let plan = plan_pool(pool, &self.catalog, &inv, &[])
+        let held = self.held_vf_slots(&pool.name);
+        let plan = plan_pool(pool, &self.catalog, &inv, &held)
             .map_err(|e| CoreError::Invalid(e.to_string()))?;
         Ok((plan, inv))
     }
@@ -201,9 +157,6 @@ impl Core {
         let (plan, _) = self.plan_of(&pool)?;
         if let Some(msg) = shortfall_message(&plan) {
             return Err(CoreError::Shortfall(msg));
-        }
-        if let Some(msg) = unsupported_message(&plan) {
-            return Err(CoreError::NotSupported(msg));
         }
         // The plan sees running slots only; a stopped slot the pool no longer wants is removed too.
         let mut steps = self.unwanted_stopped_slots(&pool);
@@ -289,6 +242,29 @@ impl Core {
     /// Executes one step, pushing how to undo what it did.
     fn pool_step(&self, pool: &Pool, step: &Step, undo: &mut Vec<Undo>) -> Result<(), CoreError> {
         match step {
+            Step::Remove { slot, .. } if self.vf_record(&slot.uuid).is_some() => {
+                let record = self.release_vf_slot(&slot.uuid)?;
+                undo.push(Undo::RecreateVf(Box::new(record)));
+                Ok(())
+            }
+            Step::EnableVfs { gpu, pf, num_vfs } => {
+                let previous = self.enable_vfs_on(gpu, pf, *num_vfs)?;
+                if previous != *num_vfs {
+                    undo.push(Undo::NumVfs { pf: *pf, previous });
+                }
+                Ok(())
+            }
+            Step::Create {
+                slot,
+                gpu,
+                target:
+                    target @ (OptionTarget::SriovVf { .. } | OptionTarget::NvidiaVendorVfio { .. }),
+                ..
+            } => {
+                self.create_vf_slot(slot, gpu, target)?;
+                undo.push(Undo::ReleaseVf(slot.uuid));
+                Ok(())
+            }
             Step::Remove { slot, .. } => {
                 let view = match self.execute(Command::GetInstance { uuid: slot.uuid })? {
                     Reply::Instance(v) => v,
@@ -341,7 +317,7 @@ impl Core {
                 }
             }
             other => Err(CoreError::NotSupported(format!(
-                "{}: vgpud creates only mdev instances so far",
+                "{}: vgpud does not assign whole GPUs to pool slots; use the passthrough profile outside pools",
                 describe(other)
             ))),
         }
@@ -394,6 +370,9 @@ impl Core {
                 Undo::Destroy(uuid) => self.execute(Command::Destroy { uuid: *uuid }).map(|_| ()),
                 Undo::Stop(uuid) => self.execute(Command::Stop { uuid: *uuid }).map(|_| ()),
                 Undo::Restore(v) => self.restore(v),
+                Undo::ReleaseVf(uuid) => self.release_vf_slot(uuid).map(|_| ()),
+                Undo::RecreateVf(r) => self.recreate_vf_slot(r),
+                Undo::NumVfs { pf, previous } => self.restore_num_vfs(pf, *previous),
             };
             if let Err(e) = result {
                 failed.push(format!("{u:?}: {e}"));

@@ -30,7 +30,7 @@ fn store_error(what: &str, path: &Path, e: std::io::Error) -> CoreError {
 }
 
 /// Writes `bytes` to `dir/name` atomically and durably.
-fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), CoreError> {
+pub(super) fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), CoreError> {
     fs::create_dir_all(dir).map_err(|e| store_error("create", dir, e))?;
     let tmp = dir.join(format!(".tmp.{name}"));
     let target = dir.join(name);
@@ -71,8 +71,16 @@ impl Core {
         )
     }
 
+    /// Whether pool `name` is applied with `autostart` (false when it is not applied or its file no
+    /// longer loads).
+    pub(super) fn pool_autostart(&self, name: &str) -> bool {
+        let path = self.pools_dir().join(format!("{name}.toml"));
+        path.exists() && crate::pool::load_file(&path, &self.catalog).is_ok_and(|p| p.autostart)
+    }
+
     /// Every slot of `pool` with its instance (if any), and the slots per GPU.
     pub(super) fn slot_rows(&self, pool: &Pool, inv: &Inventory) -> (Vec<SlotRow>, Vec<PoolGpu>) {
+        let vf_records = self.vf_records();
         let views = lock(&self.views);
         let mut rows = Vec::new();
         let mut gpus: Vec<PoolGpu> = Vec::new();
@@ -80,11 +88,14 @@ impl Core {
             for index in 0..*n {
                 let slot = SlotId::new(&pool.name, profile, index);
                 let view = views.get(&slot.uuid);
-                let gpu = view.map(|v| v.gpu.clone());
+                let vf = vf_records.iter().find(|r| r.uuid == slot.uuid);
+                let gpu = view
+                    .map(|v| v.gpu.clone())
+                    .or_else(|| vf.map(|r| r.gpu.clone()));
                 let found = gpu
                     .as_deref()
                     .and_then(|g| inv.gpus.iter().find(|x| x.id == g));
-                if let (Some(_), Some(g)) = (view, found) {
+                if let (true, Some(g)) = (view.is_some() || vf.is_some(), found) {
                     let entry = match gpus.iter_mut().find(|x| x.gpu == g.id) {
                         Some(e) => e,
                         None => {
@@ -106,8 +117,17 @@ impl Core {
                     uuid: slot.uuid.to_string(),
                     gpu,
                     numa_node: found.and_then(|g| g.numa_node),
-                    type_id: view.map(|v| v.type_id.to_string()),
-                    state: view.map_or("missing", |v| state_name(v.state)).into(),
+                    type_id: view
+                        .map(|v| v.type_id.to_string())
+                        .or_else(|| vf.map(|r| r.holds_text())),
+                    state: match (view, vf) {
+                        (Some(v), _) => state_name(v.state),
+                        (None, Some(r)) if self.vf_slot_running(r) => "running",
+                        (None, Some(_)) => "stopped",
+                        (None, None) => "missing",
+                    }
+                    .into(),
+                    vf: vf.map(|r| r.vf.to_string()),
                 });
             }
         }

@@ -1,0 +1,482 @@
+//! Pool slots held by SR-IOV VFs (xe/i915/GIM VFs through vfio-pci, NVIDIA vendor-VFIO vGPUs).
+//!
+//! Sysfs does not say which slot a VF serves, so each is recorded as
+//! `<state dir>/vf-slots/<slot uuid>.toml` (atomic write, schema version): the slot, its GPU, the VF,
+//! how many VFs its PF needs, and — once made — what [`Backend::create`] did ([`Created`], which
+//! [`Backend::destroy`] undoes). The record is written **before** the VF is touched and completed
+//! after, so a crash leaves a record the next start can finish or undo:
+//!
+//! * at start ([`Core::reconcile_vf_slots`]), a slot whose VF is not (or no longer) set up — a reboot
+//!   disables every VF — is made again when its pool is applied with `autostart`: the PF's VFs are
+//!   enabled again and the same VF is assigned again;
+//! * a record left pending by a crash, of a pool not applied with autostart, is dropped after its VF is
+//!   given back (unbound from vfio-pci, or its vGPU type cleared).
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use mdev_types::discover::discover;
+use mdev_types::host::HostExt;
+use mdev_types::host::paths;
+use mdev_types::ids::{MdevUuid, PciAddress};
+use mdev_types::model::Inventory;
+use mdev_types::ops::{BindRecord, restore_driver};
+use serde::{Deserialize, Serialize};
+use tracing::{info, warn};
+
+use super::pool_record::write_atomic;
+use super::{Core, lock};
+use crate::backend::{Backend, CreateRequest, Created, detect_gpu};
+use crate::daemon::api::CoreError;
+use crate::pool::{HeldSlot, SlotId};
+use crate::profile::Target;
+
+/// Subdirectory of the state directory with VF slot records.
+const DIR: &str = "vf-slots";
+/// The record format.
+const SCHEMA: u32 = 1;
+
+/// What a VF slot holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub(super) enum VfKind {
+    /// The VF itself, bound to vfio-pci.
+    SriovVf,
+    /// A vGPU type set on the VF (NVIDIA vendor-specific VFIO).
+    NvidiaVgpu {
+        /// The numeric type id.
+        type_id: u32,
+        /// Its name.
+        type_name: String,
+    },
+}
+
+/// One VF slot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct VfSlotRecord {
+    /// [`SCHEMA`].
+    pub(super) schema: u32,
+    /// The slot's UUID.
+    pub(super) uuid: MdevUuid,
+    /// Its pool, profile and index.
+    pub(super) pool: String,
+    pub(super) profile: String,
+    pub(super) index: u32,
+    /// The GPU (PF) id.
+    pub(super) gpu: String,
+    /// The PF.
+    pub(super) pf: PciAddress,
+    /// The VF.
+    pub(super) vf: PciAddress,
+    /// The VF count the PF must have for this slot (enabled again after a reboot); 0 when the VFs were
+    /// there already and are not vgpud's to enable.
+    pub(super) num_vfs: u32,
+    /// What it holds.
+    pub(super) holds: VfKind,
+    /// What the backend did; `None` while the slot is being made.
+    pub(super) created: Option<Created>,
+}
+
+impl VfSlotRecord {
+    /// The slot.
+    pub(super) fn slot(&self) -> SlotId {
+        SlotId::new(&self.pool, &self.profile, self.index)
+    }
+
+    /// The target that makes this slot again on the same VF.
+    fn target(&self) -> Target {
+        match &self.holds {
+            VfKind::SriovVf => Target::SriovVf {
+                pf: self.pf,
+                vf: Some(self.vf),
+                vf_driver: None,
+                num_vfs: self.num_vfs,
+                enable_vfs: false,
+            },
+            VfKind::NvidiaVgpu { type_id, type_name } => Target::NvidiaVendorVfio {
+                pf: self.pf,
+                vf: self.vf,
+                type_id: *type_id,
+                type_name: type_name.clone(),
+            },
+        }
+    }
+
+    /// What it holds, for status rows (`VF 0000:03:00.1`, `NVIDIA L40S-2Q on VF …`).
+    pub(super) fn holds_text(&self) -> String {
+        match &self.holds {
+            VfKind::SriovVf => format!("VF {}", self.vf),
+            VfKind::NvidiaVgpu { type_name, .. } => format!("{type_name} on VF {}", self.vf),
+        }
+    }
+}
+
+fn store_error(what: &str, path: &Path, e: impl std::fmt::Display) -> CoreError {
+    CoreError::Store(format!(
+        "cannot {what} {}: {e} (check that the state directory is writable by vgpud)",
+        path.display()
+    ))
+}
+
+fn backend_error(e: crate::backend::BackendError) -> CoreError {
+    CoreError::State(e.to_string())
+}
+
+impl Core {
+    fn vf_dir(&self) -> PathBuf {
+        lock(&self.store).path().join(DIR)
+    }
+
+    /// Every VF slot record, by UUID. A file that does not parse is reported and skipped.
+    pub(super) fn vf_records(&self) -> Vec<VfSlotRecord> {
+        let dir = self.vf_dir();
+        let Ok(entries) = fs::read_dir(&dir) else {
+            return Vec::new();
+        };
+        let mut out: Vec<VfSlotRecord> = entries
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| {
+                p.extension().is_some_and(|x| x == "toml")
+                    && !p
+                        .file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+            })
+            .filter_map(|p| {
+                let parsed = fs::read_to_string(&p)
+                    .map_err(|e| e.to_string())
+                    .and_then(|t| toml::from_str::<VfSlotRecord>(&t).map_err(|e| e.to_string()));
+                match parsed {
+                    Ok(r) if r.schema == SCHEMA => Some(r),
+                    Ok(r) => {
+                        warn!(file = %p.display(), schema = r.schema, "VF slot record of an unknown schema; skipped");
+                        None
+                    }
+                    Err(e) => {
+                        warn!(file = %p.display(), error = %e, "unreadable VF slot record; skipped");
+                        None
+                    }
+                }
+            })
+            .collect();
+        out.sort_by_key(|r| r.uuid);
+        out
+    }
+
+    /// The record of slot `uuid`, if it is a VF slot.
+    pub(super) fn vf_record(&self, uuid: &MdevUuid) -> Option<VfSlotRecord> {
+        self.vf_records().into_iter().find(|r| r.uuid == *uuid)
+    }
+
+    fn put_vf_record(&self, r: &VfSlotRecord) -> Result<(), CoreError> {
+        let text = toml::to_string(r).map_err(|e| store_error("encode", &self.vf_dir(), e))?;
+        write_atomic(&self.vf_dir(), &format!("{}.toml", r.uuid), text.as_bytes())
+    }
+
+    fn drop_vf_record(&self, uuid: &MdevUuid) -> Result<(), CoreError> {
+        let dir = self.vf_dir();
+        let path = dir.join(format!("{uuid}.toml"));
+        match fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(store_error("remove", &path, e)),
+        }
+        fs::File::open(&dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| store_error("sync", &dir, e))
+    }
+
+    /// The VF slots recorded for `pool`, as the planner takes them.
+    pub(super) fn held_vf_slots(&self, pool: &str) -> Vec<HeldSlot> {
+        self.vf_records()
+            .into_iter()
+            .filter(|r| r.pool == pool)
+            .map(|r| HeldSlot {
+                slot: r.slot(),
+                gpu: r.gpu.clone(),
+                vf: r.vf,
+            })
+            .collect()
+    }
+
+    /// Whether the slot's VF is set up now: made, the VF exists, and it is on vfio-pci (or has the vGPU
+    /// type).
+    pub(super) fn vf_slot_running(&self, r: &VfSlotRecord) -> bool {
+        let Some(created) = &r.created else {
+            return false;
+        };
+        match created {
+            Created::Vf { vf, .. } => {
+                self.host
+                    .link_name(&paths::pci_attr(vf, "driver"))
+                    .ok()
+                    .flatten()
+                    .as_deref()
+                    == Some("vfio-pci")
+            }
+            Created::NvidiaVgpu { vf, type_id, .. } => {
+                self.host
+                    .read_trimmed(&paths::pci_device(vf).join("nvidia/current_vgpu_type"))
+                    .ok()
+                    .and_then(|s| s.parse::<u32>().ok())
+                    == Some(*type_id)
+            }
+            Created::Mdev { .. } => false,
+        }
+    }
+
+    fn backend_of(&self, gpu: &str) -> Result<(Box<dyn Backend>, Inventory), CoreError> {
+        let inv = discover(self.host.as_ref())?;
+        let b = detect_gpu(self.host.as_ref(), &inv, gpu).map_err(backend_error)?;
+        Ok((b, inv))
+    }
+
+    /// Enables `num_vfs` VFs on GPU `gpu` through its backend; returns how many it had before.
+    pub(super) fn enable_vfs_on(
+        &self,
+        gpu: &str,
+        pf: &PciAddress,
+        num_vfs: u32,
+    ) -> Result<u32, CoreError> {
+        let (b, inv) = self.backend_of(gpu)?;
+        let before = inv
+            .pci_devices
+            .iter()
+            .find(|d| d.address == *pf)
+            .and_then(|d| d.sriov.as_ref())
+            .map_or(0, |s| s.num_vfs);
+        b.enable_vfs(self.host.as_ref(), num_vfs)
+            .map_err(backend_error)?;
+        info!(%gpu, %pf, num_vfs, before, "SR-IOV VFs enabled");
+        Ok(before)
+    }
+
+    /// Puts the VF count of `pf` back to `previous` (undoing [`Core::enable_vfs_on`]); only from a count
+    /// to 0, the one change the kernel allows while VFs exist.
+    pub(super) fn restore_num_vfs(&self, pf: &PciAddress, previous: u32) -> Result<(), CoreError> {
+        if previous != 0 {
+            return Ok(());
+        }
+        mdev_types::ops::set_sriov_numvfs(self.host.as_ref(), pf, 0)?;
+        Ok(())
+    }
+
+    /// A VF of `pf` for a new slot: `wanted` when the plan named one, else the first enabled VF with no
+    /// driver that no slot holds.
+    fn pick_vf(
+        &self,
+        inv: &Inventory,
+        pf: &PciAddress,
+        wanted: Option<PciAddress>,
+    ) -> Result<PciAddress, CoreError> {
+        let held: Vec<PciAddress> = self.vf_records().iter().map(|r| r.vf).collect();
+        if let Some(v) = wanted {
+            if held.contains(&v) {
+                return Err(CoreError::State(format!(
+                    "VF {v} of {pf} is already held by another slot: plan again (`vgpuctl pool plan`)"
+                )));
+            }
+            return Ok(v);
+        }
+        let vfs = inv
+            .pci_devices
+            .iter()
+            .find(|d| d.address == *pf)
+            .and_then(|d| d.sriov.as_ref())
+            .map(|s| s.vfs.clone())
+            .unwrap_or_default();
+        vfs.into_iter()
+            .filter(|v| !held.contains(v))
+            .find(|v| {
+                inv.pci_devices
+                    .iter()
+                    .find(|d| d.address == *v)
+                    .is_some_and(|d| d.driver.is_none())
+            })
+            .ok_or_else(|| {
+                CoreError::State(format!(
+                    "no free VF on {pf}: every enabled VF is held by a slot or bound to a driver (`vgpuctl discover` lists them)"
+                ))
+            })
+    }
+
+    /// Makes `slot` on GPU `gpu` as `target` (an SR-IOV VF or NVIDIA vGPU target of the plan): picks
+    /// the VF, records the slot, lets the backend set it up, completes the record.
+    pub(super) fn create_vf_slot(
+        &self,
+        slot: &SlotId,
+        gpu: &str,
+        target: &Target,
+    ) -> Result<VfSlotRecord, CoreError> {
+        let (b, inv) = self.backend_of(gpu)?;
+        let (pf, vf, num_vfs, holds) = match target {
+            Target::SriovVf {
+                pf,
+                vf,
+                num_vfs,
+                enable_vfs,
+                ..
+            } => {
+                let vf = self.pick_vf(&inv, pf, *vf)?;
+                (
+                    *pf,
+                    vf,
+                    if *enable_vfs { *num_vfs } else { 0 },
+                    VfKind::SriovVf,
+                )
+            }
+            Target::NvidiaVendorVfio {
+                pf,
+                vf,
+                type_id,
+                type_name,
+            } => (
+                *pf,
+                self.pick_vf(&inv, pf, Some(*vf))?,
+                0,
+                VfKind::NvidiaVgpu {
+                    type_id: *type_id,
+                    type_name: type_name.clone(),
+                },
+            ),
+            other => {
+                return Err(CoreError::Invalid(format!("{other} is not a VF target")));
+            }
+        };
+        let mut record = VfSlotRecord {
+            schema: SCHEMA,
+            uuid: slot.uuid,
+            pool: slot.pool.clone(),
+            profile: slot.profile.clone(),
+            index: slot.index,
+            gpu: gpu.to_string(),
+            pf,
+            vf,
+            num_vfs,
+            holds,
+            created: None,
+        };
+        self.put_vf_record(&record)?;
+        let req = CreateRequest {
+            target: record.target(),
+            uuid: None,
+            placement_id: None,
+        };
+        match b.create(self.host.as_ref(), &req) {
+            Ok(created) => {
+                record.created = Some(created);
+                if let Err(e) = self.put_vf_record(&record) {
+                    // Undo the device so nothing is left that no record describes.
+                    if let Some(c) = &record.created {
+                        let _ = b.destroy(self.host.as_ref(), c);
+                    }
+                    let _ = self.drop_vf_record(&record.uuid);
+                    return Err(e);
+                }
+                info!(slot = %record.slot().uuid, %vf, %gpu, "VF slot made");
+                Ok(record)
+            }
+            Err(e) => {
+                let _ = self.drop_vf_record(&record.uuid);
+                Err(backend_error(e))
+            }
+        }
+    }
+
+    /// Gives slot `uuid`'s VF back (the backend's destroy) and drops its record; returns the record.
+    pub(super) fn release_vf_slot(&self, uuid: &MdevUuid) -> Result<VfSlotRecord, CoreError> {
+        let r = self
+            .vf_record(uuid)
+            .ok_or(CoreError::NotFound { uuid: *uuid })?;
+        self.give_back(&r)?;
+        self.drop_vf_record(uuid)?;
+        info!(slot = %uuid, vf = %r.vf, "VF slot released");
+        Ok(r)
+    }
+
+    /// Undoes what the backend did for `r` (or, for a pending record, what it may have done).
+    fn give_back(&self, r: &VfSlotRecord) -> Result<(), CoreError> {
+        if !self.host.exists(&paths::pci_device(&r.vf)) {
+            return Ok(());
+        }
+        let created = match &r.created {
+            Some(c) => c.clone(),
+            // Pending: the VF was picked driverless (or named by the plan) and bound to vfio-pci.
+            None => match &r.holds {
+                VfKind::SriovVf => Created::Vf {
+                    pf: r.pf,
+                    vf: r.vf,
+                    bind: BindRecord {
+                        addr: r.vf,
+                        previous_driver: None,
+                        previous_override: None,
+                    },
+                },
+                VfKind::NvidiaVgpu { type_id, .. } => Created::NvidiaVgpu {
+                    pf: r.pf,
+                    vf: r.vf,
+                    type_id: *type_id,
+                },
+            },
+        };
+        match &created {
+            Created::Vf { bind, .. } => restore_driver(self.host.as_ref(), bind)?,
+            _ => {
+                let (b, _) = self.backend_of(&r.gpu)?;
+                b.destroy(self.host.as_ref(), &created)
+                    .map_err(backend_error)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes slot `r` again on its VF, enabling its PF's VFs first when they are missing.
+    pub(super) fn recreate_vf_slot(&self, r: &VfSlotRecord) -> Result<(), CoreError> {
+        if !self.host.exists(&paths::pci_device(&r.vf)) && r.num_vfs > 0 {
+            self.enable_vfs_on(&r.gpu, &r.pf, r.num_vfs)?;
+        }
+        let mut rec = r.clone();
+        rec.created = None;
+        self.put_vf_record(&rec)?;
+        let (b, _) = self.backend_of(&r.gpu)?;
+        let req = CreateRequest {
+            target: rec.target(),
+            uuid: None,
+            placement_id: None,
+        };
+        let created = b.create(self.host.as_ref(), &req).map_err(backend_error)?;
+        rec.created = Some(created);
+        self.put_vf_record(&rec)
+    }
+
+    /// At start: VF slots whose VF is not set up are made again when their pool is applied with
+    /// autostart; pending records of other pools are undone and dropped.
+    pub(super) fn reconcile_vf_slots(&self) {
+        for r in self.vf_records() {
+            if self.vf_slot_running(&r) {
+                continue;
+            }
+            let autostart = self.pool_autostart(&r.pool);
+            if autostart {
+                match self.recreate_vf_slot(&r) {
+                    Ok(()) => {
+                        info!(slot = %r.uuid, vf = %r.vf, pool = %r.pool, "VF slot made again at start")
+                    }
+                    Err(e) => {
+                        warn!(slot = %r.uuid, vf = %r.vf, error = %e, "VF slot could not be made again; `vgpuctl pool apply` retries")
+                    }
+                }
+            } else if r.created.is_none() {
+                let outcome = self
+                    .give_back(&r)
+                    .and_then(|()| self.drop_vf_record(&r.uuid));
+                match outcome {
+                    Ok(()) => info!(slot = %r.uuid, vf = %r.vf, "half-made VF slot undone"),
+                    Err(e) => {
+                        warn!(slot = %r.uuid, vf = %r.vf, error = %e, "half-made VF slot could not be undone")
+                    }
+                }
+            }
+        }
+    }
+}
