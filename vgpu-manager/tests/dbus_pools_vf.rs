@@ -232,3 +232,38 @@ async fn a_failed_apply_gives_back_the_vfs_it_took() {
     assert_eq!(vf_slots(&status(&m).await[0]).len(), 32);
     drop(daemon);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn without_autostart_a_reboot_leaves_vf_slots_stopped_until_the_next_apply() {
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    let manual = floor().replace("autostart = true", "autostart = false");
+    let daemon = Daemon::embedded(tmp.path(), &state).await;
+    let conn = client(&daemon.bus).await;
+    let m = Manager1Proxy::new(&conn).await.unwrap();
+    m.apply(&manual).await.unwrap();
+    let vfs = vf_slots(&status(&m).await[0]);
+    assert_eq!(vfs.len(), 32);
+
+    // A reboot: nothing is made again by itself; the slots are stopped, the records kept.
+    assert!(daemon.terminate().success());
+    let daemon = Daemon::embedded(tmp.path(), &state).await;
+    let conn = client(&daemon.bus).await;
+    let m = Manager1Proxy::new(&conn).await.unwrap();
+    let st = status(&m).await;
+    assert!(!st[0].in_sync);
+    let stopped = vf_slots(&st[0]);
+    assert!(stopped.values().all(|v| v.3 == "stopped"), "{stopped:?}");
+    assert_eq!(records(&state), 32);
+    assert_eq!(flex_vfs(&conn).await, 0);
+
+    // The next apply makes them again, each on its recorded VF (and starts the 12 mdev slots, whose
+    // definitions have no autostart either).
+    let again: PoolSummary = serde_json::from_str(&m.apply(&manual).await.unwrap()).unwrap();
+    assert_eq!((again.created.len(), again.kept), (44, 0), "{again:?}");
+    let st = status(&m).await;
+    assert!(st[0].in_sync, "{:?}", st[0]);
+    assert_eq!(vf_slots(&st[0]), vfs);
+    assert_eq!(flex_vfs(&conn).await, 8);
+    drop(daemon);
+}

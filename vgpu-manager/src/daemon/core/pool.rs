@@ -69,6 +69,8 @@ enum Undo {
     Restore(Box<InstanceView>),
     /// The apply made this VF slot: give its VF back.
     ReleaseVf(MdevUuid),
+    /// The apply set up this recorded VF slot again: give its VF back, keep the record.
+    StopVf(MdevUuid),
     /// The apply released this VF slot: make it again.
     RecreateVf(Box<super::vf_slots::VfSlotRecord>),
     /// The apply enabled VFs on this PF, which had `previous` before.
@@ -154,49 +156,56 @@ impl Core {
     pub(super) fn pool_apply(&self, text: &str) -> Result<Reply, CoreError> {
         let _one = APPLYING.lock().unwrap_or_else(PoisonError::into_inner);
         let pool = self.parse_pool(text)?;
-        let (plan, _) = self.plan_of(&pool)?;
-        if let Some(msg) = shortfall_message(&plan) {
-            return Err(CoreError::Shortfall(msg));
-        }
-        // The plan sees running slots only; a stopped slot the pool no longer wants is removed too.
-        let mut steps = self.unwanted_stopped_slots(&pool);
-        steps.extend(plan.steps.iter().cloned());
-        let total = u32::try_from(steps.len()).unwrap_or(u32::MAX);
         let mut undo = Vec::new();
         let mut created = Vec::new();
         let mut removed = Vec::new();
-        for (i, step) in steps.iter().enumerate() {
-            let line = describe(step);
+        // VF slots the pool still wants whose VF is not set up (after a reboot, for a pool applied
+        // without autostart) are made again first, on their recorded VFs, so that the plan sees the
+        // VFs they hold (a PF whose VFs a reboot disabled would otherwise look free).
+        let restarts = self.stopped_vf_slots(&pool);
+        for (i, step) in restarts.iter().enumerate() {
             if let Err(e) = self.pool_step(&pool, step, &mut undo) {
-                let done = undo.len();
-                let rollback = self.rollback(undo);
-                warn!(pool = %pool.name, step = %line, error = %e, "pool apply failed; undone");
-                return Err(CoreError::PoolStep {
-                    message: format!(
-                        "pool {}: step {}/{total} ({line}) failed: {e}; {}",
-                        pool.name,
-                        i + 1,
-                        match rollback {
-                            Ok(()) => format!("the {done} change(s) this apply made were undone"),
-                            Err(r) => format!(
-                                "undoing this apply failed too ({r}): `vgpuctl pool status` shows what is left"
-                            ),
-                        }
-                    ),
-                    kind: e.kind(),
-                });
+                return Err(self.failed_apply(&pool, step, i, restarts.len(), e, undo));
             }
-            match step {
-                Step::Create { slot, .. } => created.push(slot_name(slot)),
-                Step::Remove { slot, .. } => removed.push(slot_name(slot)),
-                Step::EnableVfs { .. } => {}
+            if let Step::Create { slot, .. } = step {
+                created.push(slot_name(slot));
             }
-            // Nobody listening is fine: progress is a courtesy.
+        }
+        let plan = match self.plan_of(&pool) {
+            Ok((plan, _)) => plan,
+            Err(e) => {
+                let _ = self.rollback(undo);
+                return Err(e);
+            }
+        };
+        if let Some(msg) = shortfall_message(&plan) {
+            let _ = self.rollback(undo);
+            return Err(CoreError::Shortfall(msg));
+        }
+        // The plan sees running slots only; a stopped slot the pool no longer wants is removed too.
+        let mut steps = restarts;
+        let first = steps.len();
+        steps.extend(self.unwanted_stopped_slots(&pool));
+        steps.extend(plan.steps.iter().cloned());
+        let total = u32::try_from(steps.len()).unwrap_or(u32::MAX);
+        for (i, step) in steps.iter().enumerate() {
+            if i >= first {
+                if let Err(e) = self.pool_step(&pool, step, &mut undo) {
+                    return Err(self.failed_apply(&pool, step, i, steps.len(), e, undo));
+                }
+                match step {
+                    Step::Create { slot, .. } => created.push(slot_name(slot)),
+                    Step::Remove { slot, .. } => removed.push(slot_name(slot)),
+                    Step::EnableVfs { .. } => {}
+                }
+            }
+            // Nobody listening is fine: progress is a courtesy. (The restarts ran before the plan
+            // existed; their progress goes out now, with the final total.)
             let _ = self.events.send(Event::PoolProgress {
                 pool: pool.name.clone(),
                 done: u32::try_from(i + 1).unwrap_or(u32::MAX),
                 total,
-                step: line,
+                step: describe(step),
             });
         }
         self.record_pool(&pool, text)?;
@@ -210,11 +219,59 @@ impl Core {
             steps: total,
             created,
             removed,
-            kept: u32::try_from(plan.keep.len()).unwrap_or(u32::MAX),
+            kept: u32::try_from(plan.keep.len().saturating_sub(first)).unwrap_or(u32::MAX),
             slots,
             gpus,
         };
         Ok(Reply::Report(to_value("apply summary", &summary)?))
+    }
+
+    /// Undoes `undo` after step `i` of `total` failed with `e`; the error to return.
+    fn failed_apply(
+        &self,
+        pool: &Pool,
+        step: &Step,
+        i: usize,
+        total: usize,
+        e: CoreError,
+        undo: Vec<Undo>,
+    ) -> CoreError {
+        let line = describe(step);
+        let done = undo.len();
+        let rollback = self.rollback(undo);
+        warn!(pool = %pool.name, step = %line, error = %e, "pool apply failed; undone");
+        CoreError::PoolStep {
+            message: format!(
+                "pool {}: step {}/{total} ({line}) failed: {e}; {}",
+                pool.name,
+                i + 1,
+                match rollback {
+                    Ok(()) => format!("the {done} change(s) this apply made were undone"),
+                    Err(r) => format!(
+                        "undoing this apply failed too ({r}): `vgpuctl pool status` shows what is left"
+                    ),
+                }
+            ),
+            kind: e.kind(),
+        }
+    }
+
+    /// Create steps for the VF slots of `pool` that it still wants whose VF is not set up now: each
+    /// makes the slot again on its recorded VF.
+    fn stopped_vf_slots(&self, pool: &Pool) -> Vec<Step> {
+        self.vf_records()
+            .into_iter()
+            .filter(|r| r.pool == pool.name)
+            .filter(|r| pool.profiles.get(&r.profile).is_some_and(|n| r.index < *n))
+            .filter(|r| !self.vf_slot_running(r))
+            .map(|r| Step::Create {
+                slot: r.slot(),
+                gpu: r.gpu.clone(),
+                numa_node: None,
+                target: r.target(),
+                start: None,
+            })
+            .collect()
     }
 
     /// Remove steps for the defined, stopped slots of `pool` that it no longer wants (a profile it
@@ -261,6 +318,13 @@ impl Core {
                     target @ (OptionTarget::SriovVf { .. } | OptionTarget::NvidiaVendorVfio { .. }),
                 ..
             } => {
+                // A recorded slot whose VF is not set up (a reboot, with a pool applied without
+                // autostart) is made again where it is recorded.
+                if let Some(r) = self.vf_record(&slot.uuid) {
+                    self.recreate_vf_slot(&r)?;
+                    undo.push(Undo::StopVf(slot.uuid));
+                    return Ok(());
+                }
                 self.create_vf_slot(slot, gpu, target)?;
                 undo.push(Undo::ReleaseVf(slot.uuid));
                 Ok(())
@@ -371,6 +435,7 @@ impl Core {
                 Undo::Stop(uuid) => self.execute(Command::Stop { uuid: *uuid }).map(|_| ()),
                 Undo::Restore(v) => self.restore(v),
                 Undo::ReleaseVf(uuid) => self.release_vf_slot(uuid).map(|_| ()),
+                Undo::StopVf(uuid) => self.stop_vf_slot(uuid),
                 Undo::RecreateVf(r) => self.recreate_vf_slot(r),
                 Undo::NumVfs { pf, previous } => self.restore_num_vfs(pf, *previous),
             };

@@ -84,7 +84,7 @@ impl VfSlotRecord {
     }
 
     /// The target that makes this slot again on the same VF.
-    fn target(&self) -> Target {
+    pub(super) fn target(&self) -> Target {
         match &self.holds {
             VfKind::SriovVf => Target::SriovVf {
                 pf: self.pf,
@@ -392,6 +392,14 @@ impl Core {
         self.drop_vf_record(uuid)?;
         info!(slot = %uuid, vf = %r.vf, "VF slot released");
         Ok(r)
+    }
+
+    /// Gives slot `uuid`'s VF back but keeps its record (the slot is then stopped).
+    pub(super) fn stop_vf_slot(&self, uuid: &MdevUuid) -> Result<(), CoreError> {
+        let r = self
+            .vf_record(uuid)
+            .ok_or(CoreError::NotFound { uuid: *uuid })?;
+        self.give_back(&r)
     }
 
     /// Undoes what the backend did for `r` (or, for a pending record, what it may have done).
