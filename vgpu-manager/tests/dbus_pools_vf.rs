@@ -267,3 +267,62 @@ async fn without_autostart_a_reboot_leaves_vf_slots_stopped_until_the_next_apply
     assert_eq!(flex_vfs(&conn).await, 8);
     drop(daemon);
 }
+
+/// A crash between writing a slot's record and completing it leaves a pending record (no `[created]`).
+/// At the next start, a pending record of a pool that is not applied with autostart is undone and
+/// dropped; complete records stay (their slots stopped until the next apply).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pending_record_left_by_a_crash_is_undone_at_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    let manual = floor().replace("autostart = true", "autostart = false");
+    let daemon = Daemon::embedded(tmp.path(), &state).await;
+    let conn = client(&daemon.bus).await;
+    let m = Manager1Proxy::new(&conn).await.unwrap();
+    m.apply(&manual).await.unwrap();
+    assert!(daemon.terminate().success());
+
+    // One xe VF slot and one NVIDIA vGPU slot are left pending.
+    let dir = state.join("vf-slots");
+    let files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .collect();
+    let mut victims = Vec::new();
+    for gpu in [FLEX, L40S] {
+        let victim = files
+            .iter()
+            .find(|p| {
+                std::fs::read_to_string(p)
+                    .unwrap()
+                    .contains(&format!("gpu = \"{gpu}\""))
+            })
+            .unwrap()
+            .clone();
+        let text = std::fs::read_to_string(&victim).unwrap();
+        let pending = text.split("\n[created]").next().unwrap().to_string();
+        assert_ne!(pending, text, "the record had no [created] table: {text}");
+        std::fs::write(&victim, pending).unwrap();
+        victims.push(victim);
+    }
+
+    let daemon = Daemon::embedded(tmp.path(), &state).await;
+    for v in &victims {
+        assert!(
+            !v.exists(),
+            "the pending record {} is still there",
+            v.display()
+        );
+    }
+    assert_eq!(records(&state), 30);
+    let conn = client(&daemon.bus).await;
+    let m = Manager1Proxy::new(&conn).await.unwrap();
+    // The next apply makes the dropped slot anew and the others again on their VFs.
+    m.apply(&manual).await.unwrap();
+    let st = status(&m).await;
+    assert!(st[0].in_sync, "{:?}", st[0]);
+    assert_eq!(vf_slots(&st[0]).len(), 32);
+    drop(daemon);
+}

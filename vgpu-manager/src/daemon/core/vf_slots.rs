@@ -429,6 +429,15 @@ impl Core {
         };
         match &created {
             Created::Vf { bind, .. } => restore_driver(self.host.as_ref(), bind)?,
+            // Only a vGPU of our type is ours to clear (the type may never have been set, or a
+            // reboot cleared it; NVIDIA refuses to clear a VF without one).
+            Created::NvidiaVgpu { vf, type_id, .. }
+                if self
+                    .host
+                    .read_trimmed(&paths::pci_device(vf).join("nvidia/current_vgpu_type"))
+                    .ok()
+                    .and_then(|s| s.parse::<u32>().ok())
+                    != Some(*type_id) => {}
             _ => {
                 let (b, _) = self.backend_of(&r.gpu)?;
                 b.destroy(self.host.as_ref(), &created)
