@@ -129,3 +129,72 @@ async fn xml_for_a_pool_covers_every_slot_and_validates() {
     assert!(out.stdout.is_empty());
     drop(daemon);
 }
+
+/// The shipped VDI floor has VF slots: they come out as `<hostdev type='pci' managed='no'>` (a slot's
+/// UUID works as well as the pool's name), `host=` QEMU arguments, and domains libvirt accepts.
+#[tokio::test(flavor = "multi_thread")]
+async fn xml_for_vf_slots_is_a_pci_hostdev_and_validates() {
+    let tmp = tempfile::tempdir().unwrap();
+    let daemon = Daemon::embedded(tmp.path(), &tmp.path().join("state")).await;
+    let bus = daemon.bus.clone();
+    let floor = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../data/pools.d/vdi-floor.toml");
+    ok(&vgpuctl(&bus, &["pool", "apply", floor.to_str().unwrap(), "--json"]).await);
+    let status: Vec<PoolStatus> =
+        serde_json::from_str(&ok(&vgpuctl(&bus, &["pool", "status", "--json"]).await)).unwrap();
+    let vf_slots: Vec<_> = status[0].slots.iter().filter(|s| s.vf.is_some()).collect();
+    assert_eq!(vf_slots.len(), 32);
+
+    let domains = ok(&vgpuctl(&bus, &["xml", "vdi-floor", "--domain"]).await);
+    let docs: Vec<&str> = domains
+        .split_inclusive("</domain>\n")
+        .filter(|d| d.contains("<domain "))
+        .collect();
+    assert_eq!(docs.len(), 44, "{domains}");
+    // The 12 mdev slots' domains do carry their request (so the check below has teeth).
+    assert_eq!(
+        docs.iter().filter(|d| d.contains("<vgpu:mdev ")).count(),
+        12,
+        "{domains}"
+    );
+    for (n, s) in vf_slots.iter().enumerate() {
+        let vf: mdev_types::ids::PciAddress = s.vf.as_deref().unwrap().parse().unwrap();
+        let address = format!(
+            "<address domain='0x{:04x}' bus='0x{:02x}' slot='0x{:02x}' function='0x{:x}'/>",
+            vf.domain, vf.bus, vf.device, vf.function
+        );
+        let doc = docs
+            .iter()
+            .find(|d| d.contains(&address))
+            .unwrap_or_else(|| panic!("no domain with VF {vf}"));
+        assert!(
+            doc.contains("<hostdev mode='subsystem' type='pci' managed='no'>")
+                && doc.contains(&format!("<name>vdi-floor-{}-{}</name>", s.profile, s.index)),
+            "{doc}"
+        );
+        // Pool VF slots are kept by the pool, not made by the hook: no vGPU request in the metadata.
+        assert!(!doc.contains("<vgpu:mdev "), "{doc}");
+        if n < 4 {
+            validate_domain(tmp.path(), n, doc);
+        }
+    }
+
+    // One slot by its UUID: the same hostdev, and a domain named as asked.
+    let one = vf_slots[0];
+    let alone = ok(&vgpuctl(&bus, &["xml", &one.uuid]).await);
+    assert!(
+        alone.contains("type='pci' managed='no'") && alone.contains(one.vf.as_deref().unwrap()),
+        "{alone}"
+    );
+    let doc = ok(&vgpuctl(&bus, &["xml", &one.uuid, "--domain", "--name", "cad-7"]).await);
+    assert!(doc.contains("<name>cad-7</name>"), "{doc}");
+    validate_domain(tmp.path(), 99, &doc);
+    let qemu = ok(&vgpuctl(&bus, &["xml", &one.uuid, "--qemu"]).await);
+    assert!(
+        qemu.contains(&format!(
+            "-device vfio-pci,host={}",
+            one.vf.as_deref().unwrap()
+        )),
+        "{qemu}"
+    );
+    drop(daemon);
+}

@@ -230,6 +230,17 @@ impl Backend for NvidiaVfioBackend {
         })
     }
 
+    fn enable_vfs(&self, _host: &dyn Host, num_vfs: u32) -> Result<(), BackendError> {
+        Err(unsupported(
+            self,
+            &format!("enable {num_vfs} VFs"),
+            &format!(
+                "NVIDIA's VFs are enabled by the vGPU host driver's tool: `{}`",
+                crate::profile::facts::NVIDIA_SRIOV_MANAGE
+            ),
+        ))
+    }
+
     fn destroy(&self, host: &dyn Host, created: &Created) -> Result<(), BackendError> {
         match created {
             Created::NvidiaVgpu { vf, .. } => host

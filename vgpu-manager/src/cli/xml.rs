@@ -60,6 +60,23 @@ pub fn run(args: &XmlArgs, bus: &BusArgs, out: &mut dyn Write) -> Result<(), Cli
     match args.target.parse::<MdevUuid>() {
         Ok(uuid) => {
             let mut daemon = DbusDaemon::connect(&bus)?;
+            // A pool slot held by a VF is no instance: find it among the applied pools' slots.
+            if daemon.get_instance(&uuid.to_string())?.is_none() {
+                let pools = pool_status(&bus)?;
+                let vf_slot = pools.iter().find_map(|p| {
+                    p.slots
+                        .iter()
+                        .find(|s| s.uuid == args.target && s.vf.is_some())
+                        .map(|s| (p.pool.as_str(), s))
+                });
+                if let Some((pool, slot)) = vf_slot {
+                    let domain = args
+                        .name
+                        .clone()
+                        .unwrap_or_else(|| format!("{pool}-{}-{}", slot.profile, slot.index));
+                    return render_slot(args, pool, slot, &domain, out);
+                }
+            }
             run_with(args, uuid, &mut daemon, out)
         }
         Err(_) => {
@@ -139,59 +156,72 @@ fn render_pool(args: &XmlArgs, pools: &[PoolStatus], out: &mut dyn Write) -> Res
             "pool '{name}' has no slot with an instance: `vgpuctl pool apply` its file again"
         )));
     }
+    for slot in slots {
+        let domain = format!("{name}-{}-{}", slot.profile, slot.index);
+        render_slot(args, name, slot, &domain, out)?;
+    }
+    Ok(())
+}
+
+/// Renders one slot of pool `name` (an mdev by UUID, or a VF as its PCI function); `domain` names the
+/// example domain of `--domain`.
+fn render_slot(
+    args: &XmlArgs,
+    name: &str,
+    slot: &SlotRow,
+    domain: &str,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
     let display = MdevDisplay {
         display: args.display,
         ramfb: args.ramfb,
     };
-    for slot in slots {
-        let uuid: MdevUuid = slot.uuid.parse().map_err(|_| {
+    let uuid: MdevUuid = slot.uuid.parse().map_err(|_| {
+        CliError::BadArgument(format!(
+            "vgpud reports slot {}/{} of pool '{name}' with UUID '{}', which is not a UUID",
+            slot.profile, slot.index, slot.uuid
+        ))
+    })?;
+    // A VF slot is given to the guest as its PCI function; vgpud bound it (or the NVIDIA driver
+    // owns it), so libvirt must leave the binding alone.
+    let vf = match &slot.vf {
+        Some(a) => Some(a.parse::<PciAddress>().map_err(|_| {
             CliError::BadArgument(format!(
-                "vgpud reports slot {}/{} of pool '{name}' with UUID '{}', which is not a UUID",
-                slot.profile, slot.index, slot.uuid
-            ))
-        })?;
-        // A VF slot is given to the guest as its PCI function; vgpud bound it (or the NVIDIA driver
-        // owns it), so libvirt must leave the binding alone.
-        let vf = match &slot.vf {
-            Some(a) => Some(a.parse::<PciAddress>().map_err(|_| {
-                CliError::BadArgument(format!(
-                    "vgpud reports slot {}/{} of pool '{name}' on VF '{a}', which is not a PCI address",
-                    slot.profile, slot.index
-                ))
-            })?),
-            None => None,
-        };
-        let hostdev = match vf {
-            Some(a) => Hostdev::Pci(PciHostdev::new(a, VfBinding::BoundByVgpuManager)),
-            None => Hostdev::Mdev { uuid, display },
-        };
-        let what = match vf {
-            Some(a) => format!(
-                "slot {name}/{}/{} ({uuid}, VF {a})",
+                "vgpud reports slot {}/{} of pool '{name}' on VF '{a}', which is not a PCI address",
                 slot.profile, slot.index
-            ),
-            None => format!("slot {name}/{}/{} ({uuid})", slot.profile, slot.index),
-        };
-        if args.qemu {
-            writeln!(out, "# {what}\n{}", hostdev.qemu_args().join(" "))?;
-            continue;
-        }
-        if !args.domain {
-            write!(out, "<!-- {what} -->\n{}", hostdev.libvirt_xml(0))?;
-            continue;
-        }
-        // An mdev slot was made from its profile, so any GPU that fits it will do (as for a UUID made
-        // from a profile, see `request`). A VF slot is kept by the pool itself: no request for the
-        // hook.
-        let request = vf.is_none().then(|| VgpuRequest {
-            uuid,
-            target: VgpuTarget::Profile(slot.profile.clone()),
-            gpu: None,
-        });
-        let domain = format!("{name}-{}-{}", slot.profile, slot.index);
-        let xml = domain_xml(args, &domain, hostdev, request)?;
-        write!(out, "<!-- {what} -->\n{xml}")?;
+            ))
+        })?),
+        None => None,
+    };
+    let hostdev = match vf {
+        Some(a) => Hostdev::Pci(PciHostdev::new(a, VfBinding::BoundByVgpuManager)),
+        None => Hostdev::Mdev { uuid, display },
+    };
+    let what = match vf {
+        Some(a) => format!(
+            "slot {name}/{}/{} ({uuid}, VF {a})",
+            slot.profile, slot.index
+        ),
+        None => format!("slot {name}/{}/{} ({uuid})", slot.profile, slot.index),
+    };
+    if args.qemu {
+        writeln!(out, "# {what}\n{}", hostdev.qemu_args().join(" "))?;
+        return Ok(());
     }
+    if !args.domain {
+        write!(out, "<!-- {what} -->\n{}", hostdev.libvirt_xml(0))?;
+        return Ok(());
+    }
+    // An mdev slot was made from its profile, so any GPU that fits it will do (as for a UUID made
+    // from a profile, see `request`). A VF slot is kept by the pool itself: no request for the
+    // hook.
+    let request = vf.is_none().then(|| VgpuRequest {
+        uuid,
+        target: VgpuTarget::Profile(slot.profile.clone()),
+        gpu: None,
+    });
+    let xml = domain_xml(args, domain, hostdev, request)?;
+    write!(out, "<!-- {what} -->\n{xml}")?;
     Ok(())
 }
 

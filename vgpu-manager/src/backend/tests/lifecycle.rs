@@ -138,3 +138,30 @@ fn gim_cannot_enable_vfs_at_runtime() {
         .unwrap();
     b.destroy(&h, &created).unwrap();
 }
+
+#[test]
+fn enable_vfs_is_the_backends_own() {
+    let (h, inv) = host("demo");
+    // xe: autoprobe off, then the count; the VFs appear without a driver.
+    let xe = backend(&h, &inv, "0000:03:00.0");
+    xe.enable_vfs(&h, 8).unwrap();
+    let pf = Path::new("/sys/bus/pci/devices/0000:03:00.0");
+    assert_eq!(h.read_trimmed(&pf.join("sriov_numvfs")).unwrap(), "8");
+    assert_eq!(
+        h.read_trimmed(&pf.join("sriov_drivers_autoprobe")).unwrap(),
+        "0"
+    );
+    let vf1 = Path::new("/sys/bus/pci/devices/0000:03:00.1");
+    assert!(h.exists(vf1) && h.link_name(&vf1.join("driver")).unwrap().is_none());
+    // The same count again changes nothing (drivers/pci/iov.c); another count is refused.
+    xe.enable_vfs(&h, 8).unwrap();
+    let e = xe.enable_vfs(&h, 4).unwrap_err();
+    assert!(e.to_string().contains("0000:03:00.0"), "{e}");
+    // GIM makes its VFs at module load; mdev backends have none.
+    let gim = backend(&h, &inv, "0000:86:00.0");
+    let e = gim.enable_vfs(&h, 6).unwrap_err();
+    assert!(e.to_string().contains("vf_num"), "{e}");
+    let t4 = backend(&h, &inv, "0000:01:00.0");
+    let e = t4.enable_vfs(&h, 2).unwrap_err();
+    assert!(e.to_string().contains("no SR-IOV VFs"), "{e}");
+}
