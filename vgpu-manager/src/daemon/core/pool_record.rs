@@ -49,6 +49,28 @@ pub(super) fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), C
         .map_err(|e| store_error("sync", dir, e))
 }
 
+/// The `*.toml` files of `dir` in name order, without the temporary files of [`write_atomic`]
+/// (`.tmp.*`); none when `dir` does not exist.
+pub(super) fn toml_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            p.extension().is_some_and(|x| x == "toml")
+                && !p
+                    .file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+        })
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
 fn state_name(s: InstanceState) -> &'static str {
     match s {
         InstanceState::Running => "running",
@@ -138,21 +160,7 @@ impl Core {
     /// [`Command::PoolStatus`](crate::daemon::api::Command::PoolStatus).
     pub(super) fn pool_status(&self) -> Result<Reply, CoreError> {
         let dir = self.pools_dir();
-        let mut files: Vec<PathBuf> = match fs::read_dir(&dir) {
-            Ok(entries) => entries
-                .filter_map(Result::ok)
-                .map(|e| e.path())
-                .filter(|p| {
-                    p.extension().is_some_and(|x| x == "toml")
-                        && !p
-                            .file_name()
-                            .is_some_and(|n| n.to_string_lossy().starts_with('.'))
-                })
-                .collect(),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => return Err(store_error("list", &dir, e)),
-        };
-        files.sort();
+        let files = toml_files(&dir).map_err(|e| store_error("list", &dir, e))?;
         let inv = mdev_types::discover::discover(self.host.as_ref())?;
         let mut out = Vec::new();
         for f in files {

@@ -24,7 +24,7 @@ use mdev_types::ops::{BindRecord, restore_driver};
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
-use super::pool_record::write_atomic;
+use super::pool_record::{toml_files, write_atomic};
 use super::{Core, lock};
 use crate::backend::{Backend, CreateRequest, Created, detect_gpu};
 use crate::daemon::api::CoreError;
@@ -130,18 +130,15 @@ impl Core {
     /// Every VF slot record, by UUID. A file that does not parse is reported and skipped.
     pub(super) fn vf_records(&self) -> Vec<VfSlotRecord> {
         let dir = self.vf_dir();
-        let Ok(entries) = fs::read_dir(&dir) else {
-            return Vec::new();
+        let files = match toml_files(&dir) {
+            Ok(f) => f,
+            Err(e) => {
+                warn!(dir = %dir.display(), error = %e, "cannot list the VF slot records");
+                return Vec::new();
+            }
         };
-        let mut out: Vec<VfSlotRecord> = entries
-            .filter_map(Result::ok)
-            .map(|e| e.path())
-            .filter(|p| {
-                p.extension().is_some_and(|x| x == "toml")
-                    && !p
-                        .file_name()
-                        .is_some_and(|n| n.to_string_lossy().starts_with('.'))
-            })
+        let mut out: Vec<VfSlotRecord> = files
+            .into_iter()
             .filter_map(|p| {
                 let parsed = fs::read_to_string(&p)
                     .map_err(|e| e.to_string())

@@ -68,6 +68,15 @@ fn stamped(mut report: serde_json::Value) -> serde_json::Value {
     report
 }
 
+/// The daemon's shared state, from the manager object.
+async fn shared_state(server: &ObjectServer) -> Result<Arc<super::Shared>, ApiError> {
+    let manager = server
+        .interface::<_, Manager>(MANAGER_PATH)
+        .await
+        .map_err(ApiError::internal)?;
+    Ok(Arc::clone(&manager.get().await.shared))
+}
+
 /// The D-Bus name of an instance state.
 pub(super) fn state_name(s: InstanceState) -> &'static str {
     match s {
@@ -272,11 +281,7 @@ impl InstanceObject {
         #[zbus(object_server)] server: &ObjectServer,
         #[zbus(signal_emitter)] emitter: SignalEmitter<'_>,
     ) -> Result<String, ApiError> {
-        let manager = server
-            .interface::<_, Manager>(MANAGER_PATH)
-            .await
-            .map_err(ApiError::internal)?;
-        let shared = Arc::clone(&manager.get().await.shared);
+        let shared = shared_state(server).await?;
         let caller = shared.auth.authorize_change(conn, &hdr).await?;
         let uuid = self.view.uuid;
         tracing::info!(%caller, %uuid, "preflight");
@@ -311,11 +316,7 @@ impl InstanceObject {
         #[zbus(object_server)] server: &ObjectServer,
     ) -> Result<OpenDeviceReply, ApiError> {
         let (backend, bind) = parse_open_options(&options)?;
-        let manager = server
-            .interface::<_, Manager>(MANAGER_PATH)
-            .await
-            .map_err(ApiError::internal)?;
-        let shared = Arc::clone(&manager.get().await.shared);
+        let shared = shared_state(server).await?;
         let caller = shared.auth.authorize_change(conn, &hdr).await?;
         let uuid = self.view.uuid;
         let exec = Arc::clone(&shared.exec);
