@@ -208,7 +208,7 @@ impl Core {
             .collect();
         if !other_backends.is_empty() {
             why.push(format!(
-                "{} could serve it through SR-IOV or vendor VFIO, which vgpud does not create yet",
+                "{} could serve it through an SR-IOV VF or a vendor-VFIO vGPU, which vgpud assigns as pool slots: put the profile in a pool (`vgpuctl pool apply FILE`)",
                 other_backends.join(", ")
             ));
         }
