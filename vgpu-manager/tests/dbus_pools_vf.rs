@@ -84,6 +84,13 @@ async fn the_vdi_floor_takes_vf_slots_and_keeps_them_across_a_reboot() {
         0,
         "the demo's Flex 170 boots without VFs"
     );
+    // Outside a pool, a VF-backed GPU is refused with the way to get one.
+    let o = vgpuctl(
+        &daemon.bus,
+        &["create", "--profile", "vdi-2g", "--gpu", L40S],
+    )
+    .await;
+    dbus_common::assert_refused(&o, &[L40S, "pool slots", "vgpuctl pool apply"]);
 
     let summary: PoolSummary = serde_json::from_str(&m.apply(&floor()).await.unwrap()).unwrap();
     // 44 creates and the one enable of the Flex's VFs.
