@@ -14,7 +14,7 @@
 //!   with `qemu-glue`'s arguments.
 //! * [`vfio`] — VFIO preflight, backends, viability and binding on the real kernel; [`vfio_bench`] its
 //!   benchmarks.
-//! * [`bench`] — benchmarks ([`all_benches`]), run only when a filter names them.
+//! * [`bench`](mod@bench) — benchmarks ([`all_benches`]), run only when a filter names them.
 //!
 //! Later suites (VFIO) add modules here and list their tests in [`all_tests`].
 

@@ -1,7 +1,7 @@
 //! Intel i915 SR-IOV, out-of-tree driver (Intel's SR-IOV i915 for Flex / Arc, DKMS backports): the PF's
 //! DRM card carries `prelim_iov/{pf,vfN}/gt/{exec_quantum_ms,preempt_timeout_us,lmem_quota,ggtt_quota,
 //! contexts_quota,doorbells_quota}` (`/sys/class/drm/cardN/prelim_iov/`). VFs go to guests through
-//! vfio-pci. Weights become per-VF quanta exactly as on xe ([`super::intel_quanta`]); this interface has
+//! vfio-pci. Weights become per-VF quanta exactly as on xe (`intel_quanta`); this interface has
 //! no priority knob.
 
 use mdev_types::host::{Host, HostExt, paths};

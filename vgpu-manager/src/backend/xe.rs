@@ -3,7 +3,7 @@
 //! Documentation/ABI/testing/sysfs-driver-intel-xe-sriov: `sriov_admin/{pf,vfN}/profile/
 //! {exec_quantum_ms,preempt_timeout_us,sched_priority}`, `.bulk_profile/`, `vfN/stop`).
 //!
-//! Weights become quanta proportional to them ([`super::intel_quanta`]). Priority: a VF's own
+//! Weights become quanta proportional to them (`intel_quanta`). Priority: a VF's own
 //! `sched_priority` is read-only and offers only `low` and `normal`; `.bulk_profile/sched_priority`
 //! sets every function at once and may not select `high` (xe_sriov_pf_sysfs.c
 //! `profile_vf_attr_is_visible`, `sched_priority_bulk_high_allowed`).

@@ -1,5 +1,5 @@
 //! The daemon's one internal command type. The D-Bus layer, `vgpuctl` tests and reconcile all drive
-//! [`Command`]s through [`Core::execute`](super::Core::execute); the core never knows who called.
+//! [`Command`]s through [`Core::execute`](super::core::Core::execute); the core never knows who called.
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;

@@ -3,12 +3,12 @@
 //!
 //! The per-backend facts are kept apart here, one function per backend, so they can later move behind
 //! the backend trait:
-//! * classic NVIDIA mdev ([`nvidia_mdev`]): framebuffer of the whole GPU, homogeneous;
-//! * other mdev parents ([`other_mdev`]): the pools a type description states (GVT-g graphics memory
+//! * classic NVIDIA mdev (`nvidia_mdev`): framebuffer of the whole GPU, homogeneous;
+//! * other mdev parents (`other_mdev`): the pools a type description states (GVT-g graphics memory
 //!   and fences, mbochs memory), or one type at a time when it states none;
-//! * NVIDIA vendor-specific VFIO ([`nvidia_vfio`]): framebuffer shared by all VFs, one free VF per vGPU,
+//! * NVIDIA vendor-specific VFIO (`nvidia_vfio`): framebuffer shared by all VFs, one free VF per vGPU,
 //!   equal-size mode;
-//! * SR-IOV VFs ([`sriov_vfs`]): a fixed split while VFs exist, a split to choose while they do not;
+//! * SR-IOV VFs (`sriov_vfs`): a fixed split while VFs exist, a split to choose while they do not;
 //! * whole-GPU passthrough: one slot.
 //!
 //! A GPU takes the rule of its vGPU backend (mdev, else SR-IOV, else passthrough); options of another

@@ -8,7 +8,7 @@
 //!    `spread` the emptiest (a heap, so a run is O(instances · log GPUs)).
 //! 2. The run with the most instances wins; among equals, a run under the requested policy, then the
 //!    one with more instances on their preferred node.
-//! 3. When that count is below the capacity bound, an exact branch-and-bound ([`super::search`])
+//! 3. When that count is below the capacity bound, an exact branch-and-bound (`search`)
 //!    looks for more, within a node budget. [`Solution::proven_optimal`] says whether the count is the
 //!    optimum (bound reached, or search finished).
 

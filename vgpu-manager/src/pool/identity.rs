@@ -3,7 +3,7 @@
 //! registry — and two pools never collide (unlike numbering by VM id).
 //!
 //! `uuid = UUIDv5(NAMESPACE, "<pool>/<profile>/<index>")` (RFC 9562 §5.5, SHA-1 name-based), where
-//! [`NAMESPACE`] is `UUIDv5(NAMESPACE_URL, "urn:vgpu-manager:pool-slot")` =
+//! `NAMESPACE` is `UUIDv5(NAMESPACE_URL, "urn:vgpu-manager:pool-slot")` =
 //! `cb0c4456-3fed-5659-b32e-3cd99acc6957` (the test `namespace_is_derived_as_documented` pins it).
 //! Pool and profile names contain no `/`, so the name is unambiguous.
 
