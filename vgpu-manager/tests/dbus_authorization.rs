@@ -28,6 +28,30 @@ use zbus::{Connection, OwnedVariant};
 
 /// Calls `Manager1.Reconcile` (no vgpuctl command makes it) with `dbus-send`, optionally as `uid`.
 async fn reconcile_as(uid: Option<u32>, bus: &str) -> Output {
+    dbus_send_as(
+        uid,
+        bus,
+        "/org/vgpumanager/Manager1",
+        "org.vgpumanager.Manager1.Reconcile",
+    )
+    .await
+}
+
+/// Calls `Instance1.Preflight` of `uuid` (vgpuctl's preflight runs locally, not over D-Bus) with
+/// `dbus-send`, optionally as `uid`.
+async fn preflight_as(uid: Option<u32>, bus: &str, uuid: &str) -> Output {
+    let path = vgpu_manager::client::instance_path(uuid);
+    dbus_send_as(
+        uid,
+        bus,
+        path.as_str(),
+        "org.vgpumanager.Instance1.Preflight",
+    )
+    .await
+}
+
+/// `dbus-send --print-reply` of the argument-less method `member` on `path`, optionally as `uid`.
+async fn dbus_send_as(uid: Option<u32>, bus: &str, path: &str, member: &str) -> Output {
     let mut cmd = match uid {
         Some(u) => {
             let mut c = tokio::process::Command::new("setpriv");
@@ -42,8 +66,8 @@ async fn reconcile_as(uid: Option<u32>, bus: &str) -> Output {
     cmd.arg(format!("--bus={bus}")).args([
         "--print-reply",
         "--dest=org.vgpumanager.Manager1",
-        "/org/vgpumanager/Manager1",
-        "org.vgpumanager.Manager1.Reconcile",
+        path,
+        member,
     ]);
     tokio::time::timeout(PATIENCE, cmd.output())
         .await
@@ -155,13 +179,17 @@ async fn shipped_policy_on_a_real_dbus_daemon() {
         );
         assert!(!line.contains(&running), "{line}");
     }
-    let r = reconcile_as(Some(NOBODY), &daemon.bus).await;
-    assert!(!r.status.success());
-    assert!(
-        stderr(&r).contains("org.freedesktop.DBus.Error.AccessDenied"),
-        "{}",
-        stderr(&r)
-    );
+    for r in [
+        reconcile_as(Some(NOBODY), &daemon.bus).await,
+        preflight_as(Some(NOBODY), &daemon.bus, &running).await,
+    ] {
+        assert!(!r.status.success());
+        assert!(
+            stderr(&r).contains("org.freedesktop.DBus.Error.AccessDenied"),
+            "{}",
+            stderr(&r)
+        );
+    }
     unchanged(&daemon.bus, &running, &defined, count).await;
 
     // Only root may own the name: an unprivileged vgpud cannot take it.
@@ -237,6 +265,14 @@ async fn daemon_refuses_by_itself(bus: &str) {
     assert!(
         err.contains("org.vgpumanager.Error.AccessDenied")
             && err.contains("may not call Reconcile"),
+        "{err}"
+    );
+    let r = preflight_as(Some(NOBODY), bus, &running).await;
+    assert!(!r.status.success());
+    let err = stderr(&r);
+    assert!(
+        err.contains("org.vgpumanager.Error.AccessDenied")
+            && err.contains("may not call Preflight"),
         "{err}"
     );
     unchanged(bus, &running, &defined, count).await;
