@@ -25,8 +25,8 @@ use crate::hook::daemon::{CALL_TIMEOUT, DbusDaemon, VgpuDaemon};
 /// `vgpuctl xml` options.
 #[derive(Debug, Args)]
 pub struct XmlArgs {
-    /// An instance UUID (`vgpuctl list`), or the name of an applied pool (`vgpuctl pool status`) for
-    /// every slot of it.
+    /// An instance UUID (`vgpuctl list`) or a pool slot's UUID, or the name of an applied pool
+    /// (`vgpuctl pool status`) for every slot of it.
     target: String,
     /// Print a complete example domain instead of the <hostdev> element.
     #[arg(long, conflicts_with = "qemu")]
