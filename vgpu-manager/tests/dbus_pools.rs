@@ -419,3 +419,77 @@ async fn a_failed_step_brings_back_what_the_apply_removed() {
     );
     drop(daemon);
 }
+
+/// Polls `PoolStatus` until `pred` holds for pool `name` (pool files are applied in the background).
+async fn eventually_status(m: &Manager1Proxy<'_>, name: &str, pred: impl Fn(&PoolStatus) -> bool) {
+    let deadline = std::time::Instant::now() + PATIENCE;
+    loop {
+        let status: Vec<PoolStatus> =
+            serde_json::from_str(&m.pool_status().await.unwrap()).unwrap();
+        if status.iter().any(|p| p.pool == name && pred(p)) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "pool {name} never reached the expected state: {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `vgpud --pools-dir DIR` applies the pool files there once it is ready and again on SIGHUP; a file
+/// that does not load or repeats a pool name is reported and skipped, the others still apply.
+#[tokio::test(flavor = "multi_thread")]
+async fn pool_files_apply_at_start_and_on_sighup() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("pools.d");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("10-vdi-mixed.toml"), mixed()).unwrap();
+    std::fs::write(
+        dir.join("20-broken.toml"),
+        "name = \"broken\"\n[profiles]\nno-such-profile = 2\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("30-again.toml"),
+        "name = \"vdi-mixed\"\n[profiles]\nvdi-2g = 1\n",
+    )
+    .unwrap();
+    let daemon = Daemon::embedded_with(
+        tmp.path(),
+        &tmp.path().join("state"),
+        &["--pools-dir", dir.to_str().unwrap()],
+    )
+    .await;
+    let conn = client(&daemon.bus).await;
+    let m = Manager1Proxy::new(&conn).await.unwrap();
+    eventually_status(&m, "vdi-mixed", |p| p.in_sync && p.slots.len() == 12).await;
+    let status: Vec<PoolStatus> = serde_json::from_str(&m.pool_status().await.unwrap()).unwrap();
+    assert_eq!(status.len(), 1, "{status:?}");
+    let log = daemon.log();
+    assert!(
+        log.contains("pool file not applied")
+            && log.contains("20-broken.toml")
+            && log.contains("no-such-profile"),
+        "{log}"
+    );
+    assert!(
+        log.contains("30-again.toml") && log.contains("already defined by"),
+        "{log}"
+    );
+
+    // Four desktops fewer in the file, then SIGHUP: the pool shrinks.
+    std::fs::write(
+        dir.join("10-vdi-mixed.toml"),
+        mixed().replace("vdi-2g = 8", "vdi-2g = 4"),
+    )
+    .unwrap();
+    daemon.hangup();
+    eventually_status(&m, "vdi-mixed", |p| p.in_sync && p.slots.len() == 8).await;
+    let now = instances(&daemon.bus).await;
+    for i in 0..8 {
+        let uuid = SlotId::new("vdi-mixed", "vdi-2g", i).uuid.to_string();
+        assert_eq!(now.contains_key(&uuid), i < 4, "vdi-2g/{i}");
+    }
+    drop(daemon);
+}

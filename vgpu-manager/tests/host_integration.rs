@@ -394,6 +394,15 @@ fn the_unit_is_dbus_activated_under_the_daemons_bus_name() {
     assert_eq!(get(&unit, "Service", "Type"), Some("dbus"));
     assert_eq!(get(&unit, "Service", "BusName"), Some(SERVICE));
     assert!(get(&unit, "Service", "ExecStart").is_some_and(|e| e.starts_with("/usr/bin/vgpud ")));
+    // Reload applies the pool files again: vgpud does that on SIGHUP.
+    assert_eq!(
+        get(&unit, "Service", "ExecReload"),
+        Some("/bin/kill -HUP $MAINPID")
+    );
+    assert!(
+        get(&unit, "Service", "ExecStart")
+            .is_some_and(|e| e.contains("--pools-dir /etc/vgpu-manager/pools.d"))
+    );
     let alias = get(&unit, "Install", "Alias").unwrap();
     let activation = ini(&read("org.vgpumanager.Manager1.service"));
     assert_eq!(get(&activation, "D-BUS Service", "Name"), Some(SERVICE));

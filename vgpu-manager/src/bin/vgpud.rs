@@ -18,6 +18,7 @@ use vgpu_manager::daemon::api::CoreError;
 use vgpu_manager::daemon::core::Core;
 use vgpu_manager::daemon::dbus::embedded_bus::{self, EmbeddedBus, EmbeddedBusError};
 use vgpu_manager::daemon::dbus::{self, Executor, ServeError};
+use vgpu_manager::daemon::pool_files::{PoolFileOutcome, apply_pool_files};
 use vgpu_manager::profile::Catalog;
 
 /// vgpud — the vgpu-manager daemon (virtual GPU lifecycle over D-Bus).
@@ -40,6 +41,10 @@ struct Args {
     /// vgpu-admin; change it to match when using another group.
     #[arg(long, value_name = "GROUP", default_value = vgpu_manager::client::ADMIN_GROUP)]
     admin_group: String,
+    /// Pool files applied once the daemon is ready and again on SIGHUP (`*.toml`; a missing directory
+    /// is fine).
+    #[arg(long, value_name = "DIR", default_value = vgpu_manager::pool::DEFAULT_DIR)]
+    pools_dir: PathBuf,
 }
 
 /// Why the daemon could not start or run.
@@ -130,6 +135,42 @@ fn forward_uevents(
     }
 }
 
+/// The pool files and what applies them.
+struct PoolFiles {
+    core: Arc<Core>,
+    catalog: Arc<Catalog>,
+    dir: PathBuf,
+}
+
+impl PoolFiles {
+    /// Applies every pool file on the blocking pool, logging each outcome.
+    fn apply_in_background(&self, why: &'static str) {
+        let (core, catalog, dir) = (self.core.clone(), self.catalog.clone(), self.dir.clone());
+        tokio::task::spawn_blocking(move || match apply_pool_files(&core, &catalog, &dir) {
+            Ok(outcomes) if outcomes.is_empty() => {
+                info!(dir = %dir.display(), on = why, "no pool files");
+            }
+            Ok(outcomes) => {
+                for o in outcomes {
+                    match o {
+                        PoolFileOutcome::Applied {
+                            file,
+                            pool,
+                            changed,
+                        } => {
+                            info!(file = %file.display(), %pool, changed, on = why, "pool file applied")
+                        }
+                        PoolFileOutcome::Failed { file, reason } => {
+                            error!(file = %file.display(), %reason, on = why, "pool file not applied")
+                        }
+                    }
+                }
+            }
+            Err(e) => error!(dir = %dir.display(), error = %e, "cannot read the pool files"),
+        });
+    }
+}
+
 async fn run(args: Args) -> Result<(), DaemonError> {
     let host = args
         .host
@@ -141,6 +182,7 @@ async fn run(args: Args) -> Result<(), DaemonError> {
         info!(host = %host.describe(), "this host reports no kernel events; reconcile runs on start and on request");
     }
     let catalog = Catalog::builtin().map_err(|e| DaemonError::Catalog(e.to_string()))?;
+    let pool_catalog = catalog.clone();
     let dir = args.state_dir.clone();
     let core = tokio::task::spawn_blocking(move || Core::open(host, &dir, catalog))
         .await
@@ -186,10 +228,22 @@ async fn run(args: Args) -> Result<(), DaemonError> {
 
     let mut term = signal(SignalKind::terminate()).map_err(DaemonError::Signals)?;
     let mut int = signal(SignalKind::interrupt()).map_err(DaemonError::Signals)?;
-    tokio::select! {
-        _ = term.recv() => info!("SIGTERM: shutting down"),
-        _ = int.recv() => info!("SIGINT: shutting down"),
-        _ = conn.closed() => warn!("the bus closed the connection: shutting down"),
+    let mut hup = signal(SignalKind::hangup()).map_err(DaemonError::Signals)?;
+    // The pool files are applied once the name is owned, so clients see the progress; a SIGHUP
+    // applies them again (after an edit).
+    let pools = PoolFiles {
+        core: core.clone(),
+        catalog: Arc::new(pool_catalog),
+        dir: args.pools_dir.clone(),
+    };
+    pools.apply_in_background("start");
+    loop {
+        tokio::select! {
+            _ = term.recv() => { info!("SIGTERM: shutting down"); break; }
+            _ = int.recv() => { info!("SIGINT: shutting down"); break; }
+            _ = hup.recv() => pools.apply_in_background("SIGHUP"),
+            _ = conn.closed() => { warn!("the bus closed the connection: shutting down"); break; }
+        }
     }
     // Give the name up first so that no new call arrives, then stop following the core.
     if let Err(e) = conn.release_name(SERVICE).await {

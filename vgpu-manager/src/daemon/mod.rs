@@ -5,5 +5,6 @@
 pub mod api;
 pub mod core;
 pub mod dbus;
+pub mod pool_files;
 pub mod reconcile;
 pub mod store;

@@ -31,9 +31,19 @@ impl Daemon {
     /// Starts `vgpud --listen unix:path=<dir>/bus.sock --sim demo --state-dir <state>` and waits until
     /// it owns its name.
     pub async fn embedded(dir: &Path, state: &Path) -> Daemon {
+        Daemon::embedded_with(dir, state, &[]).await
+    }
+
+    /// [`Daemon::embedded`] with more arguments.
+    pub async fn embedded_with(dir: &Path, state: &Path, extra: &[&str]) -> Daemon {
         let bus = format!("unix:path={}", dir.join("bus.sock").display());
         let args = ["--listen", &bus, "--sim", "demo", "--state-dir"];
-        Daemon::start(&args, state, &bus, dir, &[]).await
+        Daemon::start(&args, state, &bus, dir, extra).await
+    }
+
+    /// Sends SIGHUP (vgpud applies its pool files again).
+    pub fn hangup(&self) {
+        kill(self.pid(), Signal::SIGHUP).expect("SIGHUP vgpud");
     }
 
     /// Starts `vgpud --bus <bus> --sim demo --state-dir <state> <extra>` and waits until it owns its name.
