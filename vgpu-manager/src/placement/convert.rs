@@ -430,9 +430,12 @@ fn sriov_vfs(pf: &PciDevice, s: &SriovPf, vfs: &[&PciDevice], claimed: &[PciAddr
             costs: Costing::Split,
         };
     }
+    // A VF bound to any driver is someone's: a host driver uses it, or vfio-pci holds it for a guest
+    // that vgpu-manager did not start (its own slots are in `claimed`). Only driverless VFs are taken,
+    // as VFs enabled with `sriov_drivers_autoprobe=0` are.
     let free: Vec<PciAddress> = vfs
         .iter()
-        .filter(|v| v.iommu_group.is_some() && !claimed.contains(&v.address))
+        .filter(|v| v.iommu_group.is_some() && v.driver.is_none() && !claimed.contains(&v.address))
         .map(|v| v.address)
         .collect();
     Backend {

@@ -220,3 +220,48 @@ fn applying_a_plan_then_planning_again_changes_nothing() {
         assert!(slot.index >= 25);
     }
 }
+
+/// A VF someone else bound (to vfio-pci for a guest of their own, or to a host driver) is not free: the
+/// plan leaves it alone and places one slot fewer there.
+#[test]
+fn vfs_bound_by_others_are_not_taken() {
+    let h = SimHost::builtin("vendors").unwrap();
+    let pool = Pool::from_toml(
+        "p.toml",
+        "name = \"v\"\n[profiles]\nvdi-2g = 4\n[select]\ngpus = [\"0000:3b:00.0\"]\n",
+        &cat(),
+    )
+    .unwrap();
+    let vfs_of = |plan: &PoolPlan| -> Vec<String> {
+        plan.steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::Create {
+                    target: Target::SriovVf { vf: Some(v), .. },
+                    ..
+                } => Some(v.to_string()),
+                _ => None,
+            })
+            .collect()
+    };
+    let before = plan_pool(&pool, &cat(), &discover(&h).unwrap(), &[]).unwrap();
+    assert_eq!(
+        vfs_of(&before),
+        [
+            "0000:3b:00.1",
+            "0000:3b:00.2",
+            "0000:3b:00.3",
+            "0000:3b:00.4"
+        ]
+    );
+    assert!(before.shortfall.is_empty());
+    let taken: mdev_types::ids::PciAddress = "0000:3b:00.2".parse().unwrap();
+    mdev_types::ops::bind_driver(&h, &taken, "vfio-pci").unwrap();
+    let after = plan_pool(&pool, &cat(), &discover(&h).unwrap(), &[]).unwrap();
+    assert_eq!(
+        vfs_of(&after),
+        ["0000:3b:00.1", "0000:3b:00.3", "0000:3b:00.4"]
+    );
+    assert_eq!(after.shortfall.len(), 1, "{:?}", after.shortfall);
+    assert_eq!(after.shortfall[0].missing, 1);
+}

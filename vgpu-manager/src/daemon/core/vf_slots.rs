@@ -273,6 +273,25 @@ impl Core {
                     "VF {v} of {pf} is already held by another slot: plan again (`vgpuctl pool plan`)"
                 )));
             }
+            let dev = inv.pci_devices.iter().find(|d| d.address == v);
+            // NVIDIA's VFs stay on the nvidia driver; a vGPU type set means someone uses it. Other VFs
+            // must have no driver: a host driver or a foreign vfio-pci binding means they are in use.
+            let busy = match dev {
+                None => Some("it does not exist".to_string()),
+                Some(d) => match &d.nvidia_vf {
+                    Some(n) => n
+                        .current_type
+                        .map(|t| format!("it already has vGPU type {t}")),
+                    None => d.driver.as_ref().map(|drv| {
+                        format!("it is bound to {drv}, so the host or another guest uses it")
+                    }),
+                },
+            };
+            if let Some(why) = busy {
+                return Err(CoreError::State(format!(
+                    "VF {v} of {pf} cannot be taken: {why}; plan again (`vgpuctl pool plan`) to pick another"
+                )));
+            }
             return Ok(v);
         }
         let vfs = inv
