@@ -24,6 +24,15 @@ fn floor() -> String {
     std::fs::read_to_string(p).unwrap()
 }
 
+/// vgpud on a fresh simulated demo host with the state directory `state`, a client connection and
+/// the manager proxy.
+async fn start(dir: &Path, state: &Path) -> (Daemon, zbus::Connection, Manager1Proxy<'static>) {
+    let daemon = Daemon::embedded(dir, state).await;
+    let conn = client(&daemon.bus).await;
+    let m = Manager1Proxy::new(&conn).await.unwrap();
+    (daemon, conn, m)
+}
+
 async fn status(m: &Manager1Proxy<'_>) -> Vec<PoolStatus> {
     serde_json::from_str(&m.pool_status().await.unwrap()).unwrap()
 }
@@ -76,9 +85,7 @@ async fn flex_vfs(conn: &zbus::Connection) -> usize {
 async fn the_vdi_floor_takes_vf_slots_and_keeps_them_across_a_reboot() {
     let tmp = tempfile::tempdir().unwrap();
     let state = tmp.path().join("state");
-    let daemon = Daemon::embedded(tmp.path(), &state).await;
-    let conn = client(&daemon.bus).await;
-    let m = Manager1Proxy::new(&conn).await.unwrap();
+    let (daemon, conn, m) = start(tmp.path(), &state).await;
     assert_eq!(
         flex_vfs(&conn).await,
         0,
@@ -151,9 +158,7 @@ async fn the_vdi_floor_takes_vf_slots_and_keeps_them_across_a_reboot() {
     // A host reboot: every VF is gone and every vGPU type cleared; autostart brings each slot back
     // on the same VF.
     assert!(daemon.terminate().success());
-    let daemon = Daemon::embedded(tmp.path(), &state).await;
-    let conn = client(&daemon.bus).await;
-    let m = Manager1Proxy::new(&conn).await.unwrap();
+    let (daemon, conn, m) = start(tmp.path(), &state).await;
     let st = status(&m).await;
     assert!(st[0].in_sync, "{:?}", st[0]);
     assert_eq!(vf_slots(&st[0]), vfs);
@@ -184,9 +189,7 @@ async fn the_vdi_floor_takes_vf_slots_and_keeps_them_across_a_reboot() {
 async fn a_failed_apply_gives_back_the_vfs_it_took() {
     let tmp = tempfile::tempdir().unwrap();
     let state = tmp.path().join("state");
-    let daemon = Daemon::embedded(tmp.path(), &state).await;
-    let conn = client(&daemon.bus).await;
-    let m = Manager1Proxy::new(&conn).await.unwrap();
+    let (daemon, conn, m) = start(tmp.path(), &state).await;
 
     // The last step creates workstation-4g/3 on the first T4; its UUID defined by hand as something
     // else (no slot label) makes that step fail after every VF slot was made.
@@ -245,18 +248,14 @@ async fn without_autostart_a_reboot_leaves_vf_slots_stopped_until_the_next_apply
     let tmp = tempfile::tempdir().unwrap();
     let state = tmp.path().join("state");
     let manual = floor().replace("autostart = true", "autostart = false");
-    let daemon = Daemon::embedded(tmp.path(), &state).await;
-    let conn = client(&daemon.bus).await;
-    let m = Manager1Proxy::new(&conn).await.unwrap();
+    let (daemon, _conn, m) = start(tmp.path(), &state).await;
     m.apply(&manual).await.unwrap();
     let vfs = vf_slots(&status(&m).await[0]);
     assert_eq!(vfs.len(), 32);
 
     // A reboot: nothing is made again by itself; the slots are stopped, the records kept.
     assert!(daemon.terminate().success());
-    let daemon = Daemon::embedded(tmp.path(), &state).await;
-    let conn = client(&daemon.bus).await;
-    let m = Manager1Proxy::new(&conn).await.unwrap();
+    let (daemon, conn, m) = start(tmp.path(), &state).await;
     let st = status(&m).await;
     assert!(!st[0].in_sync);
     let stopped = vf_slots(&st[0]);
@@ -283,9 +282,7 @@ async fn a_pending_record_left_by_a_crash_is_undone_at_start() {
     let tmp = tempfile::tempdir().unwrap();
     let state = tmp.path().join("state");
     let manual = floor().replace("autostart = true", "autostart = false");
-    let daemon = Daemon::embedded(tmp.path(), &state).await;
-    let conn = client(&daemon.bus).await;
-    let m = Manager1Proxy::new(&conn).await.unwrap();
+    let (daemon, _conn, m) = start(tmp.path(), &state).await;
     m.apply(&manual).await.unwrap();
     assert!(daemon.terminate().success());
 
