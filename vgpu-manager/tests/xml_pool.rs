@@ -6,9 +6,8 @@
 mod dbus_common;
 
 use std::path::PathBuf;
-use std::process::Command;
 
-use dbus_common::{Daemon, assert_refused, ok, vgpuctl};
+use dbus_common::{Daemon, assert_refused, ok, validate_domain_file, vgpuctl};
 use vgpu_manager::client::PoolStatus;
 
 fn fixture(name: &str) -> PathBuf {
@@ -17,27 +16,11 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// Runs `virt-xml-validate FILE domain` on `xml`, unless the schema check is explicitly skipped.
+/// Writes `xml` to a file in `dir` and checks it against libvirt's schema.
 fn validate_domain(dir: &std::path::Path, n: usize, xml: &str) {
-    if std::env::var("VGPU_SKIP_LIBVIRT_SCHEMA").as_deref() == Ok("1") {
-        eprintln!(
-            "\n!!! VGPU_SKIP_LIBVIRT_SCHEMA=1: `vgpuctl xml POOL --domain` output NOT checked against libvirt's schema !!!\n"
-        );
-        return;
-    }
     let f = dir.join(format!("domain-{n}.xml"));
     std::fs::write(&f, xml).unwrap();
-    let v = Command::new("virt-xml-validate")
-        .arg(&f)
-        .arg("domain")
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run virt-xml-validate ({e}): apt-get install libvirt-clients libxml2-utils, or set VGPU_SKIP_LIBVIRT_SCHEMA=1"));
-    assert!(
-        v.status.success(),
-        "{}{}\n{xml}",
-        String::from_utf8_lossy(&v.stdout),
-        String::from_utf8_lossy(&v.stderr)
-    );
+    validate_domain_file(&f, "`vgpuctl xml POOL --domain` output");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -120,10 +120,7 @@ pub enum DaemonCommand {
 /// Runs one daemon command against the bus in `bus`.
 pub fn run(cmd: &DaemonCommand, bus: &BusArgs, out: &mut dyn Write) -> Result<(), CliError> {
     let bus: BusAddress = bus.bus.parse()?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(ClientError::Runtime)?;
+    let rt = crate::client::runtime()?;
     rt.block_on(async {
         let conn = connect_daemon(&bus).await?;
         let client = Client { bus: &bus, conn };

@@ -20,7 +20,7 @@ use nix::fcntl::{FcntlArg, FdFlag, fcntl};
 use super::CliError;
 use super::daemon_cmds::BusArgs;
 use super::preflight::{BackendArg, print_report};
-use crate::client::{BusAddress, ClientError, connect_daemon, open_device};
+use crate::client::{BusAddress, connect_daemon, open_device};
 
 /// The options of `vgpuctl open-device`.
 #[derive(Debug, Clone, clap::Args)]
@@ -57,10 +57,7 @@ pub(super) fn run(
         .parse()
         .map_err(|e: mdev_types::ids::IdError| CliError::BadArgument(e.to_string()))?;
     let address: BusAddress = bus.bus.parse()?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(ClientError::Runtime)?;
+    let rt = crate::client::runtime()?;
     let mut opened = rt.block_on(async {
         let conn = connect_daemon(&address).await?;
         open_device(

@@ -101,10 +101,7 @@ where
     Fut: std::future::Future<Output = Result<(), CliError>> + 'a,
 {
     let bus: BusAddress = bus.bus.parse()?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(ClientError::Runtime)?;
+    let rt = crate::client::runtime()?;
     rt.block_on(async {
         let conn = connect_daemon(&bus).await?;
         let m = Manager1Proxy::new(&conn)

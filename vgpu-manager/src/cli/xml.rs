@@ -99,10 +99,7 @@ fn name_with_pool(pool: &str) -> CliError {
 /// Manager1 `PoolStatus` on `bus`, decoded.
 fn pool_status(bus: &BusAddress) -> Result<Vec<PoolStatus>, CliError> {
     let name = bus.to_string();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(ClientError::Runtime)?;
+    let rt = crate::client::runtime()?;
     let text = rt.block_on(async {
         let conn = connect_daemon(bus).await?;
         let m = Manager1Proxy::new(&conn)

@@ -89,6 +89,15 @@ pub async fn connect_daemon(bus: &BusAddress) -> Result<Connection, ClientError>
     Ok(conn)
 }
 
+/// The one-thread tokio runtime a synchronous client (vgpuctl, the libvirt hook) drives its D-Bus calls
+/// on.
+pub fn runtime() -> Result<tokio::runtime::Runtime, ClientError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(ClientError::Runtime)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,7 +12,7 @@ pub mod pools;
 pub mod proxy;
 pub mod wire;
 
-pub use bus::{BusAddress, connect, connect_daemon};
+pub use bus::{BusAddress, connect, connect_daemon, runtime};
 pub use error::ClientError;
 pub use handoff::open_device;
 pub use pools::{PoolGpu, PoolStatus, PoolSummary, SchedulingView, SlotRow};

@@ -313,7 +313,8 @@ pub enum CoreError {
     /// A pool does not fit: the message gives the shortfall per profile. Nothing was changed.
     #[error("{0}")]
     Shortfall(String),
-    /// The request needs something vgpud cannot do yet (e.g. SR-IOV VF slots). Nothing was changed.
+    /// The request needs something vgpud does not do (e.g. a whole GPU as a pool slot, or enabling VFs
+    /// a driver makes only at load). Nothing was changed.
     #[error("{0}")]
     NotSupported(String),
     /// A pool apply failed at a step and what it had done was undone; `kind` is the failed step's.

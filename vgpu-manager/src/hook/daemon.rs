@@ -88,10 +88,7 @@ pub struct DbusDaemon {
 impl DbusDaemon {
     /// Connects to vgpud on `bus`.
     pub fn connect(bus: &BusAddress) -> Result<Self, ClientError> {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(ClientError::Runtime)?;
+        let rt = crate::client::runtime()?;
         let name = bus.to_string();
         let manager = rt.block_on(async {
             let conn = within("(connect)", &name, connect(bus)).await??;

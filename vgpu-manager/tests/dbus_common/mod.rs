@@ -301,3 +301,28 @@ pub async fn client(bus: &str) -> Connection {
         .await
         .expect("connect")
 }
+
+/// Checks the libvirt domain XML file `path` against libvirt's own schema (`virt-xml-validate FILE
+/// domain`; Debian packages libvirt-clients and libxml2-utils), unless `VGPU_SKIP_LIBVIRT_SCHEMA=1`
+/// says loudly that it is skipped. `what` names the document in messages.
+pub fn validate_domain_file(path: &Path, what: &str) {
+    if std::env::var("VGPU_SKIP_LIBVIRT_SCHEMA").as_deref() == Ok("1") {
+        eprintln!(
+            "\n!!! VGPU_SKIP_LIBVIRT_SCHEMA=1: {what} NOT checked against libvirt's schema !!!\n"
+        );
+        return;
+    }
+    let v = Command::new("virt-xml-validate")
+        .arg(path)
+        .arg("domain")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run virt-xml-validate ({e}): apt-get install libvirt-clients libxml2-utils, or set VGPU_SKIP_LIBVIRT_SCHEMA=1"));
+    assert!(
+        v.status.success(),
+        "{what} ({}): {}{}\n{}",
+        path.display(),
+        String::from_utf8_lossy(&v.stdout),
+        String::from_utf8_lossy(&v.stderr),
+        std::fs::read_to_string(path).unwrap_or_default()
+    );
+}

@@ -350,9 +350,9 @@ impl Manager {
     }
 
     /// Makes the host match a pool: each slot an instance with its stable UUID, defined and running.
-    /// Emits PoolProgress after each step; returns a JSON summary. Applying twice changes nothing. A pool
-    /// that does not fit (Error.Shortfall) or needs SR-IOV VF slots (Error.NotSupported) is refused
-    /// before any change; a failed step undoes this apply.
+    /// SR-IOV VF slots are made through the GPU's vendor backend and recorded. Emits PoolProgress after
+    /// each step; returns a JSON summary. Applying twice changes nothing. A pool that does not fit
+    /// (Error.Shortfall) is refused before any change; a failed step undoes this apply.
     #[zbus(out_args("summary"))]
     async fn apply(
         &self,
