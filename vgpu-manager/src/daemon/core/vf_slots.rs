@@ -211,15 +211,18 @@ impl Core {
                     .as_deref()
                     == Some("vfio-pci")
             }
-            Created::NvidiaVgpu { vf, type_id, .. } => {
-                self.host
-                    .read_trimmed(&paths::pci_device(vf).join("nvidia/current_vgpu_type"))
-                    .ok()
-                    .and_then(|s| s.parse::<u32>().ok())
-                    == Some(*type_id)
-            }
+            Created::NvidiaVgpu { vf, type_id, .. } => self.nvidia_vgpu_type(vf) == Some(*type_id),
             Created::Mdev { .. } => false,
         }
+    }
+
+    /// The vGPU type set on an NVIDIA VF now (`<vf>/nvidia/current_vgpu_type`, the attribute
+    /// `backend::nvidia_vfio` writes; its source is named there), `None` when unreadable.
+    fn nvidia_vgpu_type(&self, vf: &PciAddress) -> Option<u32> {
+        self.host
+            .read_trimmed(&paths::pci_device(vf).join("nvidia/current_vgpu_type"))
+            .ok()
+            .and_then(|s| s.parse().ok())
     }
 
     fn backend_of(&self, gpu: &str) -> Result<(Box<dyn Backend>, Inventory), CoreError> {
@@ -445,15 +448,10 @@ impl Core {
         };
         match &created {
             Created::Vf { bind, .. } => restore_driver(self.host.as_ref(), bind)?,
-            // Only a vGPU of our type is ours to clear (the type may never have been set, or a
-            // reboot cleared it; NVIDIA refuses to clear a VF without one).
+            // Only a vGPU of our type is ours to clear: the type may never have been set (a crash
+            // before the write) or a reboot cleared it, and then there is nothing to undo.
             Created::NvidiaVgpu { vf, type_id, .. }
-                if self
-                    .host
-                    .read_trimmed(&paths::pci_device(vf).join("nvidia/current_vgpu_type"))
-                    .ok()
-                    .and_then(|s| s.parse::<u32>().ok())
-                    != Some(*type_id) => {}
+                if self.nvidia_vgpu_type(vf) != Some(*type_id) => {}
             _ => {
                 let (b, _) = self.backend_of(&r.gpu)?;
                 b.destroy(self.host.as_ref(), &created)
