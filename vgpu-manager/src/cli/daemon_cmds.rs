@@ -7,7 +7,7 @@ use std::io::Write;
 
 use clap::{ArgGroup, Args, Subcommand};
 use serde::Serialize;
-use zbus::{Connection, Variant};
+use zbus::{Connection, OwnedObjectPath, Variant};
 
 use super::{CliError, Table, write_json};
 use crate::client::{
@@ -138,7 +138,7 @@ struct Client<'a> {
 #[derive(Debug, Serialize)]
 struct InstanceJson<'a> {
     uuid: &'a str,
-    path: &'a str,
+    path: OwnedObjectPath,
     gpu: &'a str,
     parent: &'a str,
     #[serde(rename = "type")]
@@ -157,7 +157,7 @@ impl<'a> From<&'a InstanceInfo> for InstanceJson<'a> {
     fn from(i: &'a InstanceInfo) -> Self {
         InstanceJson {
             uuid: &i.uuid,
-            path: i.path.as_str(),
+            path: i.path(),
             gpu: &i.gpu,
             parent: &i.parent,
             type_id: &i.type_id,
@@ -478,7 +478,7 @@ impl Client<'_> {
                             .unwrap_or_else(|| "-".into()),
                     ),
                     ("created at", i.created_at.to_string()),
-                    ("object", i.path.to_string()),
+                    ("object", i.path().to_string()),
                 ];
                 for (k, v) in rows {
                     writeln!(out, "{:<12} {v}", format!("{k}:"))?;

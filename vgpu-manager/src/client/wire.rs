@@ -4,11 +4,13 @@
 use serde::{Deserialize, Serialize};
 use zbus::{OwnedObjectPath, Type};
 
-/// One instance, as `ListInstances`/`GetInstance` return it: D-Bus signature `(ossssssbbssit)`.
+/// One instance, as `ListInstances`/`GetInstance` return it: D-Bus signature `(ssssssbbssit)`.
+///
+/// Its object path is not sent: it is a function of the UUID ([`InstanceInfo::path`]), and leaving it
+/// out makes a listing a third smaller, and cheaper for the bus, which validates every object path in
+/// a message it routes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
 pub struct InstanceInfo {
-    /// Its object path (serving `org.vgpumanager.Instance1`).
-    pub path: OwnedObjectPath,
     /// The mdev UUID.
     pub uuid: String,
     /// The GPU id (PCI address or parent name).
@@ -37,6 +39,11 @@ pub struct InstanceInfo {
 }
 
 impl InstanceInfo {
+    /// Its object path, serving `org.vgpumanager.Instance1` (see [`super::instance_path`]).
+    pub fn path(&self) -> OwnedObjectPath {
+        super::instance_path(&self.uuid)
+    }
+
     /// The profile, if any.
     pub fn profile(&self) -> Option<&str> {
         non_empty(&self.profile)
@@ -105,7 +112,7 @@ mod tests {
 
     #[test]
     fn signatures_are_the_documented_ones() {
-        assert_eq!(InstanceInfo::SIGNATURE.to_string(), "(ossssssbbssit)");
+        assert_eq!(InstanceInfo::SIGNATURE.to_string(), "(ssssssbbssit)");
         assert_eq!(GpuInfo::SIGNATURE.to_string(), "(ossssia(su)as)");
     }
 }

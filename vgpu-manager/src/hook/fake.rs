@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::daemon::{NewInstance, VgpuDaemon};
-use crate::client::{ClientError, GpuInfo, InstanceInfo, TARGET_PROFILE, TypeSlot, instance_path};
+use crate::client::{ClientError, GpuInfo, InstanceInfo, TARGET_PROFILE, TypeSlot};
 
 pub(crate) struct FakeDaemon {
     pub instances: BTreeMap<String, InstanceInfo>,
@@ -32,7 +32,6 @@ pub(crate) fn instance(
     owner: &str,
 ) -> InstanceInfo {
     InstanceInfo {
-        path: instance_path(uuid),
         uuid: uuid.into(),
         gpu: "0000:01:00.0".into(),
         parent: "0000:01:00.0".into(),

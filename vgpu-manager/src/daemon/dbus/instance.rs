@@ -13,7 +13,7 @@ use zbus::{Connection, ObjectServer, OwnedVariant, Variant, interface};
 
 use super::errors::ApiError;
 use super::manager::Manager;
-use crate::client::{InstanceInfo, MANAGER_PATH, instance_path};
+use crate::client::{InstanceInfo, MANAGER_PATH};
 use crate::daemon::api::{Command, CoreError, InstanceState, InstanceView, Ownership, Reply};
 
 /// What `OpenDevice` returns: device fd, IOMMU fd (type1 container or iommufd), backend (`type1` or
@@ -103,7 +103,6 @@ fn iommu_group_wire(g: Option<u32>) -> i32 {
 /// The wire form of an instance.
 pub(super) fn info(v: &InstanceView) -> InstanceInfo {
     InstanceInfo {
-        path: instance_path(&v.uuid.to_string()),
         uuid: v.uuid.to_string(),
         gpu: v.gpu.clone(),
         parent: v.parent.clone(),
@@ -369,7 +368,7 @@ mod tests {
         assert_eq!(i.iommu_group, -1);
         assert_eq!(i.iommu_group(), None);
         assert_eq!(
-            i.path.as_str(),
+            i.path().as_str(),
             "/org/vgpumanager/Manager1/instance/4b20d080_1b54_4048_85b3_a6a62d165c01"
         );
         assert_eq!(i.state, "running");

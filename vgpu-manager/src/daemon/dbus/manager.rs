@@ -186,6 +186,10 @@ impl Manager {
     }
 
     /// Every instance: created or defined by vgpud, and foreign ones (made by mdevctl or by hand).
+    /// Each row: uuid, gpu, parent, type, profile ("" for none), state, defined, autostart, owner,
+    /// label ("" for none), IOMMU group (-1 for none), created (seconds since the Unix epoch). An
+    /// instance's object path is not in the row: it is /org/vgpumanager/Manager1/instance/ followed by
+    /// the UUID with '_' for '-'.
     #[zbus(out_args("instances"))]
     async fn list_instances(
         &self,
