@@ -16,9 +16,15 @@ use super::{Errno, Host, HostError, HostOp};
 /// `core.symlinks=false`) hold each link as a small regular file whose text is the link target
 /// (`../../../bus/pci/drivers/nvidia`). Such *link stubs* are followed like links: no real sysfs attribute
 /// reads as a relative path starting with `../` or as an absolute `/sys/` path.
+///
+/// On the live host the kernel resolves paths itself: every operation is one system call on the path
+/// as given. Below another root, paths are resolved here component by component (one `lstat`, and a
+/// `readlink` for each link, per component), which a fixture tree needs and the live host does not.
 #[derive(Debug, Clone)]
 pub struct SysfsHost {
     root: PathBuf,
+    /// The root is `/`: paths go to the kernel unchanged (no link stubs, no escape to guard against).
+    live: bool,
 }
 
 impl SysfsHost {
@@ -26,7 +32,10 @@ impl SysfsHost {
     pub fn new(root: impl Into<PathBuf>) -> Result<Self, HostError> {
         let root = root.into();
         match fs::metadata(&root) {
-            Ok(m) if m.is_dir() => Ok(Self { root }),
+            Ok(m) if m.is_dir() => Ok(Self {
+                live: root == Path::new("/"),
+                root,
+            }),
             Ok(_) => Err(HostError::new(HostOp::Read, root, Errno::ENOTDIR)),
             Err(e) => Err(HostError::new(HostOp::Read, root, errno_of(&e))),
         }
@@ -36,6 +45,7 @@ impl SysfsHost {
     pub fn live() -> Self {
         Self {
             root: PathBuf::from("/"),
+            live: true,
         }
     }
 
@@ -48,6 +58,16 @@ impl SysfsHost {
     fn real(&self, path: &Path) -> PathBuf {
         let rel = path.strip_prefix("/").unwrap_or(path);
         self.root.join(rel)
+    }
+
+    /// The file to operate on for the kernel path `path`: `path` itself on the live host, else its
+    /// resolution below the root. Errors carry `op`.
+    fn file(&self, path: &Path, op: HostOp) -> Result<PathBuf, HostError> {
+        if self.live {
+            return Ok(path.to_path_buf());
+        }
+        let resolved = self.resolve(path).map_err(|e| HostError { op, ..e })?;
+        Ok(self.real(&resolved))
     }
 
     /// Resolves `path` component by component, following links inside the root (at most 40 hops, like
@@ -121,20 +141,16 @@ fn errno_of(e: &std::io::Error) -> Errno {
 
 impl Host for SysfsHost {
     fn read(&self, path: &Path) -> Result<String, HostError> {
-        let real = self.real(&self.resolve(path).map_err(|e| HostError {
-            op: HostOp::Read,
-            ..e
-        })?);
+        let real = self.file(path, HostOp::Read)?;
         let bytes =
             fs::read(&real).map_err(|e| HostError::new(HostOp::Read, path, errno_of(&e)))?;
         Ok(String::from_utf8_lossy(&bytes).into_owned())
     }
 
     fn write(&self, path: &Path, value: &str) -> Result<(), HostError> {
-        let resolved = self
-            .resolve(path)
+        let real = self
+            .file(path, HostOp::Read)
             .map_err(|e| HostError::write(path, value, e.errno))?;
-        let real = self.real(&resolved);
         // sysfs attributes must be written without O_CREAT/O_TRUNC surprises and in a single write(2):
         // the kernel's store() sees exactly one buffer.
         let mut f = fs::OpenOptions::new()
@@ -147,10 +163,7 @@ impl Host for SysfsHost {
     }
 
     fn list(&self, path: &Path) -> Result<Vec<String>, HostError> {
-        let real = self.real(&self.resolve(path).map_err(|e| HostError {
-            op: HostOp::List,
-            ..e
-        })?);
+        let real = self.file(path, HostOp::List)?;
         let mut names = Vec::new();
         for entry in
             fs::read_dir(&real).map_err(|e| HostError::new(HostOp::List, path, errno_of(&e)))?
@@ -163,6 +176,10 @@ impl Host for SysfsHost {
     }
 
     fn read_link(&self, path: &Path) -> Result<PathBuf, HostError> {
+        if self.live {
+            return fs::read_link(path)
+                .map_err(|e| HostError::new(HostOp::ReadLink, path, errno_of(&e)));
+        }
         let parent = path.parent().unwrap_or(Path::new("/"));
         let name = path
             .file_name()
@@ -179,7 +196,19 @@ impl Host for SysfsHost {
     }
 
     fn canonicalize(&self, path: &Path) -> Result<PathBuf, HostError> {
+        if self.live {
+            return fs::canonicalize(path)
+                .map_err(|e| HostError::new(HostOp::Canonicalize, path, errno_of(&e)));
+        }
         self.resolve(path)
+    }
+
+    fn exists(&self, path: &Path) -> bool {
+        if self.live {
+            // One stat(2), which follows links as the kernel resolves them.
+            return fs::metadata(path).is_ok();
+        }
+        self.canonicalize(path).is_ok()
     }
 
     fn describe(&self) -> String {
@@ -223,6 +252,43 @@ impl Host for SysfsHost {
 mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
+
+    #[test]
+    fn the_live_host_hands_paths_to_the_kernel() {
+        let h = SysfsHost::live();
+        let h2 = SysfsHost::new("/").unwrap();
+        for h in [&h, &h2] {
+            // /proc/self is a link the kernel resolves per process: only a kernel-side walk gets it
+            // right, which is what the live host must do.
+            let exe = h.read_link(Path::new("/proc/self/exe")).unwrap();
+            assert_eq!(exe, std::env::current_exe().unwrap());
+            assert_eq!(
+                h.canonicalize(Path::new("/proc/self")).unwrap(),
+                PathBuf::from(format!("/proc/{}", std::process::id()))
+            );
+            assert_eq!(
+                h.read(Path::new("/proc/sys/kernel/ostype")).unwrap(),
+                "Linux\n"
+            );
+            assert!(h.exists(Path::new("/proc/self/status")));
+            assert!(!h.exists(Path::new("/proc/self/no-such-file")));
+            assert!(
+                h.list(Path::new("/proc/self"))
+                    .unwrap()
+                    .contains(&"status".to_string())
+            );
+            let e = h.read(Path::new("/proc/self/no-such-file")).unwrap_err();
+            assert_eq!((e.op, e.errno), (HostOp::Read, Errno::ENOENT));
+            let e = h.list(Path::new("/proc/self/status")).unwrap_err();
+            assert_eq!((e.op, e.errno), (HostOp::List, Errno::ENOTDIR));
+            let e = h.read_link(Path::new("/proc/self/status")).unwrap_err();
+            assert_eq!((e.op, e.errno), (HostOp::ReadLink, Errno::EINVAL));
+            let e = h
+                .write(Path::new("/proc/self/no-such-file"), "1")
+                .unwrap_err();
+            assert_eq!(e.errno, Errno::ENOENT);
+        }
+    }
 
     #[test]
     fn links_resolve_inside_the_root() {
