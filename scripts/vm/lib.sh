@@ -318,12 +318,23 @@ build_initramfs() {
 # ---------------------------------------------------------------------------------------------------
 # Boot
 
+# The kernel's words for a vCPU that sat idle in HLT while its timer interrupt never came (RCU's
+# grace-period kthread waits on a timer of that CPU: kernel/rcu/tree_stall.h,
+# rcu_check_gp_kthread_expired_fqs_timer). Under TCG the emulator sometimes loses that interrupt and the
+# guest never recovers: the tests then hang until --timeout, though nothing in them failed.
+LOST_TIMER="kthread timer wakeup didn't happen"
+
 # Shows a guest console line on the terminal: everything but kernel messages, and of those only the
-# ones that explain a failure. The full console goes to the log.
+# ones that explain a failure. The full console goes to the log. A lost timer interrupt stops QEMU
+# (its pid is in $1) at once, rather than after the timeout.
 show_guest_lines() {
-	local line
+	local line pidfile=$1
 	while IFS= read -r line; do
 		case "$line" in
+		*"$LOST_TIMER"*)
+			echo "  | $line"
+			echo "  | vm-test: the guest lost a timer interrupt; stopping it"
+			{ [ -s "$pidfile" ] && kill "$(cat "$pidfile")" 2>/dev/null; } || true ;;
 		'['*) case "$line" in
 			*'Kernel panic'* | *'BUG:'* | *'Oops'* | *'WARNING:'* | *'Call Trace'* | *segfault* | *'Out of memory'*)
 				echo "  | $line" ;;
@@ -334,9 +345,14 @@ show_guest_lines() {
 }
 
 # Boots the prepared kernel with topology $2, logging the console to $3. Sets RUN_PASSED, RUN_FAILED,
-# RUN_SKIPPED and RUN_REASON; returns non-zero unless every binary passed.
+# RUN_SKIPPED, RUN_REASON and RUN_EMULATOR_FAULT (1 when the emulator failed rather than a test: it lost
+# a timer interrupt, see LOST_TIMER, or QEMU itself aborted or crashed); returns non-zero unless every
+# binary passed.
 boot_and_test() {
 	local kernel=$1 topo=$2 log=$3 rc exits summaries bad
+	local pidfile=$log.qemu-pid
+	rm -f "$pidfile"
+	RUN_EMULATOR_FAULT=0
 	RUN_PASSED=0 RUN_FAILED=0 RUN_SKIPPED=0 RUN_REASON=
 	# The share's host path goes on the kernel command line, which splits at whitespace; physical (no
 	# symlinks), because the guest resolves an absolute symlink against its own root, not the host's.
@@ -360,6 +376,7 @@ boot_and_test() {
 		# inode numbers would otherwise collide in 9p's qids (QEMU docs, -fsdev multidevs).
 		-fsdev "local,id=hostroot,path=/,security_model=none,readonly=on,multidevs=remap"
 		-device virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot,addr=1.0
+		-pidfile "$pidfile"
 	)
 	"topology_${topo//-/_}"
 	note "booting $kernel ($KVER), topology $topo"
@@ -367,8 +384,9 @@ boot_and_test() {
 	# SeaBIOS clears the screen with terminal escapes; drop them and the CRs of the serial console.
 	timeout -k 10 "$TIMEOUT" qemu-system-x86_64 "${QEMU_ARGS[@]}" </dev/null 2>&1 |
 		sed -u -e 's/\r//g' -e 's/\x1b\[[0-9;?]*[A-Za-z]//g' -e 's/\x1b[A-Za-z]//g' | tee "$log" |
-		show_guest_lines
+		show_guest_lines "$pidfile"
 	rc=${PIPESTATUS[0]}
+	rm -f "$pidfile"
 	set -e
 	exits=$(grep -E '^vm-test: [^ ]+ exit [0-9]+$' "$log" || true)
 	summaries=$(grep -E '^[A-Za-z-]*:? ?[0-9]+ passed, [0-9]+ failed' "$log" || true)
@@ -376,7 +394,14 @@ boot_and_test() {
 	RUN_FAILED=$(echo "$summaries" | grep -oE '[0-9]+ failed' | awk '{s += $1} END {print s + 0}')
 	RUN_SKIPPED=$(echo "$summaries" | grep -oE '[0-9]+ skipped' | awk '{s += $1} END {print s + 0}')
 	bad=$(echo "$exits" | grep -vE ' exit 0$' || true)
-	if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+	if grep -qF "$LOST_TIMER" "$log"; then
+		RUN_EMULATOR_FAULT=1
+		RUN_REASON="the emulator lost a timer interrupt of an idle vCPU (RCU: \"$LOST_TIMER\"); the guest was stopped"
+	elif [ "$rc" = 134 ] || [ "$rc" = 139 ]; then
+		# timeout(1) passes on 128 + the signal that ended QEMU: SIGABRT (an assertion in QEMU) or SIGSEGV.
+		RUN_EMULATOR_FAULT=1
+		RUN_REASON="QEMU itself died (exit status $rc: SIGABRT or SIGSEGV)"
+	elif [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
 		RUN_REASON="the guest did not finish within ${TIMEOUT}s"
 	elif [ "$rc" != 0 ]; then
 		RUN_REASON="qemu exited with status $rc"
