@@ -2,7 +2,7 @@
 //! a cache so listing never walks sysfs. Every change to the cache emits the matching [`Event`].
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Component, Path};
+use std::path::Path;
 
 use mdev_types::host::{Host, HostExt, paths};
 use mdev_types::ids::{MdevTypeId, MdevUuid};
@@ -11,24 +11,27 @@ use super::{Core, lock};
 use crate::daemon::api::{Event, InstanceState, InstanceView, Ownership};
 use crate::daemon::store::{StateDir, unix_now};
 
-/// Parent and type of an existing device, from its `mdev_type` link.
+/// Parent and type of an existing device, from two links: the bus's link to the device, whose directory
+/// sits in its parent's (drivers/vfio/mdev/mdev_core.c: `mdev->dev.parent = parent->dev`), and the
+/// device's `mdev_type` link into that parent's `mdev_supported_types/<type>` (mdev_sysfs.c). Two
+/// readlinks rather than resolving every component of the path: this runs after every create and for
+/// every instance at start.
 pub(super) fn device_identity(host: &dyn Host, uuid: &MdevUuid) -> Option<(String, MdevTypeId)> {
-    let dir = host
-        .canonicalize(&paths::mdev_device(uuid).join("mdev_type"))
-        .ok()?;
-    let comps: Vec<String> = dir
-        .components()
-        .filter_map(|c| match c {
-            Component::Normal(s) => Some(s.to_string_lossy().into_owned()),
-            _ => None,
-        })
-        .collect();
-    match comps.as_slice() {
-        [.., parent, mst, ty] if mst == "mdev_supported_types" => {
-            Some((parent.clone(), ty.parse().ok()?))
-        }
-        _ => None,
+    let dev = paths::mdev_device(uuid);
+    let place = host.read_link(&dev).ok()?;
+    let parent = normal_name(place.parent()?.file_name())?;
+    let type_link = host.read_link(&dev.join("mdev_type")).ok()?;
+    let ty = normal_name(type_link.file_name())?;
+    if normal_name(type_link.parent()?.file_name())? != "mdev_supported_types" {
+        return None;
     }
+    Some((parent, ty.parse().ok()?))
+}
+
+/// A link target's component as text, if it is a plain name (not `..`, not empty).
+fn normal_name(name: Option<&std::ffi::OsStr>) -> Option<String> {
+    let name = name?.to_str()?;
+    (!name.is_empty() && name != "..").then(|| name.to_string())
 }
 
 impl Core {
