@@ -149,7 +149,7 @@ impl Host for SysfsHost {
 
     fn write(&self, path: &Path, value: &str) -> Result<(), HostError> {
         let real = self
-            .file(path, HostOp::Read)
+            .file(path, HostOp::Write)
             .map_err(|e| HostError::write(path, value, e.errno))?;
         // sysfs attributes must be written without O_CREAT/O_TRUNC surprises and in a single write(2):
         // the kernel's store() sees exactly one buffer.

@@ -8,9 +8,9 @@
 //! then the device's `remove`; on the live host that is one open(2) and one write(2)), interleaved,
 //! target p50 ratio ≤ 1.3×. It runs twice, with vgpud's state directory on tmpfs: back to back, and
 //! with a pause after every operation, so that what the daemon does in the background after a kernel
-//! event is over before the next operation. (The guest has no writable
-//! host-backed filesystem since the 9p share became the host's read-only root; the cost of the state
-//! directory's fsyncs is printed on its own instead.)
+//! event is over before the next operation. (The guest has no writable host-backed filesystem since the
+//! 9p share became the host's read-only root; the cost of the state directory's fsyncs is printed on
+//! its own instead.)
 //! To show where the time goes, each run also prints a bare D-Bus round trip
 //! (`org.freedesktop.DBus.Peer.Ping`), `ListGpus` (one full discovery), the state directory's file
 //! protocol timed on its own, and which kernel events made the daemon reconcile.
