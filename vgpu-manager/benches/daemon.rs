@@ -5,7 +5,9 @@
 //!    `Core::open` when the devices exist (daemon restart) and when they must all be created (host
 //!    reboot), next to a plain read of the same 1,000 definition files.
 //! 2. `ListInstances` with 1,000 instances over D-Bus: p50/p99 against `org.freedesktop.DBus.Peer.Ping`
-//!    on the same bus (target p99 < 2 ms and ≤ 2× Ping).
+//!    on the same bus (target p99 < 2 ms and ≤ 2× Ping). Beside it, the floor on the same bus: a bare
+//!    zbus server answering with the same rows, and with the same number of bytes as one `ay`
+//!    (`daemon/floor.rs`).
 //! 3. Resident memory of an idle `vgpud` holding 1,000 instances (target < 15 MB).
 //!
 //! Run: `cargo bench -p vgpu-manager --bench daemon`.
@@ -24,6 +26,9 @@ use vgpu_manager::daemon::core::Core;
 use vgpu_manager::profile::Catalog;
 
 const N: usize = 1000;
+
+#[path = "daemon/floor.rs"]
+mod floor;
 
 fn bench_host_file() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/bench-host.toml")
@@ -258,7 +263,7 @@ async fn measure(daemon: &Vgpud, sock: &Path, bus: &str, latency: bool) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     if latency {
-        list_vs_ping(&conn, &proxy).await;
+        list_vs_ping(&conn, &proxy, bus).await;
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     let (rss, anon, file) = rss_kib(daemon.0.id());
@@ -271,7 +276,7 @@ async fn measure(daemon: &Vgpud, sock: &Path, bus: &str, latency: bool) {
     );
 }
 
-async fn list_vs_ping(conn: &zbus::Connection, proxy: &Manager1Proxy<'_>) {
+async fn list_vs_ping(conn: &zbus::Connection, proxy: &Manager1Proxy<'_>, bus: &str) {
     let peer = zbus::fdo::PeerProxy::builder(conn)
         .destination(vgpu_manager::client::SERVICE)
         .path(vgpu_manager::client::MANAGER_PATH)
@@ -331,9 +336,13 @@ async fn list_vs_ping(conn: &zbus::Connection, proxy: &Manager1Proxy<'_>) {
         ms(percentile(&wire_t, 0.5)),
         ms(percentile(&decode_t, 0.5)),
     );
+    floor::compare(conn, bus).await;
 }
 
 fn main() {
+    if floor::serve_if_asked() {
+        return;
+    }
     // `cargo bench` passes `--bench`; `cargo test --benches` passes nothing special: run either way.
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("state");
