@@ -10,7 +10,7 @@
 //! with a pause after every operation, so that what the daemon does in the background after a kernel
 //! event is over before the next operation. (The guest has no writable host-backed filesystem since the
 //! 9p share became the host's read-only root; the cost of the state directory's fsyncs is printed on
-//! its own instead.)
+//! its own instead.) A third run puts the daemon on a separate `dbus-daemon`, the bus it is deployed on.
 //! To show where the time goes, each run also prints a bare D-Bus round trip
 //! (`org.freedesktop.DBus.Peer.Ping`), `ListGpus` (one full discovery), the state directory's file
 //! protocol timed on its own, and which kernel events made the daemon reconcile.
@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use mdev_types::host::{Host, paths};
 
+use super::bus_daemon::BusDaemon;
 use super::guest::Guest;
 use super::runner::{Outcome, Test, TestError, TestResult, ensure, ensure_eq};
 use super::samples::{Mdevs, available, create_path, test_uuid};
@@ -100,6 +101,8 @@ struct Setup<'a> {
     /// A pause after every operation (both loops), so that work the daemon does in the background
     /// after answering (kernel-event reconciles, GPU object refreshes) is over before the next one.
     pause: Duration,
+    /// The daemon on a separate `dbus-daemon`, as deployed, instead of its embedded bus.
+    dbus_daemon: bool,
 }
 
 /// What a run measured.
@@ -111,7 +114,15 @@ struct Results {
 fn run(g: &Guest, setup: &Setup<'_>, seq: &mut u32) -> Result<Results, TestError> {
     let work = Workdir::new("bench")?;
     let state = Workdir::new_in(setup.state_base, "bench-state")?;
-    let d = Vgpud::spawn(work.path(), state.path())?;
+    let bus = if setup.dbus_daemon {
+        Some(BusDaemon::start(work.path())?)
+    } else {
+        None
+    };
+    let d = match &bus {
+        Some(b) => Vgpud::spawn_on_bus(work.path(), state.path(), b.address())?,
+        None => Vgpud::spawn(work.path(), state.path())?,
+    };
     let mut mdevs = Mdevs::new(&g.host);
     let create = create_path(PARENT, TYPE)?;
     let (mut dbus, mut raw) = (Samples::default(), Samples::default());
@@ -180,7 +191,12 @@ fn run(g: &Guest, setup: &Setup<'_>, seq: &mut u32) -> Result<Results, TestError
     let (pd, pr) = (percentile(&dbus.total, 50), percentile(&raw.total, 50));
     let q = ratio(pd, pr);
     println!(
-        "bench: state dir on {} ({}), pause {:?} after each operation: {ITERATIONS} iterations after {WARMUP} warm-up",
+        "bench: {} bus, state dir on {} ({}), pause {:?} after each operation: {ITERATIONS} iterations after {WARMUP} warm-up",
+        if setup.dbus_daemon {
+            "dbus-daemon"
+        } else {
+            "embedded"
+        },
         fs_type(state.path()),
         setup.label,
         setup.pause
@@ -337,11 +353,19 @@ fn create_destroy(g: &Guest) -> TestResult {
             label: "in memory",
             state_base: &tmp,
             pause: Duration::ZERO,
+            dbus_daemon: false,
         },
         Setup {
             label: "in memory, background work let finish",
             state_base: &tmp,
             pause: PAUSE,
+            dbus_daemon: false,
+        },
+        Setup {
+            label: "in memory, as deployed",
+            state_base: &tmp,
+            pause: Duration::ZERO,
+            dbus_daemon: true,
         },
     ];
     let mut ratios = Vec::new();
@@ -349,8 +373,8 @@ fn create_destroy(g: &Guest) -> TestResult {
         ratios.push(run(g, setup, &mut seq)?.ratio);
     }
     println!(
-        "bench: create->ready->destroy D-Bus/sysfs p50 ratio: {:.2}x (state on tmpfs), {:.2}x (tmpfs, {PAUSE:?} pauses)",
-        ratios[0], ratios[1]
+        "bench: create->ready->destroy D-Bus/sysfs p50 ratio: {:.2}x (state on tmpfs), {:.2}x (tmpfs, {PAUSE:?} pauses), {:.2}x (on dbus-daemon)",
+        ratios[0], ratios[1], ratios[2]
     );
     ensure_eq(
         format_args!("{TYPE} available_instances after the benchmark"),

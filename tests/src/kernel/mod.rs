@@ -14,11 +14,13 @@
 //!   with `qemu-glue`'s arguments.
 //! * [`vfio`] — VFIO preflight, backends, viability and binding on the real kernel; [`vfio_bench`] its
 //!   benchmarks.
-//! * [`bench`](mod@bench) — benchmarks ([`all_benches`]), run only when a filter names them.
+//! * [`bench`](mod@bench) — benchmarks ([`all_benches`]), run only when a filter names them;
+//!   [`bus_daemon`] a real dbus-daemon for them.
 //!
 //! Later suites (VFIO) add modules here and list their tests in [`all_tests`].
 
 pub mod bench;
+pub mod bus_daemon;
 pub mod daemon;
 pub mod daemon_events;
 pub mod discovery;

@@ -157,9 +157,25 @@ impl Vgpud {
 
     /// [`Vgpud::spawn`] with more command-line arguments (e.g. `--admin-group NAME`).
     pub fn spawn_with(work: &Path, state: &Path, extra: &[&str]) -> Result<Vgpud, TestError> {
+        let bus = format!("unix:path={}", work.join("bus.sock").display());
+        Vgpud::launch(work, state, &["--listen", &bus], extra, bus.clone())
+    }
+
+    /// [`Vgpud::spawn`] on a bus that is already running (`--bus ADDRESS`, e.g. a
+    /// [`super::bus_daemon::BusDaemon`]) instead of its own embedded one.
+    pub fn spawn_on_bus(work: &Path, state: &Path, bus: &str) -> Result<Vgpud, TestError> {
+        Vgpud::launch(work, state, &["--bus", bus], &[], bus.to_string())
+    }
+
+    fn launch(
+        work: &Path,
+        state: &Path,
+        bus_args: &[&str],
+        extra: &[&str],
+        bus: String,
+    ) -> Result<Vgpud, TestError> {
         static STARTS: AtomicUsize = AtomicUsize::new(0);
         let bin = binary()?;
-        let bus = format!("unix:path={}", work.join("bus.sock").display());
         let log = work.join(format!(
             "vgpud-{}.log",
             STARTS.fetch_add(1, Ordering::Relaxed)
@@ -167,7 +183,9 @@ impl Vgpud {
         let log_file = std::fs::File::create(&log)
             .map_err(|e| TestError::Check(format!("cannot create {}: {e}", log.display())))?;
         let child = Command::new(&bin)
-            .args(["--sysfs-root", "/", "--listen", &bus, "--state-dir"])
+            .args(["--sysfs-root", "/"])
+            .args(bus_args)
+            .arg("--state-dir")
             .arg(state)
             .args(extra)
             .env("VGPU_LOG", "info")
