@@ -14,7 +14,7 @@ use super::daemon::{
 };
 use super::guest::{Guest, wait_for};
 use super::runner::{Outcome, TestError, TestResult, ensure, ensure_eq};
-use super::samples::{Mdevs, test_uuid};
+use super::samples::{Mdevs, available, test_uuid};
 use super::vgpud::{TargetKind, Vgpud, Workdir, find};
 
 /// Devices made through sysfs (before and after the daemon started) are listed as foreign, and every
@@ -71,14 +71,35 @@ pub(super) fn foreign_untouched(g: &Guest) -> TestResult {
         })?;
     }
     ensure_eq("availability after refused calls", availability(g)?, mid)?;
+    // The GPU object follows devices made and removed behind the daemon's back (re-reading that one
+    // parent, without a discovery of the whole host).
+    gpu_object_follows(g, &d, "mdpy", "mdpy-vga")?;
     mdevs.remove(&late)?;
     d.wait_until("a removed foreign device is unlisted", EVENT_WITHIN, |d| {
         not_listed(d, &late)
     })?;
+    gpu_object_follows(g, &d, "mdpy", "mdpy-vga")?;
     d.stop()?;
     mdevs.remove_all()?;
     ensure_restored(g, &before)?;
     Ok(Outcome::Passed)
+}
+
+/// Waits until the `Gpu1` object of `parent` shows the `available_instances` sysfs has for `ty`.
+fn gpu_object_follows(g: &Guest, d: &Vgpud, parent: &str, ty: &str) -> Result<(), TestError> {
+    let want = available(&g.host, parent, ty)?;
+    let mut seen = None;
+    d.wait_until(
+        &format!("Gpu1 {parent} Types shows {ty} with {want} available (as sysfs)"),
+        EVENT_WITHIN,
+        |d| {
+            let types = d.gpu_object_types(parent)?;
+            seen = types.iter().find(|t| t.type_id == ty).map(|t| t.available);
+            Ok(seen == Some(want))
+        },
+    )
+    .map_err(|e| TestError::Check(format!("{e}\n  last seen: {seen:?}")))?;
+    Ok(())
 }
 
 /// Runs a busybox module tool (`modprobe`, as the guest's /init loads modules, or `rmmod`).

@@ -18,8 +18,8 @@ use nix::unistd::Pid;
 use thiserror::Error;
 use tokio::runtime::Runtime;
 use vgpu_manager::client::{
-    BusAddress, ClientError, GpuInfo, InstanceInfo, Manager1Proxy, SERVICE, TARGET_PROFILE,
-    TARGET_TYPE,
+    BusAddress, ClientError, Gpu1Proxy, GpuInfo, InstanceInfo, Manager1Proxy, SERVICE,
+    TARGET_PROFILE, TARGET_TYPE, TypeSlot,
 };
 use zbus::Connection;
 use zbus::Variant;
@@ -388,6 +388,26 @@ impl Vgpud {
     pub fn list_gpus(&self) -> Result<Vec<GpuInfo>, CallError> {
         let m = self.manager()?;
         self.call("ListGpus", m.list_gpus())
+    }
+
+    /// The `Types` property of GPU `id`'s `org.vgpumanager.Gpu1` object (read now, not cached): each
+    /// mdev type with how many more instances fit, as the object last learned it.
+    pub fn gpu_object_types(&self, id: &str) -> Result<Vec<TypeSlot>, CallError> {
+        let client = self
+            .client
+            .as_ref()
+            .ok_or_else(|| self.call_error("Get Gpu1.Types", None, "not connected".into()))?;
+        let conn = client.conn.clone();
+        let path = vgpu_manager::client::gpu_path(id);
+        self.call("Get Gpu1.Types", async move {
+            Gpu1Proxy::builder(&conn)
+                .path(path)
+                .cache_properties(zbus::proxy::CacheProperties::No)
+                .build()
+                .await?
+                .types()
+                .await
+        })
     }
 
     /// `org.freedesktop.DBus.Peer.Ping` on the daemon: one bare round trip through the same bus.

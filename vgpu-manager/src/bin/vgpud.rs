@@ -15,7 +15,7 @@ use tracing::{error, info, warn};
 use vgpu_manager::cli::HostArgs;
 use vgpu_manager::client::{BusAddress, ClientError, SERVICE};
 use vgpu_manager::daemon::api::CoreError;
-use vgpu_manager::daemon::core::Core;
+use vgpu_manager::daemon::core::{Core, GpuImpact};
 use vgpu_manager::daemon::dbus::embedded_bus::{self, EmbeddedBus, EmbeddedBusError};
 use vgpu_manager::daemon::dbus::{self, Executor, ServeError};
 use vgpu_manager::daemon::pool_files::{PoolFileOutcome, apply_pool_files};
@@ -111,8 +111,9 @@ fn main() -> ExitCode {
     }
 }
 
-/// Feeds kernel uevents to the core on a thread of its own (the host's stream is blocking), and has the
-/// GPU objects re-read after each (a parent may have come or gone without any instance changing).
+/// Feeds kernel uevents to the core on a thread of its own (the host's stream is blocking), and has
+/// every GPU object re-read after those that may change more than one instance's GPU (a parent or
+/// driver come or gone, a vGPU on an SR-IOV VF: `GpuImpact`).
 fn forward_uevents(
     core: &Arc<Core>,
     events: std::sync::mpsc::Receiver<mdev_types::host::uevent::Uevent>,
@@ -124,8 +125,7 @@ fn forward_uevents(
         .spawn(move || {
             for ev in events {
                 let Some(core) = core.upgrade() else { break };
-                core.handle_uevent(&ev);
-                if ev.is_relevant() {
+                if core.handle_uevent(&ev) == GpuImpact::All {
                     gpus.gpus_changed();
                 }
             }

@@ -26,6 +26,7 @@ use super::store::{StateDir, StoreError};
 use crate::profile::Catalog;
 
 mod choose;
+mod gpu_impact;
 mod lifecycle;
 mod locks;
 mod pool;
@@ -36,6 +37,7 @@ mod vf_slots;
 mod vfio;
 mod views;
 
+pub use gpu_impact::GpuImpact;
 pub use reconcile::ReconcileScope;
 
 impl From<StoreError> for CoreError {
@@ -167,9 +169,11 @@ impl Core {
     /// noticed); anything else re-reads the registered parents, and a parent that appeared (its driver
     /// loaded late) gets its autostart instances. Ordering makes this race-free: the kernel sends a PCI
     /// device's `bind` and a module's `add` only after the probe or init that registered the parent.
-    pub fn handle_uevent(&self, ev: &mdev_types::host::uevent::Uevent) {
+    /// Returns whether every GPU must be re-read, beyond the instance events sent ([`GpuImpact`]).
+    pub fn handle_uevent(&self, ev: &mdev_types::host::uevent::Uevent) -> GpuImpact {
+        let impact = gpu_impact::gpu_impact(self.host.as_ref(), ev);
         if !ev.is_relevant() {
-            return;
+            return impact;
         }
         if ev.subsystem.as_deref() == Some("mdev") {
             if let Some(uuid) = ev.devpath.rsplit('/').next().and_then(|u| u.parse().ok()) {
@@ -178,7 +182,7 @@ impl Core {
                 }
                 self.refresh_one(&uuid);
             }
-            return;
+            return impact;
         }
         let now = self.parents_now();
         let appeared: Vec<String> = {
@@ -201,6 +205,7 @@ impl Core {
                 warn!(error = %e, devpath = %ev.devpath, "reconcile after a kernel event failed");
             }
         }
+        impact
     }
 
     /// The names under `/sys/class/mdev_bus` now.
