@@ -128,7 +128,6 @@ fn run(g: &Guest, setup: &Setup<'_>, seq: &mut u32) -> Result<Results, TestError
     let (mut dbus, mut raw) = (Samples::default(), Samples::default());
     let (mut ping, mut list_gpus) = (Vec::new(), Vec::new());
     let log_before = d.log_text();
-    let cpu_before = cpu_time(d.pid());
     for i in 0..WARMUP + ITERATIONS {
         let counted = i >= WARMUP;
         // Alternate which loop goes first, so drift (caches, the host's load) hits both alike.
@@ -182,7 +181,6 @@ fn run(g: &Guest, setup: &Setup<'_>, seq: &mut u32) -> Result<Results, TestError
         }
         std::thread::sleep(setup.pause);
     }
-    let cpu = cpu_time(d.pid()).saturating_sub(cpu_before);
     // The daemon logs one line per reconcile a kernel event started (vgpu-manager's core/mod.rs).
     let log = d.log_text();
     let triggers = reconcile_triggers(log.get(log_before.len()..).unwrap_or_default());
@@ -228,10 +226,6 @@ fn run(g: &Guest, setup: &Setup<'_>, seq: &mut u32) -> Result<Results, TestError
         ratio(pr + percentile(&ping, 50) * 2, pr)
     );
     println!(
-        "bench:   vgpud CPU time (user+system, its embedded bus included) {} per iteration: one D-Bus create+destroy, one raw create+remove, Ping, ListGpus",
-        ms(cpu / (WARMUP + ITERATIONS))
-    );
-    println!(
         "bench:   state-dir file protocol alone (write+fsync+rename+fsync dir, unlink+fsync dir) p50 {}",
         ms(store)
     );
@@ -254,24 +248,6 @@ fn run(g: &Guest, setup: &Setup<'_>, seq: &mut u32) -> Result<Results, TestError
         }
     );
     Ok(Results { ratio: q })
-}
-
-/// The CPU time process `pid` has used so far (user + system, /proc/PID/stat fields 14 and 15, in
-/// clock ticks of 1/100 s); zero when unknown.
-fn cpu_time(pid: Option<u32>) -> Duration {
-    let Some(stat) = pid.and_then(|p| std::fs::read_to_string(format!("/proc/{p}/stat")).ok())
-    else {
-        return Duration::ZERO;
-    };
-    // The command name (field 2) may hold spaces; the fields after it are plain numbers.
-    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let ticks: u64 = after
-        .split_whitespace()
-        .skip(11)
-        .take(2)
-        .filter_map(|f| f.parse::<u64>().ok())
-        .sum();
-    Duration::from_millis(ticks * 10)
 }
 
 /// `word` with every `/`-separated part that is a UUID or a number replaced by `<uuid>` or `<n>`, so
