@@ -221,7 +221,7 @@ impl Host for SysfsHost {
         if self.root != Path::new("/") {
             return None;
         }
-        let socket = match super::uevent::UeventSocket::open() {
+        let mut socket = match super::uevent::UeventSocket::open() {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot open the kernel uevent socket; changes made behind our back are noticed only on the next request");

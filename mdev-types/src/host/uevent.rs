@@ -83,6 +83,9 @@ pub fn parse_uevent(buf: &[u8]) -> Option<Uevent> {
 #[derive(Debug)]
 pub struct UeventSocket {
     fd: OwnedFd,
+    /// One datagram, kept between calls. A uevent is its `ACTION@DEVPATH` header (a sysfs path) plus
+    /// at most 2 KiB of variables (`UEVENT_BUFFER_SIZE`, include/linux/kobject.h): 16 KiB holds any.
+    buf: Vec<u8>,
 }
 
 impl UeventSocket {
@@ -95,15 +98,17 @@ impl UeventSocket {
             SockProtocol::NetlinkKObjectUEvent,
         )?;
         bind(fd.as_raw_fd(), &NetlinkAddr::new(0, 1))?;
-        Ok(Self { fd })
+        Ok(Self {
+            fd,
+            buf: vec![0; 16 * 1024],
+        })
     }
 
     /// Blocks until the next kernel uevent and returns it (skipping anything unparsable).
-    pub fn next_event(&self) -> nix::Result<Uevent> {
-        let mut buf = vec![0u8; 16 * 1024];
+    pub fn next_event(&mut self) -> nix::Result<Uevent> {
         loop {
-            let n = recv(self.fd.as_raw_fd(), &mut buf, MsgFlags::empty())?;
-            if let Some(ev) = parse_uevent(&buf[..n]) {
+            let n = recv(self.fd.as_raw_fd(), &mut self.buf, MsgFlags::empty())?;
+            if let Some(ev) = parse_uevent(&self.buf[..n]) {
                 return Ok(ev);
             }
         }
