@@ -114,11 +114,10 @@ struct Results {
 fn run(g: &Guest, setup: &Setup<'_>, seq: &mut u32) -> Result<Results, TestError> {
     let work = Workdir::new("bench")?;
     let state = Workdir::new_in(setup.state_base, "bench-state")?;
-    let bus = if setup.dbus_daemon {
-        Some(BusDaemon::start(work.path())?)
-    } else {
-        None
-    };
+    let bus = setup
+        .dbus_daemon
+        .then(|| BusDaemon::start(work.path()))
+        .transpose()?;
     let d = match &bus {
         Some(b) => Vgpud::spawn_on_bus(work.path(), state.path(), b.address())?,
         None => Vgpud::spawn(work.path(), state.path())?,

@@ -158,21 +158,22 @@ impl Vgpud {
     /// [`Vgpud::spawn`] with more command-line arguments (e.g. `--admin-group NAME`).
     pub fn spawn_with(work: &Path, state: &Path, extra: &[&str]) -> Result<Vgpud, TestError> {
         let bus = format!("unix:path={}", work.join("bus.sock").display());
-        Vgpud::launch(work, state, &["--listen", &bus], extra, bus.clone())
+        Vgpud::launch(work, state, "--listen", bus, extra)
     }
 
     /// [`Vgpud::spawn`] on a bus that is already running (`--bus ADDRESS`, e.g. a
     /// [`super::bus_daemon::BusDaemon`]) instead of its own embedded one.
     pub fn spawn_on_bus(work: &Path, state: &Path, bus: &str) -> Result<Vgpud, TestError> {
-        Vgpud::launch(work, state, &["--bus", bus], &[], bus.to_string())
+        Vgpud::launch(work, state, "--bus", bus.to_string(), &[])
     }
 
+    /// Starts vgpud with `<bus_flag> <bus>` (`--listen` for its own bus, `--bus` for a running one).
     fn launch(
         work: &Path,
         state: &Path,
-        bus_args: &[&str],
-        extra: &[&str],
+        bus_flag: &str,
         bus: String,
+        extra: &[&str],
     ) -> Result<Vgpud, TestError> {
         static STARTS: AtomicUsize = AtomicUsize::new(0);
         let bin = binary()?;
@@ -184,7 +185,7 @@ impl Vgpud {
             .map_err(|e| TestError::Check(format!("cannot create {}: {e}", log.display())))?;
         let child = Command::new(&bin)
             .args(["--sysfs-root", "/"])
-            .args(bus_args)
+            .args([bus_flag, &bus])
             .arg("--state-dir")
             .arg(state)
             .args(extra)
