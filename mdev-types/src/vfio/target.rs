@@ -93,13 +93,13 @@ pub fn inspect(host: &dyn Host, target: &Target) -> Result<TargetState, VfioChec
         return Err(VfioCheckError::NoSuchTarget(*target));
     }
     let driver = host.link_name(&dir.join("driver"))?;
-    if let Target::Pci(addr) = target {
-        if driver.as_deref() != Some(crate::viability::VFIO_PCI) {
-            return Err(VfioCheckError::NotOnVfioPci {
-                addr: *addr,
-                driver,
-            });
-        }
+    if let Target::Pci(addr) = target
+        && driver.as_deref() != Some(crate::viability::VFIO_PCI)
+    {
+        return Err(VfioCheckError::NotOnVfioPci {
+            addr: *addr,
+            driver,
+        });
     }
     let group = host
         .link_name(&dir.join("iommu_group"))?

@@ -13,7 +13,7 @@ use super::spec::{Backend, WorkloadClass};
 
 /// `2048` → `2 GiB`, `640` → `640 MiB`, `1536` → `1.5 GiB`.
 pub fn fmt_mib(mib: u64) -> String {
-    if mib >= 1024 && mib % 1024 == 0 {
+    if mib >= 1024 && mib.is_multiple_of(1024) {
         format!("{} GiB", mib / 1024)
     } else if mib >= 1024 && mib.checked_mul(10).is_some_and(|t| t % 1024 == 0) {
         format!("{:.1} GiB", mib as f64 / 1024.0)

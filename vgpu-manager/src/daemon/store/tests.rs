@@ -36,14 +36,14 @@ fn ledger(n: u32) -> LedgerEntry {
         uuid: uuid(n),
         parent: "mbochs".into(),
         type_id: "mbochs-1".parse().unwrap(),
-        ownership: if n % 2 == 0 {
+        ownership: if n.is_multiple_of(2) {
             LedgerOwnership::Daemon
         } else {
             LedgerOwnership::Adopted
         },
         created_at: 1_700_000_000,
-        gpu: (n % 3 == 0).then(|| "0000:3b:00.0".to_string()),
-        profile: (n % 3 == 0).then(|| "vdi-2g".to_string()),
+        gpu: n.is_multiple_of(3).then(|| "0000:3b:00.0".to_string()),
+        profile: n.is_multiple_of(3).then(|| "vdi-2g".to_string()),
         label: Some(format!("vm-{n}")),
     }
 }
