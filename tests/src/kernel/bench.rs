@@ -18,7 +18,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use mdev_types::host::{Host, paths};
+use vgpu_host::{Host, paths};
 
 use super::bus_daemon::BusDaemon;
 use super::guest::Guest;

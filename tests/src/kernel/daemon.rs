@@ -10,8 +10,8 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use mdev_types::host::{Host, paths};
 use mdev_types::ids::MdevUuid;
+use vgpu_host::{Host, paths};
 use vgpu_manager::client::{InstanceInfo, instance_path};
 
 use super::daemon_events;
@@ -156,7 +156,7 @@ fn create_destroy_by_type(g: &Guest) -> TestResult {
     let mut mdevs = Mdevs::new(&g.host);
     let (_work, d) = daemon("by-type")?;
     // (parent, type, listed by ListGpus): mtty is a serial-port sample, not a display, and discovery
-    // counts only display parents as GPUs (mdev_types::discover, `is_display_parent`); the daemon still
+    // counts only display parents as GPUs (vgpu_host::discover, `is_display_parent`); the daemon still
     // manages its instances.
     let cases = [
         ("mbochs", "mbochs-small", true),

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use mdev_types::host::Host;
+use vgpu_host::Host;
 
 use super::guest::{Guest, KernelKind};
 use super::runner::{Outcome, Test, TestError, TestResult, ensure};

@@ -6,7 +6,7 @@
 //! bind-mounted into it, so the host's `qemu-system-x86_64` runs chrooted there against the guest's
 //! kernel. The guest's CPU offers SVM (QEMU `-cpu max` under TCG), so `kvm_amd` gives it `/dev/kvm` and
 //! the inner QEMU runs with `-accel kvm` (nested). Each test creates or binds a device through
-//! `mdev_types::ops`, starts QEMU stopped (`-S`) with the device arguments from
+//! `vgpu_host::ops`, starts QEMU stopped (`-S`) with the device arguments from
 //! [`qemu_glue::mdev_qemu_args`] / [`qemu_glue::pci_qemu_args`], asks the monitor for `info pci`, quits,
 //! checks QEMU listed the device with its vendor:device id, and puts the device back.
 //!
@@ -20,10 +20,10 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use mdev_types::host::{Host, HostExt, paths};
 use mdev_types::ids::MdevUuid;
-use mdev_types::ops::{bind_driver, create_mdev, remove_mdev, restore_driver};
 use qemu_glue::{MdevDisplay, mdev_qemu_args, pci_qemu_args};
+use vgpu_host::ops::{bind_driver, create_mdev, remove_mdev, restore_driver};
+use vgpu_host::{Host, HostExt, paths};
 
 use super::guest::{Guest, driver_of};
 use super::runner::{Outcome, Test, TestError, TestResult, ensure, ensure_eq};
