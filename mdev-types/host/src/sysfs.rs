@@ -8,7 +8,7 @@ use super::{Errno, Host, HostError, HostOp};
 
 /// The real kernel interface: kernel paths mapped below `root` (`/` on a live host).
 ///
-/// With another root, a fixture tree or a capture such as `../shared/fixtures/h200-passthrough` is read
+/// With another root, a fixture tree or a capture such as `tests/fixtures/h200-passthrough` is read
 /// exactly like the kernel's sysfs; absolute symbolic links inside the tree are resolved below the root
 /// too, so a capture never escapes into the machine's own `/sys`.
 ///

@@ -6,7 +6,7 @@
 //! Tables: A100-40GB as the NVIDIA MIG User Guide lists it ("Supported MIG Profiles", A100-SXM4-40GB),
 //! and any GPU's table read through NVML (`nvmlDeviceGetGpuInstanceProfileInfo` and
 //! `nvmlDeviceGetGpuInstancePossiblePlacements`), e.g. the H200 capture in
-//! `../shared/fixtures/h200-passthrough/nvml-mig-*.json`.
+//! `tests/fixtures/h200-passthrough/nvml-mig-*.json`.
 
 use serde::Serialize;
 use serde_json::Value;
