@@ -3,8 +3,8 @@
 //! Sysfs does not say which slot a VF serves, so each is recorded in the state directory
 //! ([`VfSlotRecord`], `vf-slots/<slot uuid>.toml`): the slot, its GPU, the VF, how many VFs its PF
 //! needs, and — once made — what [`Backend::create`] did ([`Created`], which [`Backend::destroy`]
-//! undoes). The record is written **before** the VF is touched and completed
-//! after, so a crash leaves a record the next start can finish or undo:
+//! undoes). The record is written **before** the VF is touched and completed after, so a crash
+//! leaves a record the next start can finish or undo:
 //!
 //! * at start ([`Core::reconcile_vf_slots`]), a slot whose VF is not (or no longer) set up — a reboot
 //!   disables every VF — is made again when its pool is applied with `autostart`: the PF's VFs are
