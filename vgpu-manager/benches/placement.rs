@@ -61,7 +61,7 @@ fn choices(kind: Kind, need: u64, heads: bool, graphics: bool) -> Vec<Choice> {
             .filter(|g| **g * 1024 >= need)
             .map(|g| pools(format!("l40s-{g}q"), g * 1024, format!("{g} GiB")))
             .collect(),
-        // Flex VFs have no display heads (Intel Data Center GPU Flex Series virtualization guide: its VF profiles are compute and media only).
+        // Flex VFs have no display heads (the Data Center GPU Flex Series has no display outputs; the simulated one in sims/demo.toml has none).
         Kind::Flex if !heads && graphics => vec![Choice {
             key: "vf".into(),
             cost: Cost::Split { need_mib: need },
