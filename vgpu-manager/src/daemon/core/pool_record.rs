@@ -117,7 +117,7 @@ impl Core {
     /// [`Command::PoolStatus`](crate::daemon::api::Command::PoolStatus).
     pub(super) fn pool_status(&self) -> Result<Reply, CoreError> {
         let applied = self.applied_pools();
-        let inv = mdev_types::discover::discover(self.host.as_ref())?;
+        let inv = vgpu_host::discover::discover(self.host.as_ref())?;
         let mut out = Vec::new();
         for (record, file) in applied {
             let pool = match Pool::from_toml(&file, &record.text, &self.catalog) {
