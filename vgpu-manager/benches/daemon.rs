@@ -1,4 +1,4 @@
-//! Daemon benchmarks (issue 4). Each prints a measurement next to its baseline taken in the same run, and
+//! Daemon benchmarks. Each prints a measurement next to its baseline taken in the same run, and
 //! the ratio; this machine is noisy, so only side-by-side ratios mean anything.
 //!
 //! 1. Cold start and reconcile with 1,000 definitions on a simulated host (target < 100 ms to ready):

@@ -1,6 +1,6 @@
 //! Intel i915 SR-IOV, out-of-tree driver: the PF's DRM card carries `prelim_iov/{pf,vfN}/gt/`
 //! with `exec_quantum_ms`, `preempt_timeout_us` and, for VFs, `lmem_quota`, `ggtt_quota`,
-//! `contexts_quota`, `doorbells_quota` (issue 6; Intel's SR-IOV i915 `intel_iov_sysfs.c`, which
+//! `contexts_quota`, `doorbells_quota` (Intel's SR-IOV i915 `intel_iov_sysfs.c`, which
 //! registers one kobject per function with a `gt` directory below the card). `/sys/class/drm/cardN`
 //! links to `<pf>/drm/cardN`.
 //!

@@ -1,4 +1,4 @@
-//! The real `vgpud` on the real kernel (issue 4, "Real kernel (in the harness)"): each test starts the
+//! The real `vgpud` on the real kernel: each test starts the
 //! daemon on the guest's sysfs with an embedded bus and a fresh state directory, drives it over D-Bus,
 //! and checks every step against sysfs through our host layer — the device appears or disappears,
 //! `available_instances` moves — never against the daemon's own word alone.
@@ -520,7 +520,7 @@ fn text(b: &[u8]) -> String {
 
 /// `vgpuctl` against the daemon on the real kernel: create by type prints the instance as JSON and
 /// the device exists; `list --json` shows it and a foreign device; destroying the foreign one is
-/// refused in one line with exit code 2 (issue 4, "vgpuctl over D-Bus"); destroying ours removes it.
+/// refused in one line with exit code 2 (README, "vgpud, the daemon"); destroying ours removes it.
 fn vgpuctl_on_real_kernel(g: &Guest) -> TestResult {
     let before = availability(g)?;
     let mut mdevs = Mdevs::new(&g.host);

@@ -1,5 +1,5 @@
-//! The VFIO fd hand-off on the real kernel (issue 5: "In the guest test, an unprivileged process
-//! receives the fds over D-Bus and maps DMA through them successfully").
+//! The VFIO fd hand-off on the real kernel: an unprivileged process receives the fds over D-Bus and
+//! maps DMA through them.
 //!
 //! vgpud runs as root with `--admin-group vgpu-handoff`; an mbochs instance (the sample mediated display
 //! GPU) is created through it. A user with no rights to `/dev/vfio` but in that group then runs the

@@ -1,5 +1,4 @@
-//! Real QEMU attaching our devices with the arguments `qemu-glue` emits (issue 7, "QEMU arguments ...
-//! Test them with real QEMU attaching our devices inside the real-kernel guest").
+//! Real QEMU attaching our devices, inside the real-kernel guest, with the arguments `qemu-glue` emits.
 //!
 //! The guest has no QEMU of its own: scripts/vm-test shares the host's root read-only over 9p and
 //! scripts/vm/init mounts it at [`HOSTROOT`] with the guest's `/proc`, `/sys`, `/dev` and `/tmp`
@@ -12,7 +11,7 @@
 //!
 //! `info pci` prints each function as `<class name>: PCI device <vendor>:<device>`, the class name from
 //! QEMU's `pci_class_descriptions` (hw/pci/pci.c; unnamed classes print as `Class NNNN`), as measured
-//! with QEMU 10.0 (issue 7: mbochs shows as `Display controller: PCI device 1234:1111`).
+//! with QEMU 10.0 (measured: mbochs shows as `Display controller: PCI device 1234:1111`).
 
 use std::io::{Read, Write};
 use std::path::Path;
@@ -113,7 +112,7 @@ fn strip_escapes(s: &str) -> String {
 
 /// The arguments of every run besides the device: nested KVM, a bare q35 with 128 MB, no display,
 /// CPUs stopped (`-S`: the devices are realized — VFIO opens them and maps guest memory for DMA — but
-/// no guest code runs) and the monitor on stdio (issue 7's measured command line).
+/// no guest code runs) and the monitor on stdio (the command line measured to work with QEMU 10.0).
 fn base_args() -> Vec<String> {
     [
         "-accel",

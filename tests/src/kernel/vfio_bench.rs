@@ -1,4 +1,4 @@
-//! VFIO benchmarks on the real kernel (issue 5, "Benchmarks"): preflight latency per sample instance,
+//! VFIO benchmarks on the real kernel (scripts/bench-vm): preflight latency per sample instance,
 //! and DMA map throughput of a 256 MiB region through our code against the raw ioctl sequence on the same
 //! container in the same run. Run only when a filter names `bench` (`scripts/bench-vm`); they print
 //! `bench:` lines and fail only when an operation fails, never on a ratio.
@@ -22,7 +22,7 @@ pub fn benches() -> Vec<Test<Guest>> {
 
 /// Measured preflights per sample instance.
 const PREFLIGHTS: usize = 20;
-/// DMA region of the throughput benchmark (issue 5: 256 MiB).
+/// DMA region of the throughput benchmark (256 MiB).
 const DMA_BENCH_SIZE: usize = 256 << 20;
 /// Map/unmap rounds per path, after one warm-up round each.
 const DMA_ROUNDS: usize = 5;
