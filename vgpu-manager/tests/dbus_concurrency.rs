@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use mdev_types::host::sim::SimHost;
 use mdev_types::host::{Host, HostExt, paths};
-use vgpu_manager::client::{Manager1Proxy, SERVICE};
+use vgpu_client::{Manager1Proxy, SERVICE};
 
 const CLIENTS: usize = 16;
 const OPS: usize = 100;

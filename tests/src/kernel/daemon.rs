@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use mdev_types::host::{Host, paths};
 use mdev_types::ids::MdevUuid;
-use vgpu_manager::client::{InstanceInfo, instance_path};
+use vgpu_client::{InstanceInfo, instance_path};
 
 use super::daemon_events;
 use super::guest::{Guest, iommu_group_of};

@@ -15,9 +15,9 @@ use mdev_types::model::Inventory;
 use tracing::warn;
 
 use super::{Core, lock};
-use crate::client::{PoolGpu, PoolStatus, SlotRow};
 use crate::daemon::api::{CoreError, InstanceState, Reply};
 use crate::pool::{Pool, SlotId};
+use vgpu_client::{PoolGpu, PoolStatus, SlotRow};
 
 /// Subdirectory of the state directory with applied pools.
 const POOLS: &str = "pools";
