@@ -4,28 +4,25 @@
 use std::collections::HashMap;
 
 use mdev_types::ids::MdevUuid;
-use mdev_types::vfio::{Backend, OpenedDevice, Target};
+use mdev_types::vfio_api::{OpenedDevice, VfioBackend, VfioTarget};
 use zbus::Variant;
 
 use crate::{Client, ClientError};
 
 impl Client {
     /// Asks vgpud for the fds of running instance `uuid` through `backend` (or the daemon's choice),
-    /// bound and attached for DMA or, with `bind` false, as the unbound cdev and an iommufd (see
-    /// [`OpenedDevice::open`]). The device stays open as long as the returned value (or its fds) lives.
+    /// bound and attached for DMA or, with `bind` false, as the unbound cdev and an iommufd (as
+    /// `vgpu-vfio`'s `OpenedDeviceExt::open` opens them). The device stays open as long as the
+    /// returned value (or its fds) lives.
     pub async fn open_device(
         &self,
         uuid: &MdevUuid,
-        backend: Option<Backend>,
+        backend: Option<VfioBackend>,
         bind: bool,
     ) -> Result<OpenedDevice, ClientError> {
         let proxy = self.instance(&uuid.to_string()).await?;
         let mut options = HashMap::new();
-        let name = match backend {
-            None => "auto",
-            Some(Backend::Type1) => "type1",
-            Some(Backend::Iommufd) => "iommufd",
-        };
+        let name = backend.map_or("auto", VfioBackend::as_str);
         options.insert("backend", Variant::from(name));
         options.insert("bind", Variant::from(bind));
         let (device, iommu, kind, ioas, group) = match proxy.open_device(options).await {
@@ -39,21 +36,17 @@ impl Client {
             }
             Err(e) => return Err(self.error("OpenDevice")(e)),
         };
-        let backend = match kind.as_str() {
-            "type1" => Backend::Type1,
-            "iommufd" => Backend::Iommufd,
-            other => {
-                return Err(ClientError::Bus {
-                    method: "OpenDevice".into(),
-                    source: zbus::Error::Failure(format!(
-                        "the daemon answered with unknown backend '{other}'"
-                    )),
-                });
-            }
+        let Ok(backend) = kind.parse::<VfioBackend>() else {
+            return Err(ClientError::Bus {
+                method: "OpenDevice".into(),
+                source: zbus::Error::Failure(format!(
+                    "the daemon answered with unknown backend '{kind}'"
+                )),
+            });
         };
-        let ioas_id = (backend == Backend::Iommufd && ioas != 0).then_some(ioas);
+        let ioas_id = (backend == VfioBackend::Iommufd && ioas != 0).then_some(ioas);
         Ok(OpenedDevice::from_parts(
-            Target::Mdev(*uuid),
+            VfioTarget::Mdev(*uuid),
             group,
             backend,
             device.into(),

@@ -6,8 +6,8 @@
 use std::io::Read;
 use std::process::ExitCode;
 
-use mdev_types::host::{Host, SysfsHost, paths};
 use vgpu_client::{BusAddress, blocking};
+use vgpu_host::{Host, SysfsHost, paths};
 use vgpu_manager::hook::{HOOK_NAME, Invocation, run};
 
 fn main() -> ExitCode {

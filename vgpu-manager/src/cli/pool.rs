@@ -9,8 +9,8 @@
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
-use mdev_types::discover::discover as discover_host;
 use vgpu_client::{BusAddress, Client, PoolGpu, PoolProgress, PoolStatus, PoolSummary, SlotRow};
+use vgpu_host::discover::discover as discover_host;
 
 use super::daemon_cmds::BusArgs;
 use super::profiles::catalog;
