@@ -3,7 +3,6 @@
 
 pub mod backend;
 pub mod cli;
-pub mod client;
 pub mod daemon;
 pub mod hook;
 pub mod placement;

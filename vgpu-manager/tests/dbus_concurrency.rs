@@ -6,8 +6,8 @@ use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use vgpu_client::{Manager1Proxy, SERVICE};
 use vgpu_host::{Host, HostExt, paths};
-use vgpu_manager::client::{Manager1Proxy, SERVICE};
 use vgpu_sim::SimHost;
 
 mod dbus_common;

@@ -96,16 +96,16 @@ pub enum Command {
     /// the pool says) and running. Refused before any change when a slot does not fit or needs a kind
     /// of instance vgpud cannot create; a failed step undoes what this apply did. Sends
     /// [`Event::PoolProgress`] after each step. Mutating. Replies [`Reply::Report`] with a
-    /// [`crate::client::PoolSummary`].
+    /// [`vgpu_client::PoolSummary`].
     ApplyPool {
         /// The pool file's text.
         toml: String,
     },
     /// Every pool applied through vgpud and the state of its slots. Read-only. Replies
-    /// [`Reply::Report`] with a list of [`crate::client::PoolStatus`].
+    /// [`Reply::Report`] with a list of [`vgpu_client::PoolStatus`].
     PoolStatus,
     /// The time-slice scheduling programmed on a GPU now, read back through its vendor backend.
-    /// Read-only. Replies [`Reply::Report`] with a [`crate::client::SchedulingView`].
+    /// Read-only. Replies [`Reply::Report`] with a [`vgpu_client::SchedulingView`].
     GetScheduling {
         /// The GPU id (PCI address or parent name).
         gpu: String,

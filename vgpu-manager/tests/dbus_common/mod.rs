@@ -13,7 +13,7 @@ use futures_util::StreamExt;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::sync::mpsc;
-use vgpu_manager::client::{BusAddress, Manager1Proxy, SERVICE};
+use vgpu_client::{BusAddress, Manager1Proxy, SERVICE};
 use zbus::Connection;
 
 /// How long to wait for something that normally takes milliseconds; only a hang reaches it.
@@ -120,8 +120,7 @@ impl Daemon {
             }
             // Each step bounded: a daemon killed or still starting must not hang the wait.
             let short = Duration::from_secs(2);
-            if let Ok(Ok(conn)) =
-                tokio::time::timeout(short, vgpu_manager::client::connect(&bus)).await
+            if let Ok(Ok(conn)) = tokio::time::timeout(short, vgpu_client::connect(&bus)).await
                 && let Ok(Ok(dbus)) =
                     tokio::time::timeout(short, zbus::fdo::DBusProxy::new(&conn)).await
                 && let Ok(Ok(true)) = tokio::time::timeout(
@@ -329,7 +328,7 @@ impl Signals {
 
 /// Connects a test client to `bus`.
 pub async fn client(bus: &str) -> Connection {
-    vgpu_manager::client::connect(&bus.parse().expect("bus"))
+    vgpu_client::connect(&bus.parse().expect("bus"))
         .await
         .expect("connect")
 }

@@ -26,12 +26,12 @@ use tracing::{info, warn};
 use vgpu_host::discover::discover;
 
 use super::{Core, lock};
-use crate::client::PoolSummary;
 use crate::daemon::api::{
     Command, CoreError, CreateRequest, Event, InstanceState, InstanceView, Reply, Target,
 };
 use crate::pool::{Pool, PoolPlan, SlotId, Step, plan_pool};
 use crate::profile::Target as OptionTarget;
+use vgpu_client::PoolSummary;
 
 /// Where pools received as text are said to come from in error messages.
 const ORIGIN: &str = "pool";

@@ -6,9 +6,9 @@ use vgpu_host::discover::discover;
 
 use super::Core;
 use crate::backend::{BackendError, detect, detect_gpu};
-use crate::client::SchedulingView;
 use crate::daemon::api::{CoreError, Reply};
 use crate::sched::{PlanOptions, SchedRequest};
+use vgpu_client::SchedulingView;
 
 fn backend_error(e: BackendError) -> CoreError {
     match e {

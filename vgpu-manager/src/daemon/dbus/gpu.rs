@@ -9,8 +9,8 @@ use zbus::{OwnedObjectPath, Variant, interface};
 
 use super::Executor;
 use super::errors::ApiError;
-use crate::client::{GpuInfo, TypeSlot, gpu_path, instance_path};
 use crate::daemon::api::{Command, GpuView, Reply};
+use vgpu_client::{GpuInfo, TypeSlot, gpu_path, instance_path};
 
 fn numa_wire(n: Option<u32>) -> i32 {
     n.and_then(|n| i32::try_from(n).ok()).unwrap_or(-1)

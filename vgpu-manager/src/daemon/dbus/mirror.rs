@@ -22,9 +22,9 @@ use super::gpu::{self, GpuObject};
 use super::gpu_work::{GpuWork, Work};
 use super::instance::{self, InstanceObject};
 use super::manager::Manager;
-use crate::client::{GPU_INTERFACE, INSTANCE_INTERFACE, MANAGER_PATH, gpu_path, instance_path};
 use crate::daemon::api::{Command, CoreError, Event, GpuView, InstanceView, Reply};
 use mdev_types::ids::{MdevTypeId, MdevUuid};
+use vgpu_client::{GPU_INTERFACE, INSTANCE_INTERFACE, MANAGER_PATH, gpu_path, instance_path};
 
 /// How method handlers reach the mirror tasks.
 #[derive(Debug, Clone)]

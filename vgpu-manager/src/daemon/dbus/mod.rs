@@ -24,8 +24,8 @@ use thiserror::Error;
 use tokio::sync::broadcast;
 use zbus::Connection;
 
-use crate::client::MANAGER_PATH;
 use crate::daemon::api::{Command, CoreError, Event, Reply};
+use vgpu_client::MANAGER_PATH;
 
 pub use auth::{Authorizer, Caller};
 pub use errors::ApiError;
@@ -87,7 +87,7 @@ struct Shared {
     auth: Authorizer,
     mirror: mirror::MirrorHandle,
     /// The last `ListInstances` answer and the views generation it is current for.
-    instance_list: std::sync::Mutex<Option<(u64, Arc<Vec<crate::client::InstanceInfo>>)>>,
+    instance_list: std::sync::Mutex<Option<(u64, Arc<Vec<vgpu_client::InstanceInfo>>)>>,
 }
 
 /// Why the objects could not be served.
