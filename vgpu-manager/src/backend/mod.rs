@@ -12,6 +12,11 @@
 //! | [`gim`] | AMD GIM (MxGPU SR-IOV) | `sch_policy`, `sched_interval` |
 //! | [`generic_mdev`] | any other mdev parent (kernel samples) | none |
 //!
+//! Two bases hold what every backend of one kind does the same way, so a vendor module holds only
+//! what is its own: `mdev_parent` (instances as slots, create and remove through the parent) and
+//! `sriov_pf` (VFs as slots, assignment through vfio-pci); a vendor module implements their
+//! `MdevVendor` or `PfVendor` trait.
+//!
 //! The daemon calls [`detect`] (or [`detect_gpu`]) on a discovered [`Inventory`], then per GPU
 //! [`Backend::plan`] with the weights of the vGPUs that run there, [`Backend::apply`] and
 //! [`Backend::read_back`]; every result is plain serializable data ([`crate::sched`]).
@@ -47,9 +52,11 @@ pub mod gim;
 pub mod gvt;
 pub mod i915_iov;
 mod intel_quanta;
+mod mdev_parent;
 pub mod nvidia_mdev;
 pub mod nvidia_sched;
 pub mod nvidia_vfio;
+mod sriov_pf;
 pub mod xe;
 
 #[cfg(test)]
