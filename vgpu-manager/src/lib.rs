@@ -10,3 +10,4 @@ pub mod placement;
 pub mod pool;
 pub mod profile;
 pub mod sched;
+mod toml_file;

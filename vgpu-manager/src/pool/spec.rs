@@ -30,6 +30,7 @@ use toml::Spanned;
 use super::error::PoolError;
 use crate::placement::Policy;
 use crate::profile::Catalog;
+use crate::toml_file::{self, Source};
 
 /// Most slots one profile may have in a pool (slot UUIDs are looked for up to this index).
 pub const MAX_SLOTS: u32 = 1024;
@@ -106,45 +107,17 @@ const VENDORS: [(Vendor, &str); 4] = [
     (Vendor::Virtual, "virtual"),
 ];
 
-fn line_of(text: &str, span: Range<usize>) -> usize {
-    text.get(..span.start).unwrap_or(text).matches('\n').count() + 1
-}
-
-fn valid_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 64
-        && s.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
-        && s.chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-}
-
 impl Pool {
     /// Parses and validates a pool; `origin` names the source in errors. Profile names are checked
     /// against `catalog`.
     pub fn from_toml(origin: &str, text: &str, catalog: &Catalog) -> Result<Pool, PoolError> {
-        let raw: RawPool = toml::from_str(text).map_err(|e| {
-            let span = e.span().unwrap_or(0..0);
-            let line = line_of(text, span.clone());
-            let before = text.get(..span.start).unwrap_or("");
-            let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-            PoolError::Toml {
-                origin: origin.to_string(),
-                line,
-                column,
-                message: e.message().trim_end().to_string(),
-            }
-        })?;
+        let raw: RawPool = toml_file::parse(origin, text)?;
+        let src = Source { origin, text };
         let field = |span: Range<usize>, field: &'static str, problem: String, allowed: &str| {
-            PoolError::Field {
-                origin: origin.to_string(),
-                line: line_of(text, span),
-                field,
-                problem,
-                allowed: allowed.to_string(),
-            }
+            src.field::<PoolError>(span, field, problem, allowed)
         };
         let name = raw.name.get_ref();
-        if !valid_name(name) {
+        if !toml_file::valid_name(name) {
             return Err(field(
                 raw.name.span(),
                 "name",

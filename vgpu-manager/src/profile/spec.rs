@@ -28,6 +28,7 @@ use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
 use super::error::ProfileError;
+use crate::toml_file::{self, Source};
 
 /// What kind of workload a profile is for. It steers which vGPU series fit best and whether a GPU
 /// without a graphics engine can serve it.
@@ -199,16 +200,8 @@ impl Profile {
     /// Parses and validates one profile. `origin` names the source in errors (a path or
     /// `builtin:vdi-2g.toml`).
     pub fn from_toml(origin: &str, text: &str) -> Result<Profile, ProfileError> {
-        let raw: RawProfile = toml::from_str(text).map_err(|e| {
-            let (line, column) = e.span().map_or((1, 1), |s| line_col(text, s.start));
-            ProfileError::Toml {
-                origin: origin.to_string(),
-                line,
-                column,
-                message: e.message().trim_end().to_string(),
-            }
-        })?;
-        Validator { origin, text }.validate(raw)
+        let raw: RawProfile = toml_file::parse(origin, text)?;
+        Validator(Source { origin, text }).validate(raw)
     }
 
     /// Whether `vendor` may serve this profile.
@@ -248,14 +241,6 @@ struct RawProfile {
     prefer: Option<Spanned<Vec<Spanned<String>>>>,
 }
 
-/// 1-based line and column of byte `offset` in `text`.
-fn line_col(text: &str, offset: usize) -> (usize, usize) {
-    let before = text.get(..offset).unwrap_or(text);
-    let line = before.matches('\n').count() + 1;
-    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-    (line, column)
-}
-
 fn lookup_name<T: PartialEq + Copy>(table: &[(T, &'static str)], value: T) -> &'static str {
     table
         .iter()
@@ -268,16 +253,9 @@ fn names<T>(table: &[(T, &'static str)]) -> String {
 }
 
 /// Turns a [`RawProfile`] into a [`Profile`], or the first problem found.
-struct Validator<'a> {
-    origin: &'a str,
-    text: &'a str,
-}
+struct Validator<'a>(Source<'a>);
 
 impl Validator<'_> {
-    fn line(&self, span: Range<usize>) -> usize {
-        line_col(self.text, span.start).0
-    }
-
     fn field(
         &self,
         span: Range<usize>,
@@ -285,13 +263,7 @@ impl Validator<'_> {
         problem: impl Into<String>,
         allowed: impl Into<String>,
     ) -> ProfileError {
-        ProfileError::Field {
-            origin: self.origin.to_string(),
-            line: self.line(span),
-            field,
-            problem: problem.into(),
-            allowed: allowed.into(),
-        }
+        self.0.field(span, field, problem, allowed)
     }
 
     /// Looks `value` up in `table`, or explains what is allowed.
@@ -348,13 +320,7 @@ impl Validator<'_> {
 
     fn validate(&self, raw: RawProfile) -> Result<Profile, ProfileError> {
         let name = raw.name.get_ref();
-        let name_ok = !name.is_empty()
-            && name.len() <= 64
-            && name.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
-            && name
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
-        if !name_ok {
+        if !toml_file::valid_name(name) {
             return Err(self.field(
                 raw.name.span(),
                 "name",
@@ -483,7 +449,7 @@ impl Validator<'_> {
             backends,
             device_api,
             prefer,
-            origin: self.origin.to_string(),
+            origin: self.0.origin.to_string(),
         };
         let span = raw
             .backends
@@ -491,8 +457,8 @@ impl Validator<'_> {
             .map_or_else(|| raw.class.span(), |b| b.span());
         match never_matches(&profile) {
             Some(reason) => Err(ProfileError::NeverMatches {
-                origin: self.origin.to_string(),
-                line: self.line(span),
+                origin: self.0.origin.to_string(),
+                line: self.0.line(span),
                 name: profile.name,
                 reason,
             }),
