@@ -139,14 +139,6 @@ pub(crate) fn set_effective(slots: &mut [SlotPlan], effective: &[f64]) {
     }
 }
 
-/// The profile spelling of a priority.
-pub(crate) fn priority_name(p: Priority) -> &'static str {
-    Priority::ALL
-        .iter()
-        .find(|(q, _)| *q == p)
-        .map_or("normal", |(_, n)| n)
-}
-
 /// Refusals for every slot that asks for a priority other than normal, on schedulers without one.
 pub(crate) fn refuse_priorities(slots: &[SlotPlan], backend: &str) -> Vec<SchedRefusal> {
     slots
@@ -159,7 +151,7 @@ pub(crate) fn refuse_priorities(slots: &[SlotPlan], backend: &str) -> Vec<SchedR
                 format!(
                     "{} asks for priority {}, but {backend} has no priority knob: drop `priority` or use normal",
                     s.slot,
-                    priority_name(p)
+                    p.as_str()
                 ),
             ))
         })

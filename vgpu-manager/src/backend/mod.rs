@@ -44,6 +44,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::profile::{MatchOption, Profile, Target, match_profile};
 use crate::sched::{ApplyReport, PlanOptions, SchedPlan, SchedRequest, SchedState};
+use crate::spelling::spelled;
 
 mod common;
 mod error;
@@ -84,32 +85,15 @@ pub enum BackendKind {
     GenericMdev,
 }
 
-impl BackendKind {
-    /// Every kind with its spelling.
-    pub const ALL: [(BackendKind, &'static str); 7] = [
-        (BackendKind::NvidiaMdev, "nvidia-mdev"),
-        (BackendKind::NvidiaVfio, "nvidia-vfio"),
-        (BackendKind::IntelXeSriov, "intel-xe-sriov"),
-        (BackendKind::IntelI915Iov, "intel-i915-iov"),
-        (BackendKind::IntelGvtG, "intel-gvt-g"),
-        (BackendKind::AmdGim, "amd-gim"),
-        (BackendKind::GenericMdev, "generic-mdev"),
-    ];
-
-    /// The spelling (`intel-xe-sriov`, …).
-    pub fn as_str(self) -> &'static str {
-        Self::ALL
-            .iter()
-            .find(|(k, _)| *k == self)
-            .map_or("?", |(_, n)| n)
-    }
-}
-
-impl fmt::Display for BackendKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+spelled!("backend kind", BackendKind {
+    NvidiaMdev => "nvidia-mdev",
+    NvidiaVfio => "nvidia-vfio",
+    IntelXeSriov => "intel-xe-sriov",
+    IntelI915Iov => "intel-i915-iov",
+    IntelGvtG => "intel-gvt-g",
+    AmdGim => "amd-gim",
+    GenericMdev => "generic-mdev",
+});
 
 /// What a backend's scheduler can do.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -83,12 +83,11 @@ impl Xe {
             target: SettingTarget::Sysfs {
                 path: format!("{}/.bulk_profile/sched_priority", self.admin),
             },
-            value: common::priority_name(p).to_string(),
+            value: p.as_str().to_string(),
             takes_effect: TakesEffect::Now,
         });
         plan.notes.push(format!(
-            "priority {} is set for every function through .bulk_profile",
-            common::priority_name(p)
+            "priority {p} is set for every function through .bulk_profile"
         ));
     }
 }

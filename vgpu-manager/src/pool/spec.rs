@@ -30,6 +30,7 @@ use toml::Spanned;
 use super::error::PoolError;
 use crate::placement::Policy;
 use crate::profile::Catalog;
+use crate::profile::spec::nameable_vendors;
 use crate::toml_file::{self, Source};
 
 /// Most slots one profile may have in a pool (slot UUIDs are looked for up to this index).
@@ -100,13 +101,6 @@ struct RawSelect {
     strict_numa: Option<Spanned<bool>>,
 }
 
-const VENDORS: [(Vendor, &str); 4] = [
-    (Vendor::Nvidia, "nvidia"),
-    (Vendor::Intel, "intel"),
-    (Vendor::Amd, "amd"),
-    (Vendor::Virtual, "virtual"),
-];
-
 impl Pool {
     /// Parses and validates a pool; `origin` names the source in errors. Profile names are checked
     /// against `catalog`.
@@ -127,18 +121,14 @@ impl Pool {
         }
         let policy = match &raw.policy {
             None => Policy::Consolidate,
-            Some(p) => match p.get_ref().as_str() {
-                "consolidate" => Policy::Consolidate,
-                "spread" => Policy::Spread,
-                other => {
-                    return Err(field(
-                        p.span(),
-                        "policy",
-                        format!("has unknown value \"{other}\""),
-                        "consolidate, spread",
-                    ));
-                }
-            },
+            Some(p) => p.get_ref().parse::<Policy>().map_err(|e| {
+                field(
+                    p.span(),
+                    "policy",
+                    format!("has unknown value \"{}\"", e.value),
+                    &e.allowed,
+                )
+            })?,
         };
         if raw.profiles.get_ref().is_empty() {
             return Err(field(
@@ -173,8 +163,9 @@ impl Pool {
         }
         let mut select = Selector::default();
         if let Some(s) = raw.select {
+            let vendors = nameable_vendors();
             for v in s.vendors.iter().flatten() {
-                let vendor = VENDORS
+                let vendor = vendors
                     .iter()
                     .find(|(_, n)| *n == v.get_ref())
                     .map(|(x, _)| *x)
@@ -183,7 +174,11 @@ impl Pool {
                             v.span(),
                             "select.vendors",
                             format!("has unknown vendor \"{}\"", v.get_ref()),
-                            "nvidia, intel, amd, virtual",
+                            &vendors
+                                .iter()
+                                .map(|(_, n)| *n)
+                                .collect::<Vec<_>>()
+                                .join(", "),
                         )
                     })?;
                 select.vendors.push(vendor);

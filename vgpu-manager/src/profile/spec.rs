@@ -28,6 +28,7 @@ use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
 use super::error::ProfileError;
+use crate::spelling::spelled;
 use crate::toml_file::{self, Source};
 
 /// What kind of workload a profile is for. It steers which vGPU series fit best and whether a GPU
@@ -47,21 +48,15 @@ pub enum WorkloadClass {
     DisplayTest,
 }
 
+spelled!("workload class", WorkloadClass {
+    Vdi => "vdi",
+    Workstation => "workstation",
+    Compute => "compute",
+    Passthrough => "passthrough",
+    DisplayTest => "display-test",
+});
+
 impl WorkloadClass {
-    /// Every class with its profile spelling.
-    pub const ALL: [(WorkloadClass, &'static str); 5] = [
-        (WorkloadClass::Vdi, "vdi"),
-        (WorkloadClass::Workstation, "workstation"),
-        (WorkloadClass::Compute, "compute"),
-        (WorkloadClass::Passthrough, "passthrough"),
-        (WorkloadClass::DisplayTest, "display-test"),
-    ];
-
-    /// The profile spelling (`vdi`, `display-test`, …).
-    pub fn as_str(self) -> &'static str {
-        lookup_name(&Self::ALL, self)
-    }
-
     /// Whether the class renders graphics, so a compute-only accelerator cannot serve it.
     pub fn needs_graphics(self) -> bool {
         matches!(self, WorkloadClass::Vdi | WorkloadClass::Workstation)
@@ -82,20 +77,14 @@ pub enum Backend {
     Passthrough,
 }
 
+spelled!("backend", Backend {
+    Mdev => "mdev",
+    SriovVf => "sriov-vf",
+    NvidiaVendorVfio => "nvidia-vendor-vfio",
+    Passthrough => "passthrough",
+});
+
 impl Backend {
-    /// Every backend with its profile spelling.
-    pub const ALL: [(Backend, &'static str); 4] = [
-        (Backend::Mdev, "mdev"),
-        (Backend::SriovVf, "sriov-vf"),
-        (Backend::NvidiaVendorVfio, "nvidia-vendor-vfio"),
-        (Backend::Passthrough, "passthrough"),
-    ];
-
-    /// The profile spelling (`mdev`, `sriov-vf`, …).
-    pub fn as_str(self) -> &'static str {
-        lookup_name(&Self::ALL, self)
-    }
-
     /// Whether a GPU of `vendor` can offer this backend at all. NVIDIA VFs carry vGPUs only through
     /// the vendor-specific VFIO interface (NVIDIA Virtual GPU Software User Guide, "vGPUs on
     /// SR-IOV GPUs"), AMD has no mdev driver, virtual parents are mdev-only, and the vendor-specific
@@ -112,12 +101,6 @@ impl Backend {
     }
 }
 
-impl fmt::Display for Backend {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 /// Scheduling priority (Intel xe `sched_priority` has exactly these three; others map onto them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -130,22 +113,21 @@ pub enum Priority {
     High,
 }
 
-impl Priority {
-    /// Every priority with its profile spelling.
-    pub const ALL: [(Priority, &'static str); 3] = [
-        (Priority::Low, "low"),
-        (Priority::Normal, "normal"),
-        (Priority::High, "high"),
-    ];
-}
+spelled!("priority", Priority {
+    Low => "low",
+    Normal => "normal",
+    High => "high",
+});
 
-/// Vendors a profile may name (a profile cannot ask for `other`).
-const VENDORS: [(Vendor, &str); 4] = [
-    (Vendor::Nvidia, "nvidia"),
-    (Vendor::Intel, "intel"),
-    (Vendor::Amd, "amd"),
-    (Vendor::Virtual, "virtual"),
-];
+/// The vendors a profile or pool may name, with their spellings ([`Vendor::as_str`]): every vendor
+/// but `other`, which names no vendor in particular.
+pub fn nameable_vendors() -> Vec<(Vendor, &'static str)> {
+    Vendor::ALL
+        .into_iter()
+        .filter(|v| *v != Vendor::Other)
+        .map(|v| (v, v.as_str()))
+        .collect()
+}
 
 /// VFIO device APIs (`VFIO_DEVICE_API_*_STRING` in include/uapi/linux/vfio.h). SR-IOV VFs and whole
 /// GPUs are always `vfio-pci`; only mdev types may declare another.
@@ -241,13 +223,6 @@ struct RawProfile {
     prefer: Option<Spanned<Vec<Spanned<String>>>>,
 }
 
-fn lookup_name<T: PartialEq + Copy>(table: &[(T, &'static str)], value: T) -> &'static str {
-    table
-        .iter()
-        .find(|(v, _)| *v == value)
-        .map_or("?", |(_, n)| n)
-}
-
 fn names<T>(table: &[(T, &'static str)]) -> String {
     table.iter().map(|(_, n)| *n).collect::<Vec<_>>().join(", ")
 }
@@ -336,7 +311,7 @@ impl Validator<'_> {
                 "one line saying what the profile is for",
             ));
         }
-        let class = self.one_of(&WorkloadClass::ALL, &raw.class, "class")?;
+        let class = self.one_of(WorkloadClass::ALL, &raw.class, "class")?;
         let framebuffer_mib = match &raw.framebuffer {
             None => 0,
             Some(fb) => parse_size_mib(fb.get_ref()).map_err(|_| {
@@ -397,16 +372,16 @@ impl Validator<'_> {
             })?;
         let priority = match &raw.priority {
             None => None,
-            Some(p) => Some(self.one_of(&Priority::ALL, p, "priority")?),
+            Some(p) => Some(self.one_of(Priority::ALL, p, "priority")?),
         };
         let vendors = match &raw.vendors {
             None => vec![Vendor::Nvidia, Vendor::Intel, Vendor::Amd],
-            Some(v) => self.list_of(&VENDORS, v, "vendors")?,
+            Some(v) => self.list_of(&nameable_vendors(), v, "vendors")?,
         };
         let backends = match &raw.backends {
             None if class == WorkloadClass::Passthrough => vec![Backend::Passthrough],
             None => vec![Backend::Mdev, Backend::SriovVf, Backend::NvidiaVendorVfio],
-            Some(b) => self.list_of(&Backend::ALL, b, "backends")?,
+            Some(b) => self.list_of(Backend::ALL, b, "backends")?,
         };
         let device_api = match &raw.device_api {
             None => VFIO_PCI.to_string(),
@@ -420,7 +395,7 @@ impl Validator<'_> {
             None => Vec::new(),
             Some(p) if p.get_ref().is_empty() => Vec::new(),
             Some(p) => {
-                let prefer = self.list_of(&Backend::ALL, p, "prefer")?;
+                let prefer = self.list_of(Backend::ALL, p, "prefer")?;
                 if let Some((b, item)) = prefer
                     .iter()
                     .zip(p.get_ref())
