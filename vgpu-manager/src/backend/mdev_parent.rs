@@ -12,8 +12,8 @@ use mdev_types::model::{Gpu, Inventory, MdevParent};
 use mdev_types::ops::{create_mdev, remove_mdev};
 
 use super::common::{Slot, assign, unsupported};
-use super::{Backend, BackendError, BackendKind, Capabilities, CreateRequest, Created, SchedCaps};
-use crate::profile::{self, Target};
+use super::{Backend, BackendError, BackendKind, Capabilities, Created, NewVgpu, SchedCaps};
+use crate::profile::{self, ProfileTarget};
 use crate::sched::{PlanOptions, SchedPlan, SchedRefusal, SchedRequest, SchedState};
 
 /// The mdev parent of a GPU: the one at its PCI address, or the virtual parent of its name.
@@ -131,7 +131,7 @@ impl<V: MdevVendor> Backend for MdevParentBackend<V> {
             backend: V::KIND,
             gpu: self.base.gpu.clone(),
             interface: self.vendor.interface(&self.base),
-            offers: vec![profile::Backend::Mdev],
+            offers: vec![profile::Delivery::Mdev],
             max_slots: u32::try_from(slots.len()).unwrap_or(u32::MAX)
                 + self.vendor.free(&self.base),
             slots: slots.into_iter().map(|s| s.name).collect(),
@@ -140,10 +140,10 @@ impl<V: MdevVendor> Backend for MdevParentBackend<V> {
     }
 
     /// Creates an mdev of the target's type on this parent.
-    fn create(&self, host: &dyn Host, req: &CreateRequest) -> Result<Created, BackendError> {
+    fn create(&self, host: &dyn Host, req: &NewVgpu) -> Result<Created, BackendError> {
         let parent = &self.base.parent.name;
         match &req.target {
-            Target::Mdev {
+            ProfileTarget::Mdev {
                 parent: p, type_id, ..
             } if p == parent => {
                 let uuid = req.uuid.unwrap_or_else(MdevUuid::new_random);

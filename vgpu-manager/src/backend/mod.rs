@@ -42,7 +42,7 @@ use mdev_types::model::Inventory;
 use mdev_types::ops::BindRecord;
 use serde::{Deserialize, Serialize};
 
-use crate::profile::{MatchOption, Profile, Target, match_profile};
+use crate::profile::{MatchOption, Profile, ProfileTarget, match_profile};
 use crate::sched::{ApplyReport, PlanOptions, SchedPlan, SchedRequest, SchedState};
 use crate::spelling::spelled;
 
@@ -120,7 +120,7 @@ pub struct Capabilities {
     /// The interface, in a line (`SR-IOV VFs through vfio-pci, provisioned in sriov_admin`).
     pub interface: String,
     /// The profile backends its options fall under.
-    pub offers: Vec<crate::profile::Backend>,
+    pub offers: Vec<crate::profile::Delivery>,
     /// The slots it has now (VF names, vGPU instances), in order.
     pub slots: Vec<String>,
     /// How many slots it could have at most.
@@ -131,9 +131,9 @@ pub struct Capabilities {
 
 /// What to create: an option [`Backend::options`] returned, and the UUID for an mdev.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CreateRequest {
+pub struct NewVgpu {
     /// The option's target.
-    pub target: Target,
+    pub target: ProfileTarget,
     /// The mdev's UUID (mdev targets; a random one when `None`).
     pub uuid: Option<MdevUuid>,
     /// A placement id for NVIDIA heterogeneous mode (`vgpu-placement-id=<id>` in `vgpu_params`).
@@ -201,7 +201,7 @@ pub trait Backend: fmt::Debug + Send + Sync {
     }
 
     /// Creates a vGPU for `req`.
-    fn create(&self, host: &dyn Host, req: &CreateRequest) -> Result<Created, BackendError>;
+    fn create(&self, host: &dyn Host, req: &NewVgpu) -> Result<Created, BackendError>;
 
     /// Undoes [`Backend::create`].
     fn destroy(&self, host: &dyn Host, created: &Created) -> Result<(), BackendError>;

@@ -15,9 +15,9 @@ use mdev_types::parse::parse_nvidia_vgpu_name;
 use super::common::{self, Slot, unsupported};
 use super::nvidia_sched::{self, NvGpu, NvSlotInfo};
 use super::sriov_pf::{PfVendor, SriovPfBackend, SriovPfBase};
-use super::{Backend, BackendError, BackendKind, CreateRequest, Created, DetectResult, SchedCaps};
+use super::{Backend, BackendError, BackendKind, Created, DetectResult, NewVgpu, SchedCaps};
 use crate::profile::facts::{NVIDIA_SRIOV_MANAGE, device_facts, nvidia_name_framebuffer_mib};
-use crate::profile::{self, Target};
+use crate::profile::{self, ProfileTarget};
 use crate::sched::{PlanOptions, SchedPlan, SchedRefusal, SchedRequest, SchedState};
 
 /// NVIDIA's host driver; the VFs stay bound to it.
@@ -154,7 +154,7 @@ impl NvidiaVfio {
 
 impl PfVendor for NvidiaVfio {
     const KIND: BackendKind = BackendKind::NvidiaVfio;
-    const OFFERS: profile::Backend = profile::Backend::NvidiaVendorVfio;
+    const OFFERS: profile::Delivery = profile::Delivery::NvidiaVendorVfio;
 
     fn interface(&self, _base: &SriovPfBase) -> String {
         "NVIDIA vendor-specific VFIO: one vGPU per SR-IOV VF (nvidia/current_vgpu_type)".to_string()
@@ -184,9 +184,9 @@ impl PfVendor for NvidiaVfio {
         b: &dyn Backend,
         base: &SriovPfBase,
         host: &dyn Host,
-        req: &CreateRequest,
+        req: &NewVgpu,
     ) -> Result<Created, BackendError> {
-        let Target::NvidiaVendorVfio {
+        let ProfileTarget::NvidiaVendorVfio {
             pf, vf, type_id, ..
         } = &req.target
         else {

@@ -13,8 +13,8 @@ use mdev_types::model::{Gpu, Inventory};
 use mdev_types::ops::{bind_driver, restore_driver, set_sriov_autoprobe, set_sriov_numvfs};
 
 use super::common::{Slot, assign, device, unsupported};
-use super::{Backend, BackendError, BackendKind, Capabilities, CreateRequest, Created, SchedCaps};
-use crate::profile::{self, Target};
+use super::{Backend, BackendError, BackendKind, Capabilities, Created, NewVgpu, SchedCaps};
+use crate::profile::{self, ProfileTarget};
 use crate::sched::{PlanOptions, SchedPlan, SchedRefusal, SchedRequest, SchedState};
 
 /// The GPU and the PF's SR-IOV state a backend drives, as detection found them.
@@ -87,7 +87,7 @@ pub(crate) trait PfVendor: fmt::Debug + Send + Sync {
     /// Which interface.
     const KIND: BackendKind;
     /// The profile backend its options fall under.
-    const OFFERS: profile::Backend = profile::Backend::SriovVf;
+    const OFFERS: profile::Delivery = profile::Delivery::SriovVf;
 
     /// The interface in a line (`SR-IOV VFs through vfio-pci, provisioned in sriov_admin`).
     fn interface(&self, base: &SriovPfBase) -> String;
@@ -125,10 +125,10 @@ pub(crate) trait PfVendor: fmt::Debug + Send + Sync {
         b: &dyn Backend,
         base: &SriovPfBase,
         host: &dyn Host,
-        req: &CreateRequest,
+        req: &NewVgpu,
     ) -> Result<Created, BackendError> {
         let pf = &base.pf;
-        let Target::SriovVf {
+        let ProfileTarget::SriovVf {
             pf: tpf,
             vf,
             num_vfs,
@@ -262,7 +262,7 @@ impl<V: PfVendor> Backend for SriovPfBackend<V> {
         }
     }
 
-    fn create(&self, host: &dyn Host, req: &CreateRequest) -> Result<Created, BackendError> {
+    fn create(&self, host: &dyn Host, req: &NewVgpu) -> Result<Created, BackendError> {
         self.vendor.create(self, &self.base, host, req)
     }
 

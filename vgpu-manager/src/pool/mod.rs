@@ -31,7 +31,7 @@ mod tests;
 
 pub use error::{PoolError, PoolErrors};
 pub use identity::SlotId;
-pub use plan::{GpuLoad, HeldSlot, Kept, PoolPlan, PoolShortfall, Step, plan_pool};
+pub use plan::{GpuLoad, HeldSlot, Kept, PoolPlan, PoolShortfall, PoolStep, plan_pool};
 pub use spec::{MAX_SLOTS, Pool, Selector};
 
 use crate::profile::Catalog;

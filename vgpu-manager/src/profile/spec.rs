@@ -63,10 +63,11 @@ impl WorkloadClass {
     }
 }
 
-/// A way of giving a guest (part of) a GPU.
+/// A way of giving a guest (part of) a GPU: how a vGPU is delivered. A profile lists the ones it
+/// accepts in its `backends` field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Backend {
+pub enum Delivery {
     /// A mediated device of an mdev parent (NVIDIA classic vGPU, Intel GVT-g, kernel samples).
     Mdev,
     /// An SR-IOV virtual function handed to the guest through vfio-pci (Intel xe/i915, AMD MxGPU).
@@ -77,26 +78,26 @@ pub enum Backend {
     Passthrough,
 }
 
-spelled!("backend", Backend {
+spelled!("backend", Delivery {
     Mdev => "mdev",
     SriovVf => "sriov-vf",
     NvidiaVendorVfio => "nvidia-vendor-vfio",
     Passthrough => "passthrough",
 });
 
-impl Backend {
+impl Delivery {
     /// Whether a GPU of `vendor` can offer this backend at all. NVIDIA VFs carry vGPUs only through
     /// the vendor-specific VFIO interface (NVIDIA Virtual GPU Software User Guide, "vGPUs on
     /// SR-IOV GPUs"), AMD has no mdev driver, virtual parents are mdev-only, and the vendor-specific
     /// interface is NVIDIA's.
     pub fn offered_by(self, vendor: Vendor) -> bool {
         match (vendor, self) {
-            (Vendor::Nvidia, Backend::SriovVf) => false,
+            (Vendor::Nvidia, Delivery::SriovVf) => false,
             (Vendor::Nvidia, _) => true,
-            (Vendor::Intel, b) => b != Backend::NvidiaVendorVfio,
-            (Vendor::Amd, b) => matches!(b, Backend::SriovVf | Backend::Passthrough),
-            (Vendor::Virtual, b) => b == Backend::Mdev,
-            (Vendor::Other, b) => b == Backend::Passthrough,
+            (Vendor::Intel, b) => b != Delivery::NvidiaVendorVfio,
+            (Vendor::Amd, b) => matches!(b, Delivery::SriovVf | Delivery::Passthrough),
+            (Vendor::Virtual, b) => b == Delivery::Mdev,
+            (Vendor::Other, b) => b == Delivery::Passthrough,
         }
     }
 }
@@ -169,11 +170,11 @@ pub struct Profile {
     /// Vendors whose GPUs may serve it.
     pub vendors: Vec<Vendor>,
     /// Backends that may serve it.
-    pub backends: Vec<Backend>,
+    pub backends: Vec<Delivery>,
     /// The VFIO device API the guest needs (`vfio-pci`).
     pub device_api: String,
     /// Backends ranked before all others, in this order (empty: rank by fit alone).
-    pub prefer: Vec<Backend>,
+    pub prefer: Vec<Delivery>,
     /// Where it was read from (a path, or `builtin:NAME.toml`).
     pub origin: String,
 }
@@ -192,12 +193,12 @@ impl Profile {
     }
 
     /// Whether `backend` may serve this profile.
-    pub fn allows_backend(&self, backend: Backend) -> bool {
+    pub fn allows_backend(&self, backend: Delivery) -> bool {
         self.backends.contains(&backend)
     }
 
     /// Rank of `backend` under `prefer`: its index there, or `prefer.len()` for unlisted backends.
-    pub fn preference_rank(&self, backend: Backend) -> usize {
+    pub fn preference_rank(&self, backend: Delivery) -> usize {
         self.prefer
             .iter()
             .position(|b| *b == backend)
@@ -379,9 +380,13 @@ impl Validator<'_> {
             Some(v) => self.list_of(&nameable_vendors(), v, "vendors")?,
         };
         let backends = match &raw.backends {
-            None if class == WorkloadClass::Passthrough => vec![Backend::Passthrough],
-            None => vec![Backend::Mdev, Backend::SriovVf, Backend::NvidiaVendorVfio],
-            Some(b) => self.list_of(Backend::ALL, b, "backends")?,
+            None if class == WorkloadClass::Passthrough => vec![Delivery::Passthrough],
+            None => vec![
+                Delivery::Mdev,
+                Delivery::SriovVf,
+                Delivery::NvidiaVendorVfio,
+            ],
+            Some(b) => self.list_of(Delivery::ALL, b, "backends")?,
         };
         let device_api = match &raw.device_api {
             None => VFIO_PCI.to_string(),
@@ -395,7 +400,7 @@ impl Validator<'_> {
             None => Vec::new(),
             Some(p) if p.get_ref().is_empty() => Vec::new(),
             Some(p) => {
-                let prefer = self.list_of(Backend::ALL, p, "prefer")?;
+                let prefer = self.list_of(Delivery::ALL, p, "prefer")?;
                 if let Some((b, item)) = prefer
                     .iter()
                     .zip(p.get_ref())
@@ -452,7 +457,7 @@ fn join<T: fmt::Display>(items: &[T]) -> String {
 
 /// Why no GPU on any host could ever serve `p`, if that is so.
 fn never_matches(p: &Profile) -> Option<String> {
-    if p.class == WorkloadClass::Passthrough && p.backends != [Backend::Passthrough] {
+    if p.class == WorkloadClass::Passthrough && p.backends != [Delivery::Passthrough] {
         return Some(format!(
             "class passthrough means a whole GPU, which only backend passthrough gives, but backends \
              is [{}]; set backends = [\"passthrough\"]",
@@ -460,7 +465,7 @@ fn never_matches(p: &Profile) -> Option<String> {
         ));
     }
     let vendor_names: Vec<&str> = p.vendors.iter().map(|v| v.as_str()).collect();
-    let usable: Vec<Backend> = p
+    let usable: Vec<Delivery> = p
         .backends
         .iter()
         .copied()
@@ -471,7 +476,7 @@ fn never_matches(p: &Profile) -> Option<String> {
             .vendors
             .iter()
             .map(|v| {
-                let bs: Vec<&str> = Backend::ALL
+                let bs: Vec<&str> = Delivery::ALL
                     .iter()
                     .filter(|(b, _)| b.offered_by(*v))
                     .map(|(_, n)| *n)
@@ -485,7 +490,7 @@ fn never_matches(p: &Profile) -> Option<String> {
             join(&p.backends)
         ));
     }
-    if p.device_api != VFIO_PCI && !usable.contains(&Backend::Mdev) {
+    if p.device_api != VFIO_PCI && !usable.contains(&Delivery::Mdev) {
         return Some(format!(
             "device_api {} exists only on mdev types, but the usable backends for vendors [{}] are \
              [{}], which all present vfio-pci",
