@@ -4,9 +4,9 @@
 
 use std::path::Path;
 
-use mdev_types::host::{Errno, Host};
 use mdev_types::ids::PciAddress;
 use mdev_types::model::{Gpu, Inventory, PciDevice};
+use vgpu_host::{Errno, Host};
 
 use super::{Backend, BackendError};
 use crate::profile::Priority;

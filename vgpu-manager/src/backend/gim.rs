@@ -15,8 +15,8 @@
 
 use std::path::Path;
 
-use mdev_types::host::{Host, HostExt};
 use mdev_types::model::{Gpu, Inventory};
+use vgpu_host::{Host, HostExt};
 
 use super::common::{self, Slot, slot_plans};
 use super::sriov_pf::{PfVendor, SriovPfBackend, SriovPfBase, VfEnable};

@@ -9,7 +9,7 @@
 //! * drivers/gpu/drm/xe/abi/guc_klvs_abi.h: `GUC_KLV_VF_CFG_EXEC_QUANTUM_MAX_VALUE` 100000 ms; 0 means
 //!   unlimited ("infinite") for both knobs, so a quantum is never programmed as 0.
 
-use mdev_types::host::{Host, HostExt};
+use vgpu_host::{Host, HostExt};
 
 use super::common::{Slot, selected_choice, slot_plans};
 use super::sriov_pf::SriovPfBase;

@@ -1,15 +1,15 @@
 //! The base of every backend that drives an mdev parent (NVIDIA classic vGPU, GVT-g, the kernel's
 //! samples): the parent's instances are its slots, its free capacity adds `new1`, `new2`, …, and a
 //! vGPU is created and removed through the parent's `create` / the device's `remove` attribute
-//! (`mdev_types::ops`). A vendor module adds only its interface line, its scheduler and its plan
+//! (`vgpu_host::ops`). A vendor module adds only its interface line, its scheduler and its plan
 //! ([`MdevVendor`]); [`MdevParentBackend`] is the [`Backend`] of the pair.
 
 use std::fmt;
 
-use mdev_types::host::Host;
 use mdev_types::ids::MdevUuid;
 use mdev_types::model::{Gpu, Inventory, MdevParent};
-use mdev_types::ops::{create_mdev, remove_mdev};
+use vgpu_host::Host;
+use vgpu_host::ops::{create_mdev, remove_mdev};
 
 use super::common::{Slot, assign, unsupported};
 use super::{Backend, BackendError, BackendKind, Capabilities, Created, NewVgpu, SchedCaps};

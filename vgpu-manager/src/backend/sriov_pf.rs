@@ -1,16 +1,16 @@
 //! The base of every backend that drives an SR-IOV physical function (Intel xe and i915, AMD GIM,
 //! NVIDIA's vendor-specific VFIO): its VFs are the slots (`vf1`, `vf2`, …), a plan matches requests
 //! to them, and by default a VF is given to a guest by binding it to vfio-pci and given back by
-//! restoring the driver it had (`mdev_types::ops`). A vendor module adds its interface line, its
+//! restoring the driver it had (`vgpu_host::ops`). A vendor module adds its interface line, its
 //! scheduler, and whatever it does differently ([`PfVendor`]); [`SriovPfBackend`] is the
 //! [`Backend`] of the pair.
 
 use std::fmt;
 
-use mdev_types::host::{Host, HostError, HostExt, paths};
 use mdev_types::ids::PciAddress;
 use mdev_types::model::{Gpu, Inventory};
-use mdev_types::ops::{bind_driver, restore_driver, set_sriov_autoprobe, set_sriov_numvfs};
+use vgpu_host::ops::{bind_driver, restore_driver, set_sriov_autoprobe, set_sriov_numvfs};
+use vgpu_host::{Host, HostError, HostExt, paths};
 
 use super::common::{Slot, assign, device, unsupported};
 use super::{Backend, BackendError, BackendKind, Capabilities, Created, NewVgpu, SchedCaps};

@@ -10,8 +10,8 @@
 
 use std::collections::BTreeSet;
 
-use mdev_types::host::{Host, paths};
 use mdev_types::model::{Gpu, Inventory};
+use vgpu_host::{Host, paths};
 
 use super::common::{self, Slot};
 use super::intel_quanta::{function_dir, new_plan, plan_quanta, read_state, uncovered_note};

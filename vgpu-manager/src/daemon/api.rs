@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use mdev_types::ids::{MdevTypeId, MdevUuid};
-use mdev_types::ops::LifecycleError;
+use vgpu_host::ops::LifecycleError;
 
 /// What an instance should be made of: a vendor-neutral profile, or a concrete mdev type.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -126,9 +126,9 @@ pub enum Command {
         /// One request per vGPU that will run there.
         requests: Vec<crate::sched::SchedRequest>,
     },
-    /// Opens the instance through VFIO as a VMM would (`mdev_types::vfio::preflight`, KVM attach check
+    /// Opens the instance through VFIO as a VMM would (`vgpu_vfio::preflight`, KVM attach check
     /// included). Needs authorization (it holds the device's group or cdev for a moment). Replies
-    /// [`Reply::Report`] with a [`mdev_types::vfio::PreflightReport`].
+    /// [`Reply::Report`] with a [`vgpu_vfio::PreflightReport`].
     Preflight {
         /// The instance.
         uuid: MdevUuid,

@@ -21,9 +21,9 @@
 
 use std::sync::{Mutex, PoisonError};
 
-use mdev_types::discover::discover;
 use mdev_types::ids::MdevUuid;
 use tracing::{info, warn};
+use vgpu_host::discover::discover;
 
 use super::{Core, lock};
 use crate::client::PoolSummary;

@@ -161,7 +161,7 @@ impl Core {
     pub(super) fn pool_status(&self) -> Result<Reply, CoreError> {
         let dir = self.pools_dir();
         let files = toml_files(&dir).map_err(|e| store_error("list", &dir, e))?;
-        let inv = mdev_types::discover::discover(self.host.as_ref())?;
+        let inv = vgpu_host::discover::discover(self.host.as_ref())?;
         let mut out = Vec::new();
         for f in files {
             let pool = match crate::pool::load_file(&f, &self.catalog) {

@@ -15,14 +15,14 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use mdev_types::discover::discover;
-use mdev_types::host::HostExt;
-use mdev_types::host::paths;
 use mdev_types::ids::{MdevUuid, PciAddress};
 use mdev_types::model::Inventory;
-use mdev_types::ops::{BindRecord, restore_driver};
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
+use vgpu_host::HostExt;
+use vgpu_host::discover::discover;
+use vgpu_host::ops::{BindRecord, restore_driver};
+use vgpu_host::paths;
 
 use super::pool_record::{toml_files, write_atomic};
 use super::{Core, lock};
@@ -257,7 +257,7 @@ impl Core {
         if previous != 0 {
             return Ok(());
         }
-        mdev_types::ops::set_sriov_numvfs(self.host.as_ref(), pf, 0)?;
+        vgpu_host::ops::set_sriov_numvfs(self.host.as_ref(), pf, 0)?;
         Ok(())
     }
 

@@ -2,7 +2,9 @@
 //! (the fds are handed over by the transport; the core only opens).
 
 use mdev_types::ids::MdevUuid;
-use mdev_types::vfio::{Backend, OpenedDevice, Target, VfioCheckError, preflight};
+use vgpu_vfio::{
+    OpenedDevice, OpenedDeviceExt, VfioBackend, VfioCheckError, VfioTarget, preflight,
+};
 
 use super::{Core, lock};
 use crate::daemon::api::{CoreError, InstanceState, Ownership, Reply};
@@ -20,8 +22,12 @@ fn vfio_error(uuid: MdevUuid, e: VfioCheckError) -> CoreError {
 impl Core {
     /// [`crate::daemon::api::Command::Preflight`].
     pub(super) fn preflight(&self, uuid: MdevUuid) -> Result<Reply, CoreError> {
-        let r = preflight(self.host.as_ref(), &Target::Mdev(uuid), &Default::default())
-            .map_err(|e| vfio_error(uuid, e))?;
+        let r = preflight(
+            self.host.as_ref(),
+            &VfioTarget::Mdev(uuid),
+            &Default::default(),
+        )
+        .map_err(|e| vfio_error(uuid, e))?;
         serde_json::to_value(r)
             .map(Reply::Report)
             .map_err(|e| CoreError::Invalid(format!("preflight report: {e}")))
@@ -34,7 +40,7 @@ impl Core {
     pub fn open_device(
         &self,
         uuid: MdevUuid,
-        backend: Option<Backend>,
+        backend: Option<VfioBackend>,
         bind: bool,
     ) -> Result<OpenedDevice, CoreError> {
         let parent = lock(&self.views)
@@ -56,7 +62,7 @@ impl Core {
                     "instance {uuid} is not running, so there is no device to open: Start it first"
                 )));
             }
-            OpenedDevice::open(self.host.as_ref(), &Target::Mdev(uuid), backend, bind)
+            OpenedDevice::open(self.host.as_ref(), &VfioTarget::Mdev(uuid), backend, bind)
                 .map_err(|e| vfio_error(uuid, e))
         })
     }

@@ -48,9 +48,9 @@ pub trait Executor: Send + Sync + 'static {
     fn open_device(
         &self,
         uuid: mdev_types::ids::MdevUuid,
-        backend: Option<mdev_types::vfio::Backend>,
+        backend: Option<vgpu_vfio::VfioBackend>,
         bind: bool,
-    ) -> Result<mdev_types::vfio::OpenedDevice, CoreError> {
+    ) -> Result<vgpu_vfio::OpenedDevice, CoreError> {
         let _ = (uuid, backend, bind);
         Err(CoreError::NotSupported(
             "this daemon has no devices to open".into(),
@@ -74,9 +74,9 @@ impl Executor for crate::daemon::core::Core {
     fn open_device(
         &self,
         uuid: mdev_types::ids::MdevUuid,
-        backend: Option<mdev_types::vfio::Backend>,
+        backend: Option<vgpu_vfio::VfioBackend>,
         bind: bool,
-    ) -> Result<mdev_types::vfio::OpenedDevice, CoreError> {
+    ) -> Result<vgpu_vfio::OpenedDevice, CoreError> {
         crate::daemon::core::Core::open_device(self, uuid, backend, bind)
     }
 }
