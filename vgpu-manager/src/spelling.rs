@@ -1,5 +1,5 @@
 //! One spelling per value of a name-only enum: its table (`ALL`), `as_str`, `Display` and `FromStr`
-//! come from a single [`spelled!`] declaration, so they cannot disagree, and a variant without a
+//! come from a single `spelled!` declaration, so they cannot disagree, and a variant without a
 //! spelling does not compile.
 
 use thiserror::Error;
