@@ -101,6 +101,21 @@ struct RawSelect {
     strict_numa: Option<Spanned<bool>>,
 }
 
+/// The pool's name, when it is valid.
+fn check_name<'a>(src: &Source<'_>, raw: &'a RawPool) -> Result<&'a String, PoolError> {
+    let name = raw.name.get_ref();
+    if toml_file::valid_name(name) {
+        Ok(name)
+    } else {
+        Err(src.field(
+            raw.name.span(),
+            "name",
+            format!("\"{name}\" is not a valid pool name"),
+            "1-64 lower-case letters, digits and '-', starting with a letter or digit, e.g. vdi-floor",
+        ))
+    }
+}
+
 impl Pool {
     /// Parses and validates a pool; `origin` names the source in errors. Profile names are checked
     /// against `catalog`.
@@ -110,15 +125,7 @@ impl Pool {
         let field = |span: Range<usize>, field: &'static str, problem: String, allowed: &str| {
             src.field::<PoolError>(span, field, problem, allowed)
         };
-        let name = raw.name.get_ref();
-        if !toml_file::valid_name(name) {
-            return Err(field(
-                raw.name.span(),
-                "name",
-                format!("\"{name}\" is not a valid pool name"),
-                "1-64 lower-case letters, digits and '-', starting with a letter or digit, e.g. vdi-floor",
-            ));
-        }
+        let name = check_name(&src, &raw)?.clone();
         let policy = match &raw.policy {
             None => Policy::Consolidate,
             Some(p) => p.get_ref().parse::<Policy>().map_err(|e| {
@@ -237,7 +244,7 @@ impl Pool {
             }
         }
         Ok(Pool {
-            name: name.clone(),
+            name,
             description: raw
                 .description
                 .map(|d| d.get_ref().trim().to_string())
@@ -248,6 +255,19 @@ impl Pool {
             select,
             origin: origin.to_string(),
         })
+    }
+
+    /// Reads as much of a pool as needs no profile catalog (TOML syntax, known fields and their
+    /// types, a valid name) and returns its name; [`Pool::from_toml`] checks the rest.
+    pub fn name_in(origin: &str, text: &str) -> Result<String, PoolError> {
+        let raw: RawPool = toml_file::parse(origin, text)?;
+        check_name(&Source { origin, text }, &raw).cloned()
+    }
+
+    /// Whether `name` is a valid pool name: 1-64 lower-case letters, digits and '-', starting with a
+    /// letter or digit.
+    pub fn is_valid_name(name: &str) -> bool {
+        toml_file::valid_name(name)
     }
 
     /// Slots in all.
