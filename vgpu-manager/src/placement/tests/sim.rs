@@ -7,7 +7,7 @@ use vgpu_sim::SimHost;
 
 use super::super::convert::{DemandInput, HostUse, build};
 use super::super::{Policy, plan};
-use crate::profile::{Catalog, MatchReport, Target, match_profile};
+use crate::profile::{Catalog, MatchReport, ProfileTarget, match_profile};
 
 fn demo() -> Inventory {
     discover(&SimHost::load("demo").unwrap()).unwrap()
@@ -53,9 +53,11 @@ fn capacity_per_gpu_agrees_with_the_kernel_and_matching() {
                 best.capacity
             );
             match &best.target {
-                Target::Mdev { .. } | Target::NvidiaVendorVfio { .. } | Target::SriovVf { .. }
+                ProfileTarget::Mdev { .. }
+                | ProfileTarget::NvidiaVendorVfio { .. }
+                | ProfileTarget::SriovVf { .. }
                     if g.vendor == mdev_types::model::Vendor::Nvidia
-                        || matches!(best.target, Target::SriovVf { .. }) =>
+                        || matches!(best.target, ProfileTarget::SriovVf { .. }) =>
                 {
                     assert_eq!(s.placed, u64::from(best.capacity), "{profile} on {only}");
                 }
