@@ -1,7 +1,7 @@
 //! AMD GIM (GPU-IOV Module, MxGPU SR-IOV; github.com/amd/MxGPU-Virtualization): the PF is bound to
 //! `gim`, which enables its VFs when it loads and schedules them by world switch.
 //!
-//! Facts (GIM README and module parameters, as named in issue 6):
+//! Facts (the README and module parameters of github.com/amd/MxGPU-Virtualization):
 //! * the open GIM for MI300-class parts takes module parameters `vf_num` (1–31), `sch_policy`
 //!   (1 HW solid, 2 HW liquid, 3 SW fairness, 4 SW round-robin, 5 hybrid liquid) and
 //!   `fullaccess_timeout`;

@@ -1,5 +1,6 @@
 //! The planner on the simulated demo host, built from discovery and matching: its capacity per GPU
-//! agrees with what the (simulated) kernel reports, and the mixed VDI pool of issue 7 fits.
+//! agrees with what the (simulated) kernel reports, and a mixed VDI pool (vdi-2g desktops and
+//! workstation-4g workstations) fits.
 
 use mdev_types::model::Inventory;
 use vgpu_host::discover::discover;
@@ -68,7 +69,7 @@ fn capacity_per_gpu_agrees_with_the_kernel_and_matching() {
 }
 
 #[test]
-fn mixed_vdi_pool_of_issue_7_fits_the_demo_host() {
+fn mixed_vdi_pool_of_desktops_and_workstations_fits_the_demo_host() {
     let inv = demo();
     let vdi = report(&inv, "vdi-2g");
     let ws = report(&inv, "workstation-4g");
