@@ -9,3 +9,5 @@ pub mod placement;
 pub mod pool;
 pub mod profile;
 pub mod sched;
+pub mod spelling;
+mod toml_file;

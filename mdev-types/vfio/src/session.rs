@@ -184,7 +184,7 @@ impl Session {
         self.container.as_deref()
     }
 
-    /// The backend in use.
+    /// The VFIO backend this session opened the device with (type1 or iommufd).
     pub fn backend(&self) -> VfioBackend {
         self.backend
     }

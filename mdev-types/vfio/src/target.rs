@@ -12,13 +12,13 @@ use vgpu_host::{Host, HostExt, paths};
 /// What a target looks like in sysfs right now.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TargetState {
-    /// The target.
+    /// The mdev instance or PCI device described.
     pub target: VfioTarget,
-    /// Its IOMMU group number.
+    /// The number of its IOMMU group (`/sys/kernel/iommu_groups/<n>`).
     pub iommu_group: u32,
     /// Its vfio cdev name (`vfio0`) when the kernel registered one (`<dev>/vfio-dev/`).
     pub cdev: Option<String>,
-    /// The bound driver.
+    /// The driver bound to it, or `None` when none is bound.
     pub driver: Option<String>,
 }
 

@@ -15,7 +15,7 @@ use vgpu_host::discover::discover as discover_host;
 use super::daemon_cmds::BusArgs;
 use super::profiles::catalog;
 use super::{CliError, HostArgs, Table, write_json};
-use crate::pool::{PoolPlan, Step, load_file, plan_pool};
+use crate::pool::{PoolPlan, PoolStep, load_file, plan_pool};
 
 /// `vgpuctl pool …`.
 #[derive(Debug, clap::Subcommand)]
@@ -283,7 +283,7 @@ pub(super) fn render(p: &PoolPlan) -> String {
     let mut t = Table::new(&["ACTION", "SLOT", "UUID", "GPU", "NUMA", "WHAT"]);
     for step in &p.steps {
         match step {
-            Step::Remove { slot, gpu, holds } => t.row(vec![
+            PoolStep::Remove { slot, gpu, holds } => t.row(vec![
                 "remove".into(),
                 format!("{}/{}", slot.profile, slot.index),
                 slot.uuid.to_string(),
@@ -291,7 +291,7 @@ pub(super) fn render(p: &PoolPlan) -> String {
                 "-".into(),
                 holds.clone(),
             ]),
-            Step::EnableVfs { gpu, num_vfs, .. } => t.row(vec![
+            PoolStep::EnableVfs { gpu, num_vfs, .. } => t.row(vec![
                 "enable-vfs".into(),
                 "-".into(),
                 "-".into(),
@@ -299,7 +299,7 @@ pub(super) fn render(p: &PoolPlan) -> String {
                 "-".into(),
                 format!("enable {num_vfs} SR-IOV VFs"),
             ]),
-            Step::Create {
+            PoolStep::Create {
                 slot,
                 gpu,
                 numa_node,

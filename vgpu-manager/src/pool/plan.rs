@@ -16,28 +16,28 @@ use super::identity::SlotId;
 use super::spec::{MAX_SLOTS, Pool};
 use crate::placement::convert::{DemandInput, HostUse, build};
 use crate::placement::{Policy, plan};
-use crate::profile::{Catalog, Target, match_profile};
+use crate::profile::{Catalog, ProfileTarget, match_profile};
 
 /// A VF slot the daemon records as held by this pool.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct HeldSlot {
-    /// The slot.
+    /// The pool slot the VF is held for.
     pub slot: SlotId,
     /// The GPU (PF) it is on.
     pub gpu: String,
-    /// The VF it holds.
+    /// The PCI address of the VF the slot holds.
     pub vf: PciAddress,
 }
 
 /// One step of applying a plan, in execution order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "action", rename_all = "kebab-case")]
-pub enum Step {
+pub enum PoolStep {
     /// Destroy a slot's instance (an mdev by UUID, or release a VF).
     Remove {
-        /// The slot.
+        /// The pool slot whose instance goes.
         slot: SlotId,
-        /// Its GPU.
+        /// The id of the GPU its instance is on.
         gpu: String,
         /// The mdev type or VF it holds now.
         holds: String,
@@ -46,7 +46,7 @@ pub enum Step {
     EnableVfs {
         /// The GPU (PF).
         gpu: String,
-        /// Its address.
+        /// The PF's PCI address, whose `sriov_numvfs` is written.
         pf: PciAddress,
         /// How many VFs.
         num_vfs: u32,
@@ -55,12 +55,12 @@ pub enum Step {
     Create {
         /// The slot (its UUID names the mdev).
         slot: SlotId,
-        /// The GPU.
+        /// The id of the GPU to create it on.
         gpu: String,
-        /// Its NUMA node.
+        /// That GPU's NUMA node, when known.
         numa_node: Option<u32>,
         /// What to create; for VFs of a PF enabled by this plan, `vf` is `null` (take a free one).
-        target: Target,
+        target: ProfileTarget,
         /// For MIG-backed placements: the first memory slice of its GPU instance.
         start: Option<u32>,
     },
@@ -69,18 +69,18 @@ pub enum Step {
 /// A slot that exists and stays.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Kept {
-    /// The slot.
+    /// The pool slot that stays.
     pub slot: SlotId,
-    /// Its GPU.
+    /// The id of the GPU its instance is on.
     pub gpu: String,
-    /// The mdev type or VF it holds.
+    /// The mdev type id or VF address its instance holds.
     pub holds: String,
 }
 
 /// A profile whose slots do not all fit.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PoolShortfall {
-    /// The profile.
+    /// The name of the profile whose slots do not all fit.
     pub profile: String,
     /// Slots wanted.
     pub wanted: u32,
@@ -95,11 +95,11 @@ pub struct PoolShortfall {
 /// Instances per GPU after the plan.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct GpuLoad {
-    /// The GPU.
+    /// The GPU's id (PCI address or parent name).
     pub gpu: String,
-    /// Its model.
+    /// Its human model name (e.g. `NVIDIA T4`).
     pub model: String,
-    /// Its NUMA node.
+    /// Its NUMA node, when known.
     pub numa_node: Option<u32>,
     /// Slots of this pool kept on it.
     pub kept: u32,
@@ -110,14 +110,14 @@ pub struct GpuLoad {
 /// The plan for one pool on one host.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PoolPlan {
-    /// The pool.
+    /// The pool's name.
     pub pool: String,
     /// The host (`Inventory::host`).
     pub host: String,
-    /// Its policy.
+    /// Its placement policy (consolidate or spread).
     pub policy: Policy,
     /// Steps in execution order: removes, then VF enables, then creates.
-    pub steps: Vec<Step>,
+    pub steps: Vec<PoolStep>,
     /// Slots that exist and stay.
     pub keep: Vec<Kept>,
     /// Profiles not fully placed.
@@ -138,7 +138,7 @@ impl PoolPlan {
     pub fn creates(&self) -> usize {
         self.steps
             .iter()
-            .filter(|s| matches!(s, Step::Create { .. }))
+            .filter(|s| matches!(s, PoolStep::Create { .. }))
             .count()
     }
 
@@ -146,7 +146,7 @@ impl PoolPlan {
     pub fn removes(&self) -> usize {
         self.steps
             .iter()
-            .filter(|s| matches!(s, Step::Remove { .. }))
+            .filter(|s| matches!(s, PoolStep::Remove { .. }))
             .count()
     }
 }
@@ -219,7 +219,7 @@ pub fn plan_pool(
             if let Some(h) = held.iter().find(|h| h.slot == slot) {
                 released_vfs.push(h.vf);
             }
-            steps.push(Step::Remove { slot, gpu, holds });
+            steps.push(PoolStep::Remove { slot, gpu, holds });
         }
     }
     // VFs held by slots that stay are in use; released ones are free again.
@@ -271,7 +271,7 @@ pub fn plan_pool(
     for &(g, num_vfs) in &solution.enable_vfs {
         let gpu = &converted.problem.gpus[g];
         if let Some(pf) = inv.gpus.get(converted.gpu_index[g]).and_then(|x| x.pci) {
-            steps.push(Step::EnableVfs {
+            steps.push(PoolStep::EnableVfs {
                 gpu: gpu.id.clone(),
                 pf,
                 num_vfs,
@@ -293,13 +293,14 @@ pub fn plan_pool(
         let mut target = choice.target.clone();
         // Hand out concrete VFs in address order; the matching option named only the first free one.
         match &mut target {
-            Target::NvidiaVendorVfio { vf, .. } | Target::SriovVf { vf: Some(vf), .. } => {
+            ProfileTarget::NvidiaVendorVfio { vf, .. }
+            | ProfileTarget::SriovVf { vf: Some(vf), .. } => {
                 if let Some(free) = converted.free_vfs[a.gpu].get(next_vf[a.gpu]) {
                     *vf = *free;
                 }
                 next_vf[a.gpu] += 1;
             }
-            Target::SriovVf {
+            ProfileTarget::SriovVf {
                 vf,
                 vf_driver,
                 enable_vfs: true,
@@ -314,7 +315,7 @@ pub fn plan_pool(
             }
             _ => {}
         }
-        steps.push(Step::Create {
+        steps.push(PoolStep::Create {
             slot: SlotId::new(&pool.name, profile, index),
             gpu: gpu.id.clone(),
             numa_node: gpu.numa_node,
@@ -371,7 +372,7 @@ pub fn plan_pool(
         let kept = keep.iter().filter(|k| k.gpu == g.id).count();
         let created = steps
             .iter()
-            .filter(|s| matches!(s, Step::Create { gpu, .. } if *gpu == g.id))
+            .filter(|s| matches!(s, PoolStep::Create { gpu, .. } if *gpu == g.id))
             .count();
         if kept + created > 0 {
             gpus.push(GpuLoad {

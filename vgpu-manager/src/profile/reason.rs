@@ -9,7 +9,7 @@ use mdev_types::parse::Resolution;
 use serde::ser::SerializeStruct;
 use serde::{Serialize, Serializer};
 
-use super::spec::{Backend, WorkloadClass};
+use super::spec::{Delivery, WorkloadClass};
 
 /// `2048` → `2 GiB`, `640` → `640 MiB`, `1536` → `1.5 GiB`.
 pub fn fmt_mib(mib: u64) -> String {
@@ -51,13 +51,13 @@ pub enum Reason {
     /// The GPU offers none of the profile's backends.
     NoAllowedBackend {
         /// What the GPU offers.
-        offered: Vec<Backend>,
+        offered: Vec<Delivery>,
         /// What the profile allows.
-        allowed: Vec<Backend>,
+        allowed: Vec<Delivery>,
     },
     /// The GPU is a compute accelerator and the class renders graphics.
     NoGraphics {
-        /// The GPU model.
+        /// The GPU's human model name (`Gpu::model`).
         model: String,
         /// The profile's class.
         class: WorkloadClass,
@@ -119,12 +119,12 @@ pub enum Reason {
     },
     /// NVIDIA's homogeneous rule: other types have instances, so this one shows 0 available.
     Homogeneous {
-        /// The types that have instances.
+        /// The mdev type ids that have instances now.
         existing_types: Vec<String>,
     },
     /// A device has no IOMMU group, so VFIO cannot isolate it.
     NoIommuGroup {
-        /// The device.
+        /// The PCI address of the device without an IOMMU group.
         device: PciAddress,
     },
     /// The whole GPU cannot be assigned (the sentence discovery gave).
@@ -139,19 +139,19 @@ pub enum Reason {
     },
     /// `sriov_numvfs` cannot be written without the PF bound to its driver.
     PfDriverMissing {
-        /// The PF.
+        /// The PCI address of the PF that has no driver bound.
         pf: PciAddress,
     },
     /// NVIDIA SR-IOV GPU without VFs enabled.
     VfsNotEnabled {
-        /// The PF.
+        /// The PCI address of the PF whose `sriov_numvfs` is 0.
         pf: PciAddress,
         /// How to enable them.
         how: String,
     },
     /// VFs exist but none has the NVIDIA vendor-specific VFIO interface.
     NoVendorInterface {
-        /// The PF.
+        /// The PCI address of the PF whose VFs lack `nvidia/`.
         pf: PciAddress,
     },
     /// Every VF already holds a vGPU.

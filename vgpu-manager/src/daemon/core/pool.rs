@@ -29,8 +29,8 @@ use super::{Core, lock};
 use crate::daemon::api::{
     Command, CoreError, CreateRequest, Event, InstanceState, InstanceView, Reply, Target,
 };
-use crate::pool::{Pool, PoolPlan, SlotId, Step, plan_pool};
-use crate::profile::Target as OptionTarget;
+use crate::pool::{Pool, PoolPlan, PoolStep as Step, SlotId, plan_pool};
+use crate::profile::ProfileTarget as OptionTarget;
 use vgpu_client::PoolSummary;
 
 /// Where pools received as text are said to come from in error messages.

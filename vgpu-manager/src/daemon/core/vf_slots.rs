@@ -21,11 +21,11 @@ use vgpu_host::ops::{BindRecord, restore_driver};
 use vgpu_host::paths;
 
 use super::{Core, lock};
-use crate::backend::{Backend, CreateRequest, Created, detect_gpu};
+use crate::backend::{Backend, Created, NewVgpu, detect_gpu};
 use crate::daemon::api::CoreError;
 pub(super) use crate::daemon::store::{VfKind, VfSlotRecord};
 use crate::pool::{HeldSlot, SlotId};
-use crate::profile::Target;
+use crate::profile::ProfileTarget;
 
 impl VfSlotRecord {
     /// The slot.
@@ -34,16 +34,16 @@ impl VfSlotRecord {
     }
 
     /// The target that makes this slot again on the same VF.
-    pub(super) fn target(&self) -> Target {
+    pub(super) fn target(&self) -> ProfileTarget {
         match &self.holds {
-            VfKind::SriovVf => Target::SriovVf {
+            VfKind::SriovVf => ProfileTarget::SriovVf {
                 pf: self.pf,
                 vf: Some(self.vf),
                 vf_driver: None,
                 num_vfs: self.num_vfs,
                 enable_vfs: false,
             },
-            VfKind::NvidiaVgpu { type_id, type_name } => Target::NvidiaVendorVfio {
+            VfKind::NvidiaVgpu { type_id, type_name } => ProfileTarget::NvidiaVendorVfio {
                 pf: self.pf,
                 vf: self.vf,
                 type_id: *type_id,
@@ -228,11 +228,11 @@ impl Core {
         &self,
         slot: &SlotId,
         gpu: &str,
-        target: &Target,
+        target: &ProfileTarget,
     ) -> Result<VfSlotRecord, CoreError> {
         let (b, inv) = self.backend_of(gpu)?;
         let (pf, vf, num_vfs, holds) = match target {
-            Target::SriovVf {
+            ProfileTarget::SriovVf {
                 pf,
                 vf,
                 num_vfs,
@@ -247,7 +247,7 @@ impl Core {
                     VfKind::SriovVf,
                 )
             }
-            Target::NvidiaVendorVfio {
+            ProfileTarget::NvidiaVendorVfio {
                 pf,
                 vf,
                 type_id,
@@ -278,7 +278,7 @@ impl Core {
             created: None,
         };
         self.put_vf_record(&record)?;
-        let req = CreateRequest {
+        let req = NewVgpu {
             target: record.target(),
             uuid: None,
             placement_id: None,
@@ -372,7 +372,7 @@ impl Core {
         rec.created = None;
         self.put_vf_record(&rec)?;
         let (b, _) = self.backend_of(&r.gpu)?;
-        let req = CreateRequest {
+        let req = NewVgpu {
             target: rec.target(),
             uuid: None,
             placement_id: None,
