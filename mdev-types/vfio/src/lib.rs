@@ -34,7 +34,7 @@ pub use handoff::OpenedDeviceExt;
 pub use info::{DeviceInfo, IrqInfo, RegionInfo};
 pub use mdev_types::vfio_api::{BadTarget, OpenedDevice, VfioBackend, VfioTarget};
 use session::read_config_ids;
-pub use session::{DmaBuffer, Session};
+pub use session::{DmaBuffer, RawMapError, Session};
 pub use target::{TargetState, choose_backend, inspect};
 
 /// The DMA buffer a preflight maps: 2 MiB, one huge-page-sized chunk, at IOVA 0 (below every reserved
