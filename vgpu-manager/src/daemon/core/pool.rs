@@ -3,8 +3,8 @@
 //! Apply is all-or-nothing as far as the daemon can make it:
 //! * **Refused before any change** when the plan leaves a profile short (the exact shortfall per
 //!   profile is the message).
-//! * **mdev slots** run through the core's own commands ([`Command::Define`], [`Command::Start`],
-//!   [`Command::Destroy`]), so the ledger protocol, per-parent locks, the kernel's capacity check and
+//! * **mdev slots** run through the core's own commands ([`DefineInstance`], [`StartInstance`],
+//!   [`DestroyInstance`]), so the ledger protocol, per-parent locks, the kernel's capacity check and
 //!   persistence apply to slots exactly as to any instance. A slot is defined (autostart as the pool
 //!   says) with its stable UUID, labelled `pool:<pool>/<profile>/<index>`, then started.
 //! * **VF slots** (xe/i915 VFs on vfio-pci, NVIDIA vendor-VFIO vGPUs; see [`super::vf_slots`]) are
@@ -17,7 +17,7 @@
 //! * **A failed step undoes this apply**: what it created is destroyed, what it started is stopped,
 //!   what it removed is defined and started again, in reverse order.
 //!
-//! A pool that applied is recorded (see [`super::pool_record`]) for [`Command::PoolStatus`].
+//! A pool that applied is recorded (see [`super::pool_record`]) for [`GetPoolStatus`](crate::daemon::api::GetPoolStatus).
 
 use std::sync::{Mutex, PoisonError};
 
@@ -28,7 +28,8 @@ use tracing::{info, warn};
 use super::{Core, lock};
 use crate::client::PoolSummary;
 use crate::daemon::api::{
-    Command, CoreError, CreateRequest, Event, InstanceState, InstanceView, Reply, Target,
+    CoreError, CreateInstance, DefineInstance, DestroyInstance, Event, GetInstance, InstanceSpec,
+    InstanceState, InstanceTarget, InstanceView, StartInstance, StateError, StopInstance,
 };
 use crate::pool::{Pool, PoolPlan, SlotId, Step, plan_pool};
 use crate::profile::Target as OptionTarget;
@@ -100,60 +101,37 @@ fn describe(step: &Step) -> String {
     }
 }
 
-fn to_value<T: serde::Serialize>(what: &str, v: &T) -> Result<serde_json::Value, CoreError> {
-    serde_json::to_value(v).map_err(|e| CoreError::State(format!("cannot encode the {what}: {e}")))
-}
-
-/// The shortfall of a plan as one message, or `None` when every slot is placed.
-fn shortfall_message(plan: &PoolPlan) -> Option<String> {
-    if plan.shortfall.is_empty() {
-        return None;
-    }
-    let parts: Vec<String> = plan
-        .shortfall
-        .iter()
-        .map(|s| {
-            format!(
-                "{}: {} of {} placed, {} missing ({})",
-                s.profile, s.placed, s.wanted, s.missing, s.reason
-            )
-        })
-        .collect();
-    Some(format!(
-        "pool {} does not fit on {}: {}{}; nothing was changed: lower the counts, widen [select], or free capacity (`vgpuctl pool plan FILE` shows the placement)",
-        plan.pool,
-        plan.host,
-        parts.join("; "),
-        if plan.proven_optimal {
-            ""
-        } else {
-            " (the search budget ran out: more may fit)"
-        }
-    ))
+/// The refusal of a plan that leaves a profile short, or `None` when every slot is placed.
+fn shortfall(plan: &PoolPlan) -> Option<CoreError> {
+    (!plan.shortfall.is_empty()).then(|| CoreError::Shortfall {
+        pool: plan.pool.clone(),
+        host: plan.host.clone(),
+        shortfall: plan.shortfall.clone(),
+        proven_optimal: plan.proven_optimal,
+    })
 }
 
 impl Core {
     fn parse_pool(&self, text: &str) -> Result<Pool, CoreError> {
-        Pool::from_toml(ORIGIN, text, &self.catalog).map_err(|e| CoreError::Invalid(e.to_string()))
+        Ok(Pool::from_toml(ORIGIN, text, &self.catalog)?)
     }
 
     fn plan_of(&self, pool: &Pool) -> Result<(PoolPlan, mdev_types::model::Inventory), CoreError> {
         let inv = discover(self.host.as_ref())?;
         let held = self.held_vf_slots(&pool.name);
-        let plan = plan_pool(pool, &self.catalog, &inv, &held)
-            .map_err(|e| CoreError::Invalid(e.to_string()))?;
+        let plan = plan_pool(pool, &self.catalog, &inv, &held)?;
         Ok((plan, inv))
     }
 
-    /// [`Command::PlanPool`].
-    pub(super) fn pool_plan(&self, text: &str) -> Result<Reply, CoreError> {
+    /// [`PlanPool`](crate::daemon::api::PlanPool).
+    pub(super) fn pool_plan(&self, text: &str) -> Result<PoolPlan, CoreError> {
         let pool = self.parse_pool(text)?;
         let (plan, _) = self.plan_of(&pool)?;
-        Ok(Reply::Report(to_value("pool plan", &plan)?))
+        Ok(plan)
     }
 
-    /// [`Command::ApplyPool`].
-    pub(super) fn pool_apply(&self, text: &str) -> Result<Reply, CoreError> {
+    /// [`ApplyPool`](crate::daemon::api::ApplyPool).
+    pub(super) fn pool_apply(&self, text: &str) -> Result<PoolSummary, CoreError> {
         let _one = APPLYING.lock().unwrap_or_else(PoisonError::into_inner);
         let pool = self.parse_pool(text)?;
         let mut undo = Vec::new();
@@ -178,9 +156,9 @@ impl Core {
                 return Err(e);
             }
         };
-        if let Some(msg) = shortfall_message(&plan) {
+        if let Some(refusal) = shortfall(&plan) {
             let _ = self.rollback(undo);
-            return Err(CoreError::Shortfall(msg));
+            return Err(refusal);
         }
         // The plan sees running slots only; a stopped slot the pool no longer wants is removed too.
         let mut steps = restarts;
@@ -223,7 +201,7 @@ impl Core {
             slots,
             gpus,
         };
-        Ok(Reply::Report(to_value("apply summary", &summary)?))
+        Ok(summary)
     }
 
     /// Undoes `undo` after step `i` of `total` failed with `e`; the error to return.
@@ -241,18 +219,13 @@ impl Core {
         let rollback = self.rollback(undo);
         warn!(pool = %pool.name, step = %line, error = %e, "pool apply failed; undone");
         CoreError::PoolStep {
-            message: format!(
-                "pool {}: step {}/{total} ({line}) failed: {e}; {}",
-                pool.name,
-                i + 1,
-                match rollback {
-                    Ok(()) => format!("the {done} change(s) this apply made were undone"),
-                    Err(r) => format!(
-                        "undoing this apply failed too ({r}): `vgpuctl pool status` shows what is left"
-                    ),
-                }
-            ),
-            kind: e.kind(),
+            pool: pool.name.clone(),
+            number: i + 1,
+            total,
+            step: line,
+            cause: Box::new(e),
+            undone: done,
+            rollback: rollback.err(),
         }
     }
 
@@ -330,13 +303,8 @@ impl Core {
                 Ok(())
             }
             Step::Remove { slot, .. } => {
-                let view = match self.execute(Command::GetInstance { uuid: slot.uuid })? {
-                    Reply::Instance(v) => v,
-                    other => {
-                        return Err(CoreError::State(format!("GetInstance answered {other:?}")));
-                    }
-                };
-                self.execute(Command::Destroy { uuid: slot.uuid })?;
+                let view = self.execute(GetInstance { uuid: slot.uuid })?;
+                self.execute(DestroyInstance { uuid: slot.uuid })?;
                 undo.push(Undo::Restore(Box::new(view)));
                 Ok(())
             }
@@ -353,7 +321,7 @@ impl Core {
                 match def {
                     // A slot defined earlier and stopped since, where the plan puts it: start it.
                     Some(d) if d.parent == *parent && d.type_id == *type_id => {
-                        self.execute(Command::Start { uuid })?;
+                        self.execute(StartInstance { uuid })?;
                         undo.push(Undo::Stop(uuid));
                         Ok(())
                     }
@@ -371,19 +339,21 @@ impl Core {
                         )?;
                         self.define_slot(pool, slot, parent, type_id, undo)
                     }
-                    Some(d) => Err(CoreError::State(format!(
-                        "slot {} ({uuid}) is already defined as {} on {}, not as {type_id} on {parent} where the plan puts it: destroy it (`vgpuctl destroy {uuid}`) or start it, then apply again",
-                        slot_name(slot),
-                        d.type_id,
-                        d.parent
-                    ))),
+                    Some(d) => Err(StateError::SlotDefinedElsewhere {
+                        slot: slot_name(slot),
+                        uuid,
+                        defined_type: d.type_id,
+                        defined_parent: d.parent,
+                        type_id: type_id.clone(),
+                        parent: parent.clone(),
+                    }
+                    .into()),
                     None => self.define_slot(pool, slot, parent, type_id, undo),
                 }
             }
-            other => Err(CoreError::NotSupported(format!(
-                "{}: vgpud does not assign whole GPUs to pool slots; use the passthrough profile outside pools",
-                describe(other)
-            ))),
+            other => Err(CoreError::WholeGpuSlot {
+                step: describe(other),
+            }),
         }
     }
 
@@ -397,8 +367,8 @@ impl Core {
         undo: &mut Vec<Undo>,
     ) -> Result<(), CoreError> {
         let uuid = slot.uuid;
-        self.execute(Command::Define(CreateRequest {
-            target: Target::Type(type_id.clone()),
+        self.execute(DefineInstance(InstanceSpec {
+            target: InstanceTarget::Type(type_id.clone()),
             gpu: Some(parent.to_string()),
             uuid: Some(uuid),
             autostart: pool.autostart,
@@ -406,7 +376,7 @@ impl Core {
         }))?;
         undo.push(Undo::Destroy(uuid));
         self.set_slot_profile(&uuid, &slot.profile)?;
-        self.execute(Command::Start { uuid })?;
+        self.execute(StartInstance { uuid })?;
         Ok(())
     }
 
@@ -431,8 +401,8 @@ impl Core {
         let mut failed = Vec::new();
         for u in undo.into_iter().rev() {
             let result = match &u {
-                Undo::Destroy(uuid) => self.execute(Command::Destroy { uuid: *uuid }).map(|_| ()),
-                Undo::Stop(uuid) => self.execute(Command::Stop { uuid: *uuid }).map(|_| ()),
+                Undo::Destroy(uuid) => self.execute(DestroyInstance { uuid: *uuid }).map(|_| ()),
+                Undo::Stop(uuid) => self.execute(StopInstance { uuid: *uuid }).map(|_| ()),
                 Undo::Restore(v) => self.restore(v),
                 Undo::ReleaseVf(uuid) => self.release_vf_slot(uuid).map(|_| ()),
                 Undo::StopVf(uuid) => self.stop_vf_slot(uuid),
@@ -453,23 +423,23 @@ impl Core {
     /// Brings back an instance this apply removed: its definition (if it had one) and its device (if
     /// it ran).
     fn restore(&self, v: &InstanceView) -> Result<(), CoreError> {
-        let req = CreateRequest {
-            target: Target::Type(v.type_id.clone()),
+        let req = InstanceSpec {
+            target: InstanceTarget::Type(v.type_id.clone()),
             gpu: Some(v.parent.clone()),
             uuid: Some(v.uuid),
             autostart: v.autostart,
             label: v.label.clone(),
         };
         if !v.defined {
-            self.execute(Command::Create(req))?;
+            self.execute(CreateInstance(req))?;
             return Ok(());
         }
-        self.execute(Command::Define(req))?;
+        self.execute(DefineInstance(req))?;
         if let Some(p) = &v.profile {
             self.set_slot_profile(&v.uuid, p)?;
         }
         if v.state == InstanceState::Running {
-            self.execute(Command::Start { uuid: v.uuid })?;
+            self.execute(StartInstance { uuid: v.uuid })?;
         }
         Ok(())
     }

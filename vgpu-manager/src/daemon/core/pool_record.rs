@@ -3,7 +3,7 @@
 //! A pool that applied is kept as `<state dir>/pools/<name>.toml`, the exact text it was applied with
 //! (so it reads back as the same pool), written atomically (temporary file, `fsync`, `rename`, `fsync`
 //! of the directory). Its slots' instances are ordinary definitions in the state directory; this file
-//! only says which pools exist, for [`Command::PoolStatus`](crate::daemon::api::Command::PoolStatus).
+//! only says which pools exist, for [`GetPoolStatus`](crate::daemon::api::GetPoolStatus).
 //! A file that no longer parses (e.g. a profile removed since) is reported in the log and skipped.
 
 use std::collections::BTreeMap;
@@ -16,17 +16,23 @@ use tracing::warn;
 
 use super::{Core, lock};
 use crate::client::{PoolGpu, PoolStatus, SlotRow};
-use crate::daemon::api::{CoreError, InstanceState, Reply};
+use crate::daemon::api::CoreError;
+use crate::daemon::store::{StoreError, StoreOp};
 use crate::pool::{Pool, SlotId};
 
 /// Subdirectory of the state directory with applied pools.
 const POOLS: &str = "pools";
 
 fn store_error(what: &str, path: &Path, e: std::io::Error) -> CoreError {
-    CoreError::Store(format!(
-        "cannot {what} {}: {e} (check that the state directory is writable by vgpud)",
-        path.display()
-    ))
+    let op = match what {
+        "create" => StoreOp::CreateDir,
+        "list" => StoreOp::ListDir,
+        "sync" => StoreOp::Sync,
+        "rename into" => StoreOp::Rename,
+        "remove" => StoreOp::Remove,
+        _ => StoreOp::Write,
+    };
+    StoreError::io(op, path, e).into()
 }
 
 /// Writes `bytes` to `dir/name` atomically and durably.
@@ -69,14 +75,6 @@ pub(super) fn toml_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
         .collect();
     files.sort();
     Ok(files)
-}
-
-fn state_name(s: InstanceState) -> &'static str {
-    match s {
-        InstanceState::Running => "running",
-        InstanceState::Stopped => "stopped",
-        InstanceState::WaitingForParent => "waiting-for-parent",
-    }
 }
 
 impl Core {
@@ -143,7 +141,7 @@ impl Core {
                         .map(|v| v.type_id.to_string())
                         .or_else(|| vf.map(|r| r.holds_text())),
                     state: match (view, vf) {
-                        (Some(v), _) => state_name(v.state),
+                        (Some(v), _) => v.state.as_str(),
                         (None, Some(r)) if self.vf_slot_running(r) => "running",
                         (None, Some(_)) => "stopped",
                         (None, None) => "missing",
@@ -157,8 +155,8 @@ impl Core {
         (rows, gpus)
     }
 
-    /// [`Command::PoolStatus`](crate::daemon::api::Command::PoolStatus).
-    pub(super) fn pool_status(&self) -> Result<Reply, CoreError> {
+    /// [`GetPoolStatus`](crate::daemon::api::GetPoolStatus).
+    pub(super) fn pool_status(&self) -> Result<Vec<PoolStatus>, CoreError> {
         let dir = self.pools_dir();
         let files = toml_files(&dir).map_err(|e| store_error("list", &dir, e))?;
         let inv = mdev_types::discover::discover(self.host.as_ref())?;
@@ -189,8 +187,6 @@ impl Core {
                 gpus,
             });
         }
-        serde_json::to_value(&out)
-            .map(Reply::Report)
-            .map_err(|e| CoreError::State(format!("cannot encode the pool status: {e}")))
+        Ok(out)
     }
 }

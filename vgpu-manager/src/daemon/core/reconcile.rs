@@ -29,6 +29,8 @@ struct Actions<'a> {
 }
 
 impl StepActions for Actions<'_> {
+    type Error = CoreError;
+
     fn put_ledger(&mut self, entry: &LedgerEntry) -> Result<(), CoreError> {
         let mut store = lock(&self.core.store);
         let entry = with_definition(&store, entry);

@@ -27,7 +27,8 @@ use tracing::{info, warn};
 use super::pool_record::{toml_files, write_atomic};
 use super::{Core, lock};
 use crate::backend::{Backend, CreateRequest, Created, detect_gpu};
-use crate::daemon::api::CoreError;
+use crate::daemon::api::{CoreError, RequestError, StateError, VfInUse};
+use crate::daemon::store::{StoreError, StoreOp};
 use crate::pool::{HeldSlot, SlotId};
 use crate::profile::Target;
 
@@ -112,14 +113,16 @@ impl VfSlotRecord {
 }
 
 fn store_error(what: &str, path: &Path, e: impl std::fmt::Display) -> CoreError {
-    CoreError::Store(format!(
-        "cannot {what} {}: {e} (check that the state directory is writable by vgpud)",
-        path.display()
-    ))
-}
-
-fn backend_error(e: crate::backend::BackendError) -> CoreError {
-    CoreError::State(e.to_string())
+    let reason = e.to_string();
+    match what {
+        "encode" => StoreError::Encode {
+            path: path.to_path_buf(),
+            reason,
+        },
+        "remove" => StoreError::io(StoreOp::Remove, path, std::io::Error::other(reason)),
+        _ => StoreError::io(StoreOp::Sync, path, std::io::Error::other(reason)),
+    }
+    .into()
 }
 
 impl Core {
@@ -227,7 +230,7 @@ impl Core {
 
     fn backend_of(&self, gpu: &str) -> Result<(Box<dyn Backend>, Inventory), CoreError> {
         let inv = discover(self.host.as_ref())?;
-        let b = detect_gpu(self.host.as_ref(), &inv, gpu).map_err(backend_error)?;
+        let b = detect_gpu(self.host.as_ref(), &inv, gpu)?;
         Ok((b, inv))
     }
 
@@ -245,8 +248,7 @@ impl Core {
             .find(|d| d.address == *pf)
             .and_then(|d| d.sriov.as_ref())
             .map_or(0, |s| s.num_vfs);
-        b.enable_vfs(self.host.as_ref(), num_vfs)
-            .map_err(backend_error)?;
+        b.enable_vfs(self.host.as_ref(), num_vfs)?;
         info!(%gpu, %pf, num_vfs, before, "SR-IOV VFs enabled");
         Ok(before)
     }
@@ -272,28 +274,25 @@ impl Core {
         let held: Vec<PciAddress> = self.vf_records().iter().map(|r| r.vf).collect();
         if let Some(v) = wanted {
             if held.contains(&v) {
-                return Err(CoreError::State(format!(
-                    "VF {v} of {pf} is already held by another slot: plan again (`vgpuctl pool plan`)"
-                )));
+                return Err(StateError::VfHeld { vf: v, pf: *pf }.into());
             }
             let dev = inv.pci_devices.iter().find(|d| d.address == v);
             // NVIDIA's VFs stay on the nvidia driver; a vGPU type set means someone uses it. Other VFs
             // must have no driver: a host driver or a foreign vfio-pci binding means they are in use.
             let busy = match dev {
-                None => Some("it does not exist".to_string()),
+                None => Some(VfInUse::Missing),
                 Some(d) => match &d.nvidia_vf {
-                    Some(n) => n
-                        .current_type
-                        .map(|t| format!("it already has vGPU type {t}")),
-                    None => d.driver.as_ref().map(|drv| {
-                        format!("it is bound to {drv}, so the host or another guest uses it")
-                    }),
+                    Some(n) => n.current_type.map(VfInUse::HasVgpuType),
+                    None => d.driver.clone().map(VfInUse::BoundTo),
                 },
             };
             if let Some(why) = busy {
-                return Err(CoreError::State(format!(
-                    "VF {v} of {pf} cannot be taken: {why}; plan again (`vgpuctl pool plan`) to pick another"
-                )));
+                return Err(StateError::VfBusy {
+                    vf: v,
+                    pf: *pf,
+                    why,
+                }
+                .into());
             }
             return Ok(v);
         }
@@ -312,11 +311,7 @@ impl Core {
                     .find(|d| d.address == *v)
                     .is_some_and(|d| d.driver.is_none())
             })
-            .ok_or_else(|| {
-                CoreError::State(format!(
-                    "no free VF on {pf}: every enabled VF is held by a slot or bound to a driver (`vgpuctl discover` lists them)"
-                ))
-            })
+            .ok_or_else(|| StateError::NoFreeVf { pf: *pf }.into())
     }
 
     /// Makes `slot` on GPU `gpu` as `target` (an SR-IOV VF or NVIDIA vGPU target of the plan): picks
@@ -359,7 +354,10 @@ impl Core {
                 },
             ),
             other => {
-                return Err(CoreError::Invalid(format!("{other} is not a VF target")));
+                return Err(RequestError::NotVfTarget {
+                    target: other.to_string(),
+                }
+                .into());
             }
         };
         let mut record = VfSlotRecord {
@@ -397,7 +395,7 @@ impl Core {
             }
             Err(e) => {
                 let _ = self.drop_vf_record(&record.uuid);
-                Err(backend_error(e))
+                Err(e.into())
             }
         }
     }
@@ -454,8 +452,7 @@ impl Core {
                 if self.nvidia_vgpu_type(vf) != Some(*type_id) => {}
             _ => {
                 let (b, _) = self.backend_of(&r.gpu)?;
-                b.destroy(self.host.as_ref(), &created)
-                    .map_err(backend_error)?;
+                b.destroy(self.host.as_ref(), &created)?;
             }
         }
         Ok(())
@@ -475,7 +472,7 @@ impl Core {
             uuid: None,
             placement_id: None,
         };
-        let created = b.create(self.host.as_ref(), &req).map_err(backend_error)?;
+        let created = b.create(self.host.as_ref(), &req)?;
         rec.created = Some(created);
         self.put_vf_record(&rec)
     }

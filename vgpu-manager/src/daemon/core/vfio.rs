@@ -2,36 +2,23 @@
 //! (the fds are handed over by the transport; the core only opens).
 
 use mdev_types::ids::MdevUuid;
-use mdev_types::vfio::{Backend, OpenedDevice, Target, VfioCheckError, preflight};
+use mdev_types::vfio::{Backend, OpenedDevice, PreflightReport, Target, preflight};
 
 use super::{Core, lock};
-use crate::daemon::api::{CoreError, InstanceState, Ownership, Reply};
-
-fn vfio_error(uuid: MdevUuid, e: VfioCheckError) -> CoreError {
-    match e {
-        VfioCheckError::NoSuchTarget(_) => CoreError::NotFound { uuid },
-        VfioCheckError::BadTarget(_) | VfioCheckError::BackendUnavailable { .. } => {
-            CoreError::Invalid(e.to_string())
-        }
-        e => CoreError::State(e.to_string()),
-    }
-}
+use crate::daemon::api::{CoreError, InstanceState, Ownership, StateError};
 
 impl Core {
-    /// [`crate::daemon::api::Command::Preflight`].
-    pub(super) fn preflight(&self, uuid: MdevUuid) -> Result<Reply, CoreError> {
-        let r = preflight(self.host.as_ref(), &Target::Mdev(uuid), &Default::default())
-            .map_err(|e| vfio_error(uuid, e))?;
-        serde_json::to_value(r)
-            .map(Reply::Report)
-            .map_err(|e| CoreError::Invalid(format!("preflight report: {e}")))
+    /// [`crate::daemon::api::Preflight`].
+    pub(super) fn preflight(&self, uuid: MdevUuid) -> Result<PreflightReport, CoreError> {
+        preflight(self.host.as_ref(), &Target::Mdev(uuid), &Default::default())
+            .map_err(|e| CoreError::vfio(uuid, e))
     }
 
     /// Opens running instance `uuid` through VFIO (the backend `backend`, or the automatic choice;
-    /// bound and attached for DMA or not: [`OpenedDevice::open`]) so its fds can be handed to a VMM. Only instances vgpu-manager manages are handed out, and only
-    /// while running. This is outside [`crate::daemon::api::Command`] because its result carries open
-    /// fds, which are not data; the caller must be authorized like any change.
-    pub fn open_device(
+    /// bound and attached for DMA or not: [`OpenedDevice::open`]) so its fds can be handed to a VMM.
+    /// Only instances vgpu-manager manages are handed out, and only while running
+    /// ([`crate::daemon::api::OpenDevice`]).
+    pub(super) fn open_device(
         &self,
         uuid: MdevUuid,
         backend: Option<Backend>,
@@ -52,12 +39,10 @@ impl Core {
                 return Err(CoreError::Foreign { uuid });
             }
             if view.state != InstanceState::Running {
-                return Err(CoreError::State(format!(
-                    "instance {uuid} is not running, so there is no device to open: Start it first"
-                )));
+                return Err(StateError::NoDeviceToOpen { uuid }.into());
             }
             OpenedDevice::open(self.host.as_ref(), &Target::Mdev(uuid), backend, bind)
-                .map_err(|e| vfio_error(uuid, e))
+                .map_err(|e| CoreError::vfio(uuid, e))
         })
     }
 }

@@ -237,7 +237,8 @@ impl Authorizer {
     }
 }
 
-fn denied(message: String) -> ApiError {
+/// The refusal of a caller who may not do what it asked (`Error.AccessDenied`).
+pub(super) fn denied(message: String) -> ApiError {
     ApiError::new("AccessDenied", message)
 }
 
