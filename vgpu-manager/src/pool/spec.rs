@@ -118,40 +118,66 @@ fn valid_name(s: &str) -> bool {
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
 }
 
+/// The TOML of a pool, read into its fields.
+fn parse_raw(origin: &str, text: &str) -> Result<RawPool, PoolError> {
+    toml::from_str(text).map_err(|e| {
+        let span = e.span().unwrap_or(0..0);
+        let line = line_of(text, span.clone());
+        let before = text.get(..span.start).unwrap_or("");
+        let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+        PoolError::Toml {
+            origin: origin.to_string(),
+            line,
+            column,
+            message: e.message().trim_end().to_string(),
+        }
+    })
+}
+
+/// A field holding a value outside what is allowed.
+fn field_error(
+    origin: &str,
+    text: &str,
+    span: Range<usize>,
+    field: &'static str,
+    problem: String,
+    allowed: &str,
+) -> PoolError {
+    PoolError::Field {
+        origin: origin.to_string(),
+        line: line_of(text, span),
+        field,
+        problem,
+        allowed: allowed.to_string(),
+    }
+}
+
+/// The pool's name, when it is valid.
+fn check_name<'a>(origin: &str, text: &str, raw: &'a RawPool) -> Result<&'a String, PoolError> {
+    let name = raw.name.get_ref();
+    if valid_name(name) {
+        Ok(name)
+    } else {
+        Err(field_error(
+            origin,
+            text,
+            raw.name.span(),
+            "name",
+            format!("\"{name}\" is not a valid pool name"),
+            "1-64 lower-case letters, digits and '-', starting with a letter or digit, e.g. vdi-floor",
+        ))
+    }
+}
+
 impl Pool {
     /// Parses and validates a pool; `origin` names the source in errors. Profile names are checked
     /// against `catalog`.
     pub fn from_toml(origin: &str, text: &str, catalog: &Catalog) -> Result<Pool, PoolError> {
-        let raw: RawPool = toml::from_str(text).map_err(|e| {
-            let span = e.span().unwrap_or(0..0);
-            let line = line_of(text, span.clone());
-            let before = text.get(..span.start).unwrap_or("");
-            let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-            PoolError::Toml {
-                origin: origin.to_string(),
-                line,
-                column,
-                message: e.message().trim_end().to_string(),
-            }
-        })?;
+        let raw = parse_raw(origin, text)?;
         let field = |span: Range<usize>, field: &'static str, problem: String, allowed: &str| {
-            PoolError::Field {
-                origin: origin.to_string(),
-                line: line_of(text, span),
-                field,
-                problem,
-                allowed: allowed.to_string(),
-            }
+            field_error(origin, text, span, field, problem, allowed)
         };
-        let name = raw.name.get_ref();
-        if !valid_name(name) {
-            return Err(field(
-                raw.name.span(),
-                "name",
-                format!("\"{name}\" is not a valid pool name"),
-                "1-64 lower-case letters, digits and '-', starting with a letter or digit, e.g. vdi-floor",
-            ));
-        }
+        let name = check_name(origin, text, &raw)?.clone();
         let policy = match &raw.policy {
             None => Policy::Consolidate,
             Some(p) => match p.get_ref().as_str() {
@@ -269,7 +295,7 @@ impl Pool {
             }
         }
         Ok(Pool {
-            name: name.clone(),
+            name,
             description: raw
                 .description
                 .map(|d| d.get_ref().trim().to_string())
@@ -280,6 +306,19 @@ impl Pool {
             select,
             origin: origin.to_string(),
         })
+    }
+
+    /// Reads as much of a pool as needs no profile catalog (TOML syntax, known fields and their
+    /// types, a valid name) and returns its name; [`Pool::from_toml`] checks the rest.
+    pub fn name_in(origin: &str, text: &str) -> Result<String, PoolError> {
+        let raw = parse_raw(origin, text)?;
+        check_name(origin, text, &raw).cloned()
+    }
+
+    /// Whether `name` is a valid pool name: 1-64 lower-case letters, digits and '-', starting with a
+    /// letter or digit.
+    pub fn is_valid_name(name: &str) -> bool {
+        valid_name(name)
     }
 
     /// Slots in all.

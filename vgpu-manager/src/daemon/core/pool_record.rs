@@ -1,15 +1,12 @@
 //! Which pools vgpud has applied, and the slot rows of status and apply reports.
 //!
-//! A pool that applied is kept as `<state dir>/pools/<name>.toml`, the exact text it was applied with
-//! (so it reads back as the same pool), written atomically (temporary file, `fsync`, `rename`, `fsync`
-//! of the directory). Its slots' instances are ordinary definitions in the state directory; this file
-//! only says which pools exist, for [`GetPoolStatus`](crate::daemon::api::GetPoolStatus).
-//! A file that no longer parses (e.g. a profile removed since) is reported in the log and skipped.
+//! A pool that applied is kept in the state directory ([`AppliedPool`], `pools/<name>.toml`), with the
+//! exact text it was applied with (so it reads back as the same pool). Its slots' instances are
+//! ordinary definitions in the state directory; the record only says which pools exist, for
+//! [`GetPoolStatus`](crate::daemon::api::GetPoolStatus). A pool whose text no longer
+//! loads with the current profiles (e.g. a profile removed since) is reported in the log and skipped.
 
 use std::collections::BTreeMap;
-use std::fs;
-use std::io::Write;
-use std::path::{Path, PathBuf};
 
 use mdev_types::model::Inventory;
 use tracing::warn;
@@ -17,85 +14,39 @@ use tracing::warn;
 use super::{Core, lock};
 use crate::client::{PoolGpu, PoolStatus, SlotRow};
 use crate::daemon::api::CoreError;
-use crate::daemon::store::{StoreError, StoreOp};
+use crate::daemon::store::{AppliedPool, unix_now};
 use crate::pool::{Pool, SlotId};
 
-/// Subdirectory of the state directory with applied pools.
-const POOLS: &str = "pools";
-
-fn store_error(what: &str, path: &Path, e: std::io::Error) -> CoreError {
-    let op = match what {
-        "create" => StoreOp::CreateDir,
-        "list" => StoreOp::ListDir,
-        "sync" => StoreOp::Sync,
-        "rename into" => StoreOp::Rename,
-        "remove" => StoreOp::Remove,
-        _ => StoreOp::Write,
-    };
-    StoreError::io(op, path, e).into()
-}
-
-/// Writes `bytes` to `dir/name` atomically and durably.
-pub(super) fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), CoreError> {
-    fs::create_dir_all(dir).map_err(|e| store_error("create", dir, e))?;
-    let tmp = dir.join(format!(".tmp.{name}"));
-    let target = dir.join(name);
-    let write = || -> std::io::Result<()> {
-        let mut f = fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()
-    };
-    write().map_err(|e| store_error("write", &tmp, e))?;
-    fs::rename(&tmp, &target).map_err(|e| {
-        let _ = fs::remove_file(&tmp);
-        store_error("rename into", &target, e)
-    })?;
-    fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| store_error("sync", dir, e))
-}
-
-/// The `*.toml` files of `dir` in name order, without the temporary files of [`write_atomic`]
-/// (`.tmp.*`); none when `dir` does not exist.
-pub(super) fn toml_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
-    let entries = match fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e),
-    };
-    let mut files: Vec<PathBuf> = entries
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| {
-            p.extension().is_some_and(|x| x == "toml")
-                && !p
-                    .file_name()
-                    .is_some_and(|n| n.to_string_lossy().starts_with('.'))
-        })
-        .collect();
-    files.sort();
-    Ok(files)
-}
-
 impl Core {
-    fn pools_dir(&self) -> PathBuf {
-        lock(&self.store).path().join(POOLS)
-    }
-
     /// Records that `pool` was applied with `text`.
     pub(super) fn record_pool(&self, pool: &Pool, text: &str) -> Result<(), CoreError> {
-        write_atomic(
-            &self.pools_dir(),
-            &format!("{}.toml", pool.name),
-            text.as_bytes(),
-        )
+        lock(&self.store).put_pool(&AppliedPool {
+            name: pool.name.clone(),
+            text: text.to_string(),
+            applied_at: unix_now(),
+        })?;
+        Ok(())
     }
 
-    /// Whether pool `name` is applied with `autostart` (false when it is not applied or its file no
+    /// The applied pools in file-name order, each with the file it is kept in (for messages).
+    fn applied_pools(&self) -> Vec<(AppliedPool, String)> {
+        let store = lock(&self.store);
+        let mut pools: Vec<(AppliedPool, String)> = store
+            .pools()
+            .map(|a| (a.clone(), store.pool_file(&a.name).display().to_string()))
+            .collect();
+        pools.sort_by_cached_key(|(a, _)| format!("{}.toml", a.name));
+        pools
+    }
+
+    /// Whether pool `name` is applied with `autostart` (false when it is not applied or its text no
     /// longer loads).
     pub(super) fn pool_autostart(&self, name: &str) -> bool {
-        let path = self.pools_dir().join(format!("{name}.toml"));
-        path.exists() && crate::pool::load_file(&path, &self.catalog).is_ok_and(|p| p.autostart)
+        let store = lock(&self.store);
+        store.get_pool(name).is_some_and(|a| {
+            let origin = store.pool_file(name).display().to_string();
+            Pool::from_toml(&origin, &a.text, &self.catalog).is_ok_and(|p| p.autostart)
+        })
     }
 
     /// Every slot of `pool` with its instance (if any), and the slots per GPU.
@@ -157,23 +108,18 @@ impl Core {
 
     /// [`GetPoolStatus`](crate::daemon::api::GetPoolStatus).
     pub(super) fn pool_status(&self) -> Result<Vec<PoolStatus>, CoreError> {
-        let dir = self.pools_dir();
-        let files = toml_files(&dir).map_err(|e| store_error("list", &dir, e))?;
+        let applied = self.applied_pools();
         let inv = mdev_types::discover::discover(self.host.as_ref())?;
         let mut out = Vec::new();
-        for f in files {
-            let pool = match crate::pool::load_file(&f, &self.catalog) {
+        for (record, file) in applied {
+            let pool = match Pool::from_toml(&file, &record.text, &self.catalog) {
                 Ok(p) => p,
                 Err(e) => {
-                    warn!(file = %f.display(), error = %e, "applied pool no longer loads; skipped in status");
+                    warn!(%file, error = %e, "applied pool no longer loads; skipped in status");
                     continue;
                 }
             };
-            let applied_at = fs::metadata(&f)
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                .map_or(0, |d| d.as_secs());
+            let applied_at = record.applied_at;
             let (slots, gpus) = self.slot_rows(&pool, &inv);
             out.push(PoolStatus {
                 in_sync: slots.iter().all(|s| s.state == "running"),

@@ -1,10 +1,10 @@
 //! Pool slots held by SR-IOV VFs (xe/i915/GIM VFs through vfio-pci, NVIDIA vendor-VFIO vGPUs).
 //!
-//! Sysfs does not say which slot a VF serves, so each is recorded as
-//! `<state dir>/vf-slots/<slot uuid>.toml` (atomic write, schema version): the slot, its GPU, the VF,
-//! how many VFs its PF needs, and — once made — what [`Backend::create`] did ([`Created`], which
-//! [`Backend::destroy`] undoes). The record is written **before** the VF is touched and completed
-//! after, so a crash leaves a record the next start can finish or undo:
+//! Sysfs does not say which slot a VF serves, so each is recorded in the state directory
+//! ([`VfSlotRecord`], `vf-slots/<slot uuid>.toml`): the slot, its GPU, the VF, how many VFs its PF
+//! needs, and — once made — what [`Backend::create`] did ([`Created`], which [`Backend::destroy`]
+//! undoes). The record is written **before** the VF is touched and completed after, so a crash
+//! leaves a record the next start can finish or undo:
 //!
 //! * at start ([`Core::reconcile_vf_slots`]), a slot whose VF is not (or no longer) set up — a reboot
 //!   disables every VF — is made again when its pool is applied with `autostart`: the PF's VFs are
@@ -12,71 +12,20 @@
 //! * a record left pending by a crash, of a pool not applied with autostart, is dropped after its VF is
 //!   given back (unbound from vfio-pci, or its vGPU type cleared).
 
-use std::fs;
-use std::path::{Path, PathBuf};
-
 use mdev_types::discover::discover;
 use mdev_types::host::HostExt;
 use mdev_types::host::paths;
 use mdev_types::ids::{MdevUuid, PciAddress};
 use mdev_types::model::Inventory;
 use mdev_types::ops::{BindRecord, restore_driver};
-use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
-use super::pool_record::{toml_files, write_atomic};
 use super::{Core, lock};
 use crate::backend::{Backend, CreateRequest, Created, detect_gpu};
 use crate::daemon::api::{CoreError, RequestError, StateError, VfInUse};
-use crate::daemon::store::{StoreError, StoreOp};
+pub(super) use crate::daemon::store::{VfKind, VfSlotRecord};
 use crate::pool::{HeldSlot, SlotId};
 use crate::profile::Target;
-
-/// Subdirectory of the state directory with VF slot records.
-const DIR: &str = "vf-slots";
-/// The record format.
-const SCHEMA: u32 = 1;
-
-/// What a VF slot holds.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "kebab-case")]
-pub(super) enum VfKind {
-    /// The VF itself, bound to vfio-pci.
-    SriovVf,
-    /// A vGPU type set on the VF (NVIDIA vendor-specific VFIO).
-    NvidiaVgpu {
-        /// The numeric type id.
-        type_id: u32,
-        /// Its name.
-        type_name: String,
-    },
-}
-
-/// One VF slot.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(super) struct VfSlotRecord {
-    /// [`SCHEMA`].
-    pub(super) schema: u32,
-    /// The slot's UUID.
-    pub(super) uuid: MdevUuid,
-    /// Its pool, profile and index.
-    pub(super) pool: String,
-    pub(super) profile: String,
-    pub(super) index: u32,
-    /// The GPU (PF) id.
-    pub(super) gpu: String,
-    /// The PF.
-    pub(super) pf: PciAddress,
-    /// The VF.
-    pub(super) vf: PciAddress,
-    /// The VF count the PF must have for this slot (enabled again after a reboot); 0 when the VFs were
-    /// there already and are not vgpud's to enable.
-    pub(super) num_vfs: u32,
-    /// What it holds.
-    pub(super) holds: VfKind,
-    /// What the backend did; `None` while the slot is being made.
-    pub(super) created: Option<Created>,
-}
 
 impl VfSlotRecord {
     /// The slot.
@@ -112,78 +61,25 @@ impl VfSlotRecord {
     }
 }
 
-fn store_error(what: &str, path: &Path, e: impl std::fmt::Display) -> CoreError {
-    let reason = e.to_string();
-    match what {
-        "encode" => StoreError::Encode {
-            path: path.to_path_buf(),
-            reason,
-        },
-        "remove" => StoreError::io(StoreOp::Remove, path, std::io::Error::other(reason)),
-        _ => StoreError::io(StoreOp::Sync, path, std::io::Error::other(reason)),
-    }
-    .into()
-}
-
 impl Core {
-    fn vf_dir(&self) -> PathBuf {
-        lock(&self.store).path().join(DIR)
-    }
-
-    /// Every VF slot record, by UUID. A file that does not parse is reported and skipped.
+    /// Every VF slot record, by UUID.
     pub(super) fn vf_records(&self) -> Vec<VfSlotRecord> {
-        let dir = self.vf_dir();
-        let files = match toml_files(&dir) {
-            Ok(f) => f,
-            Err(e) => {
-                warn!(dir = %dir.display(), error = %e, "cannot list the VF slot records");
-                return Vec::new();
-            }
-        };
-        let mut out: Vec<VfSlotRecord> = files
-            .into_iter()
-            .filter_map(|p| {
-                let parsed = fs::read_to_string(&p)
-                    .map_err(|e| e.to_string())
-                    .and_then(|t| toml::from_str::<VfSlotRecord>(&t).map_err(|e| e.to_string()));
-                match parsed {
-                    Ok(r) if r.schema == SCHEMA => Some(r),
-                    Ok(r) => {
-                        warn!(file = %p.display(), schema = r.schema, "VF slot record of an unknown schema; skipped");
-                        None
-                    }
-                    Err(e) => {
-                        warn!(file = %p.display(), error = %e, "unreadable VF slot record; skipped");
-                        None
-                    }
-                }
-            })
-            .collect();
-        out.sort_by_key(|r| r.uuid);
-        out
+        lock(&self.store).vf_slots().cloned().collect()
     }
 
     /// The record of slot `uuid`, if it is a VF slot.
     pub(super) fn vf_record(&self, uuid: &MdevUuid) -> Option<VfSlotRecord> {
-        self.vf_records().into_iter().find(|r| r.uuid == *uuid)
+        lock(&self.store).get_vf_slot(uuid).cloned()
     }
 
     fn put_vf_record(&self, r: &VfSlotRecord) -> Result<(), CoreError> {
-        let text = toml::to_string(r).map_err(|e| store_error("encode", &self.vf_dir(), e))?;
-        write_atomic(&self.vf_dir(), &format!("{}.toml", r.uuid), text.as_bytes())
+        lock(&self.store).put_vf_slot(r)?;
+        Ok(())
     }
 
     fn drop_vf_record(&self, uuid: &MdevUuid) -> Result<(), CoreError> {
-        let dir = self.vf_dir();
-        let path = dir.join(format!("{uuid}.toml"));
-        match fs::remove_file(&path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(store_error("remove", &path, e)),
-        }
-        fs::File::open(&dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| store_error("sync", &dir, e))
+        lock(&self.store).remove_vf_slot(uuid)?;
+        Ok(())
     }
 
     /// The VF slots recorded for `pool`, as the planner takes them.
@@ -361,7 +257,6 @@ impl Core {
             }
         };
         let mut record = VfSlotRecord {
-            schema: SCHEMA,
             uuid: slot.uuid,
             pool: slot.pool.clone(),
             profile: slot.profile.clone(),

@@ -29,7 +29,9 @@ use serde::{Deserialize, Serialize};
 
 use mdev_types::ids::MdevUuid;
 
-use super::record::{LedgerEntry, LedgerV1, Record, Rejection, SCHEMA, describe, schema_of};
+use super::record::{
+    LedgerEntry, LedgerV1, Record, Rejection, SCHEMA, check_schema, describe, schema_of,
+};
 
 /// Batch file names are `batch-<n>.toml`.
 const PREFIX: &str = "batch-";
@@ -73,15 +75,7 @@ pub(crate) fn decode_batch(text: &str) -> Result<Vec<LedgerEntry>, Rejection> {
         Ok(b) => b.schema,
         Err(_) => schema_of(text)?,
     };
-    match schema {
-        SCHEMA => {}
-        n if n > SCHEMA => return Err(Rejection::FutureSchema(n)),
-        n => {
-            return Err(Rejection::Corrupt(format!(
-                "`schema = {n}` was never written by vgpud (this build writes {SCHEMA})"
-            )));
-        }
-    }
+    check_schema(schema)?;
     let batch = parsed.map_err(Rejection::Corrupt)?;
     let mut seen = BTreeSet::new();
     let mut entries = Vec::with_capacity(batch.entry.len());

@@ -58,10 +58,21 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<(), StoreError> {
 
 /// Writes `bytes` to a new temporary file in `dir` (mode 0600) and `fsync`s it. Returns its path.
 /// On error the temporary file is removed again.
+#[cfg(test)]
 pub(crate) fn write_temp(
     dir: &Path,
     final_name: &str,
     bytes: &[u8],
+) -> Result<PathBuf, StoreError> {
+    write_temp_at(dir, final_name, bytes, None)
+}
+
+/// [`write_temp`], giving the file the modification time `modified` when there is one.
+fn write_temp_at(
+    dir: &Path,
+    final_name: &str,
+    bytes: &[u8],
+    modified: Option<SystemTime>,
 ) -> Result<PathBuf, StoreError> {
     let seq = TEMP_SEQ.fetch_add(1, Ordering::Relaxed);
     let tmp = dir.join(format!(
@@ -75,6 +86,9 @@ pub(crate) fn write_temp(
         .open(&tmp)
         .and_then(|mut f| {
             f.write_all(bytes)?;
+            if let Some(t) = modified {
+                f.set_modified(t)?;
+            }
             f.sync_all()
         });
     match result {
@@ -89,7 +103,17 @@ pub(crate) fn write_temp(
 
 /// Atomically replaces `dir/name` with `bytes` (temp file, fsync, rename, fsync directory).
 pub(crate) fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), StoreError> {
-    let tmp = write_temp(dir, name, bytes)?;
+    write_atomic_at(dir, name, bytes, None)
+}
+
+/// [`write_atomic`], giving the file the modification time `modified` when there is one.
+pub(crate) fn write_atomic_at(
+    dir: &Path,
+    name: &str,
+    bytes: &[u8],
+    modified: Option<SystemTime>,
+) -> Result<(), StoreError> {
+    let tmp = write_temp_at(dir, name, bytes, modified)?;
     let target = dir.join(name);
     if let Err(e) = fs::rename(&tmp, &target) {
         let _ = fs::remove_file(&tmp);

@@ -4,9 +4,9 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::fs;
+use std::io::Read;
 use std::path::{Path, PathBuf};
-
-use mdev_types::ids::MdevUuid;
+use std::time::SystemTime;
 
 use super::batch::{batch_seq, decode_batch};
 use super::error::{StoreError, StoreOp};
@@ -20,6 +20,10 @@ pub struct LoadReport {
     pub definitions: usize,
     /// Ledger entries loaded.
     pub ledger_entries: usize,
+    /// Applied pools loaded.
+    pub pools: usize,
+    /// VF slot records loaded.
+    pub vf_slots: usize,
     /// Files that were moved into `corrupt/`, with why.
     pub set_aside: Vec<SetAside>,
     /// Temporary files of interrupted writes that were deleted.
@@ -61,21 +65,13 @@ impl fmt::Display for AsideReason {
     }
 }
 
-/// The UUID named by a record file name, when it is exactly `<canonical uuid>.toml`.
-pub(crate) fn uuid_of_file_name(name: &str) -> Option<MdevUuid> {
-    let stem = name.strip_suffix(".toml")?;
-    stem.parse::<MdevUuid>()
-        .ok()
-        .filter(|u| u.to_string() == stem)
-}
-
-/// Loads every `<uuid>.toml` in `dir`, leaving alone the names `other` claims (another loader's).
+/// Loads every `<key>.toml` in `dir`, leaving alone the names `other` claims (another loader's).
 pub(crate) fn load_dir<R: Record>(
     dir: &Path,
     corrupt_dir: &Path,
     report: &mut LoadReport,
     other: impl Fn(&str) -> bool,
-) -> Result<BTreeMap<MdevUuid, R>, StoreError> {
+) -> Result<BTreeMap<R::Key, R>, StoreError> {
     let mut records = BTreeMap::new();
     let mut removed_temp = false;
     let entries = fs::read_dir(dir).map_err(|e| StoreError::io(StoreOp::ListDir, dir, e))?;
@@ -102,20 +98,22 @@ pub(crate) fn load_dir<R: Record>(
             .map_err(|e| StoreError::io(StoreOp::Read, &path, e))?;
         let verdict = if !file_type.is_file() {
             Err(AsideReason::Corrupt(format!(
-                "not a regular file (a {} file must be a plain `<uuid>.toml` file)",
-                R::KIND
+                "not a regular file (a {} must be a plain {} file)",
+                R::KIND,
+                R::NAME_RULE
             )))
-        } else if let Some(uuid) = uuid_of_file_name(&name) {
-            read_record::<R>(&path, &uuid)
+        } else if let Some(key) = R::key_of_file_name(&name) {
+            read_record::<R>(&path, &key)
         } else {
             Err(AsideReason::Corrupt(format!(
-                "the name is not `<uuid>.toml` (lower-case hyphenated UUID), so it cannot be a {}",
+                "the name is not {}, so it cannot be a {}",
+                R::NAME_RULE,
                 R::KIND
             )))
         };
         match verdict {
             Ok(record) => {
-                records.insert(*record.uuid(), record);
+                records.insert(record.key().clone(), record);
             }
             Err(reason) => set_aside(path, corrupt_dir, R::KIND, reason, report)?,
         }
@@ -184,8 +182,8 @@ pub(crate) fn load_batches(
 }
 
 /// Reads and decodes one file; `Err` means "move it aside".
-fn read_record<R: Record>(path: &Path, uuid: &MdevUuid) -> Result<R, AsideReason> {
-    let bytes = match fs::read(path) {
+fn read_record<R: Record>(path: &Path, key: &R::Key) -> Result<R, AsideReason> {
+    let (bytes, modified) = match read_file(path) {
         Ok(b) => b,
         Err(e) => return Err(AsideReason::Corrupt(format!("could not be read: {e}"))),
     };
@@ -195,11 +193,21 @@ fn read_record<R: Record>(path: &Path, uuid: &MdevUuid) -> Result<R, AsideReason
         Rejection::Corrupt(why) => AsideReason::Corrupt(why),
         Rejection::FutureSchema(found) => AsideReason::FutureSchema { found },
     })?;
-    if record.uuid() != uuid {
+    if record.key() != key {
         return Err(AsideReason::Corrupt(format!(
-            "it says `uuid = \"{}\"` but is named after {uuid}",
-            record.uuid()
+            "it says `{} = \"{}\"` but is named after {key}",
+            R::KEY_FIELD,
+            record.key()
         )));
     }
-    Ok(record)
+    Ok(record.with_modified(modified))
+}
+
+/// A file's bytes and modification time (one open, as `fs::read` costs).
+fn read_file(path: &Path) -> std::io::Result<(Vec<u8>, SystemTime)> {
+    let mut file = fs::File::open(path)?;
+    let meta = file.metadata()?;
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    file.read_to_end(&mut bytes)?;
+    Ok((bytes, meta.modified()?))
 }

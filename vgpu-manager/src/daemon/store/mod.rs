@@ -1,4 +1,5 @@
-//! The state directory: persistent definitions and the ownership ledger.
+//! The state directory: persistent definitions, the ownership ledger, applied pools and VF slots. It
+//! is the only code that writes into the directory.
 //!
 //! # Layout
 //!
@@ -8,10 +9,13 @@
 //!   definitions/<uuid>.toml       one persistent instance definition per file
 //!   ledger/<uuid>.toml            one file per device the daemon created or adopted
 //!   ledger/batch-<n>.toml         entries of many devices written at once (see `batch`)
+//!   pools/<name>.toml             the text of each pool vgpud applied (see `applied_pool`)
+//!   vf-slots/<uuid>.toml          one file per pool slot held by an SR-IOV VF (see `vf_slot`)
 //!   corrupt/<name>.<unix-ts>      files that could not be loaded, moved aside
 //! ```
 //!
-//! Files are TOML with `schema = 1` on the first line (TOML because admins read and occasionally
+//! Files other than applied pools (which are pool files, as `vgpuctl pool apply` takes them, with
+//! their modification time as the time of the apply) are TOML with `schema = 1` on the first line (TOML because admins read and occasionally
 //! edit these; the daemon never needs anything TOML cannot express). A definition:
 //!
 //! ```toml
@@ -28,8 +32,9 @@
 //!
 //! A ledger entry has `schema`, `uuid`, `parent`, `type_id`, `ownership` (`"daemon"` or `"adopted"`)
 //! and `created_at`, plus optional `gpu`, `profile` and `label` (what clients see of a transient
-//! instance, which has no definition to hold them). Unknown fields are rejected; a file with a higher `schema` (from a newer vgpud) is
-//! moved aside with a message naming its version rather than misread.
+//! instance, which has no definition to hold them). Unknown fields are rejected in every kind; a file
+//! with a higher `schema` (from a newer vgpud) is moved aside with a message naming its version rather
+//! than misread.
 //!
 //! # Durability
 //!
@@ -37,8 +42,9 @@
 //! final name, `fsync` the directory. Every removal is `unlink` plus `fsync` of the directory. A crash
 //! at any instant therefore leaves each file either in its old or its new state, plus at most a
 //! leftover `.tmp.*` file, which [`StateDir::open`] deletes. A file that does not load (bad TOML, wrong
-//! field types, a `uuid` that differs from its name, …) is moved to `corrupt/` with a warning naming
-//! it and the reason, and everything else still loads ([`LoadReport`] lists what was set aside).
+//! field types, unknown fields, a `uuid` or `name` that differs from its file name, …) is moved to
+//! `corrupt/` with a warning naming it and the reason, and everything else still loads
+//! ([`LoadReport`] lists what was set aside).
 //!
 //! # Ownership ledger protocol
 //!
@@ -73,6 +79,7 @@
 //! rename or unlink (the directory `fsync`), the file on disk may already be in its new state; the
 //! next [`StateDir::open`] shows which, and both states are safe under the ledger protocol above.
 
+mod applied_pool;
 mod batch;
 mod error;
 mod fsio;
@@ -81,18 +88,21 @@ mod lock;
 mod record;
 #[cfg(test)]
 mod tests;
+mod vf_slot;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use mdev_types::ids::MdevUuid;
 
+pub use applied_pool::AppliedPool;
 pub use error::{StoreError, StoreOp};
 pub use load::{AsideReason, LoadReport, SetAside};
 pub use record::{Definition, LedgerEntry, LedgerOwnership, SCHEMA};
+pub use vf_slot::{VfKind, VfSlotRecord};
 
 use batch::{Batches, batch_name, batch_seq, encode_batch};
-use fsio::{ensure_dir, remove_durable, write_atomic};
+use fsio::{ensure_dir, remove_durable, write_atomic, write_atomic_at};
 use load::{load_batches, load_dir};
 use lock::{DirLock, lock_dir};
 use record::Record;
@@ -104,6 +114,10 @@ pub const DEFAULT_STATE_DIR: &str = "/var/lib/vgpu-manager";
 const DEFINITIONS: &str = "definitions";
 /// Subdirectory of ledger entries.
 const LEDGER: &str = "ledger";
+/// Subdirectory of applied pools.
+const POOLS: &str = "pools";
+/// Subdirectory of VF slot records.
+const VF_SLOTS: &str = "vf-slots";
 /// Subdirectory of files moved aside.
 const CORRUPT: &str = "corrupt";
 
@@ -121,6 +135,8 @@ pub struct StateDir {
     batches: Batches,
     /// Ledger entries that have their own file (which overrides any batch copy).
     own_files: BTreeSet<MdevUuid>,
+    pools: BTreeMap<String, AppliedPool>,
+    vf_slots: BTreeMap<MdevUuid, VfSlotRecord>,
     _lock: DirLock,
 }
 
@@ -131,7 +147,7 @@ impl StateDir {
         let root = path.as_ref().to_path_buf();
         ensure_dir(&root)?;
         let lock = lock_dir(&root)?;
-        for sub in [DEFINITIONS, LEDGER, CORRUPT] {
+        for sub in [DEFINITIONS, LEDGER, POOLS, VF_SLOTS, CORRUPT] {
             ensure_dir(&root.join(sub))?;
         }
         let corrupt = root.join(CORRUPT);
@@ -153,8 +169,14 @@ impl StateDir {
                 }
             }
         }
+        let pools: BTreeMap<String, AppliedPool> =
+            load_dir(&root.join(POOLS), &corrupt, &mut report, |_| false)?;
+        let vf_slots: BTreeMap<MdevUuid, VfSlotRecord> =
+            load_dir(&root.join(VF_SLOTS), &corrupt, &mut report, |_| false)?;
         report.definitions = definitions.len();
         report.ledger_entries = ledger.len();
+        report.pools = pools.len();
+        report.vf_slots = vf_slots.len();
         Ok((
             StateDir {
                 root,
@@ -162,6 +184,8 @@ impl StateDir {
                 ledger,
                 batches,
                 own_files,
+                pools,
+                vf_slots,
                 _lock: lock,
             },
             report,
@@ -182,7 +206,7 @@ impl StateDir {
 
     /// Durably deletes a definition; returns it if there was one.
     pub fn remove_definition(&mut self, uuid: &MdevUuid) -> Result<Option<Definition>, StoreError> {
-        remove_durable(&self.root.join(DEFINITIONS), &file_name(uuid))?;
+        remove_durable(&self.root.join(DEFINITIONS), &Definition::file_name(uuid))?;
         Ok(self.definitions.remove(uuid))
     }
 
@@ -235,7 +259,7 @@ impl StateDir {
         // crash shows the entry as before this batch, which is safe: no device was made yet.
         for e in entries {
             if self.own_files.contains(&e.uuid) {
-                remove_durable(&dir, &file_name(&e.uuid))?;
+                remove_durable(&dir, &LedgerEntry::file_name(&e.uuid))?;
                 self.own_files.remove(&e.uuid);
             }
         }
@@ -266,7 +290,7 @@ impl StateDir {
             }
             self.batches.forget(n, uuid);
         }
-        remove_durable(&dir, &file_name(uuid))?;
+        remove_durable(&dir, &LedgerEntry::file_name(uuid))?;
         self.own_files.remove(uuid);
         Ok(self.ledger.remove(uuid))
     }
@@ -280,22 +304,79 @@ impl StateDir {
     pub fn ledger(&self) -> impl ExactSizeIterator<Item = &LedgerEntry> + '_ {
         self.ledger.values()
     }
-}
 
-/// `<uuid>.toml`.
-fn file_name(uuid: &MdevUuid) -> String {
-    format!("{uuid}.toml")
+    /// Durably stores (creates or replaces) the record of an applied pool; the file's modification
+    /// time becomes its `applied_at`.
+    pub fn put_pool(&mut self, pool: &AppliedPool) -> Result<(), StoreError> {
+        put(&self.root.join(POOLS), pool)?;
+        self.pools.insert(pool.name.clone(), pool.clone());
+        Ok(())
+    }
+
+    /// Durably deletes the record of applied pool `name`; returns it if there was one.
+    pub fn remove_pool(&mut self, name: &str) -> Result<Option<AppliedPool>, StoreError> {
+        let Some(key) = AppliedPool::key_of_file_name(&format!("{name}.toml")) else {
+            return Ok(None);
+        };
+        remove_durable(&self.root.join(POOLS), &AppliedPool::file_name(&key))?;
+        Ok(self.pools.remove(name))
+    }
+
+    /// One applied pool.
+    pub fn get_pool(&self, name: &str) -> Option<&AppliedPool> {
+        self.pools.get(name)
+    }
+
+    /// All applied pools, by name.
+    pub fn pools(&self) -> impl ExactSizeIterator<Item = &AppliedPool> + '_ {
+        self.pools.values()
+    }
+
+    /// The file that holds (or would hold) applied pool `name`, for messages.
+    pub fn pool_file(&self, name: &str) -> PathBuf {
+        self.root.join(POOLS).join(format!("{name}.toml"))
+    }
+
+    /// Durably stores (creates or replaces) a VF slot record. Call *before* touching the VF, and
+    /// again once the backend has made the slot.
+    pub fn put_vf_slot(&mut self, record: &VfSlotRecord) -> Result<(), StoreError> {
+        put(&self.root.join(VF_SLOTS), record)?;
+        self.vf_slots.insert(record.uuid, record.clone());
+        Ok(())
+    }
+
+    /// Durably deletes a VF slot record; returns it if there was one. Call only *after* the VF is
+    /// given back.
+    pub fn remove_vf_slot(&mut self, uuid: &MdevUuid) -> Result<Option<VfSlotRecord>, StoreError> {
+        remove_durable(&self.root.join(VF_SLOTS), &VfSlotRecord::file_name(uuid))?;
+        Ok(self.vf_slots.remove(uuid))
+    }
+
+    /// One VF slot record.
+    pub fn get_vf_slot(&self, uuid: &MdevUuid) -> Option<&VfSlotRecord> {
+        self.vf_slots.get(uuid)
+    }
+
+    /// All VF slot records, by UUID.
+    pub fn vf_slots(&self) -> impl ExactSizeIterator<Item = &VfSlotRecord> + '_ {
+        self.vf_slots.values()
+    }
 }
 
 /// Validates, encodes and atomically writes a record into `dir`.
 fn put<R: Record>(dir: &Path, record: &R) -> Result<(), StoreError> {
     let text = encode(dir, record)?;
-    write_atomic(dir, &file_name(record.uuid()), text.as_bytes())
+    write_atomic_at(
+        dir,
+        &R::file_name(record.key()),
+        text.as_bytes(),
+        record.modified(),
+    )
 }
 
 /// Validates and encodes a record that is to be stored in `dir`.
 fn encode<R: Record>(dir: &Path, record: &R) -> Result<String, StoreError> {
-    let path = dir.join(file_name(record.uuid()));
+    let path = dir.join(R::file_name(record.key()));
     record.validate().map_err(|reason| StoreError::Invalid {
         path: path.clone(),
         reason,

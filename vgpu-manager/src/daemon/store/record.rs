@@ -1,9 +1,13 @@
-//! The two kinds of records in the state directory and their on-disk (TOML, schema 1) form.
+//! The record kinds of the state directory, their on-disk (TOML, schema 1) form, and the definition
+//! and ledger kinds (applied pools and VF slots have modules of their own).
 //!
 //! The in-memory types ([`Definition`], [`LedgerEntry`]) are separate from the private on-disk structs
 //! so that a future schema can add a new on-disk struct and a conversion without changing callers.
 //! Schema-1 files reject unknown fields: new fields come with a new schema number, so a typo in a
 //! hand-edited file is reported instead of silently ignored.
+
+use std::fmt;
+use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
@@ -89,36 +93,75 @@ pub enum Rejection {
 pub(crate) trait Record: Sized + Clone {
     /// Human name for messages (`definition`, `ledger entry`).
     const KIND: &'static str;
-    /// The UUID that names the file.
-    fn uuid(&self) -> &MdevUuid;
+    /// The field that holds the key (`uuid`, `name`), for messages.
+    const KEY_FIELD: &'static str;
+    /// How the file of one record is named, for messages.
+    const NAME_RULE: &'static str;
+    /// What names the file (`<key>.toml`).
+    type Key: Ord + Clone + fmt::Display;
+    /// The key that names the file.
+    fn key(&self) -> &Self::Key;
+    /// The key named by a file name, when it is exactly `<canonical key>.toml`.
+    fn key_of_file_name(name: &str) -> Option<Self::Key>;
     /// The TOML text to store.
     fn encode(&self) -> Result<String, String>;
-    /// Parses a text as schema 1, returning its `schema` value (to be checked) and the record.
-    fn decode_v1(text: &str) -> Result<(i64, Self), String>;
+    /// Parses and validates a file's text.
+    fn decode(text: &str) -> Result<Self, Rejection>;
     /// Checks values the type system does not.
     fn validate(&self) -> Result<(), String>;
+    /// The modification time to give the file, when it means something (`None`: the time of writing).
+    fn modified(&self) -> Option<SystemTime> {
+        None
+    }
+    /// The record as loaded from a file last modified at `_modified`.
+    fn with_modified(self, _modified: SystemTime) -> Self {
+        self
+    }
 
-    /// Parses and validates a file's text.
-    fn decode(text: &str) -> Result<Self, Rejection> {
-        // One parse in the common case (a valid schema-1 file); only when that fails or the schema
-        // differs is the text parsed generically to tell a newer schema from corruption.
-        let parsed = Self::decode_v1(text);
-        let schema = match &parsed {
-            Ok((n, _)) => *n,
-            Err(_) => schema_of(text)?,
-        };
-        match schema {
-            SCHEMA => {}
-            n if n > SCHEMA => return Err(Rejection::FutureSchema(n)),
-            n => {
-                return Err(Rejection::Corrupt(format!(
-                    "`schema = {n}` was never written by vgpud (this build writes {SCHEMA})"
-                )));
-            }
-        }
-        let (_, record) = parsed.map_err(Rejection::Corrupt)?;
-        record.validate().map_err(Rejection::Corrupt)?;
-        Ok(record)
+    /// The name of the file holding the record of `key`.
+    fn file_name(key: &Self::Key) -> String {
+        format!("{key}.toml")
+    }
+}
+
+/// The UUID named by a record file name, when it is exactly `<canonical uuid>.toml`.
+pub(crate) fn uuid_of_file_name(name: &str) -> Option<MdevUuid> {
+    let stem = name.strip_suffix(".toml")?;
+    stem.parse::<MdevUuid>()
+        .ok()
+        .filter(|u| u.to_string() == stem)
+}
+
+/// The file-name rule of records named by UUID.
+pub(crate) const UUID_NAME_RULE: &str = "`<uuid>.toml` (lower-case hyphenated UUID)";
+
+/// Decodes a schema-versioned file: `decode_v1` parses it as schema 1 and returns its `schema` value
+/// and the record, which is then validated.
+pub(crate) fn decode_versioned<R: Record>(
+    text: &str,
+    decode_v1: impl FnOnce(&str) -> Result<(i64, R), String>,
+) -> Result<R, Rejection> {
+    // One parse in the common case (a valid schema-1 file); only when that fails or the schema
+    // differs is the text parsed generically to tell a newer schema from corruption.
+    let parsed = decode_v1(text);
+    let schema = match &parsed {
+        Ok((n, _)) => *n,
+        Err(_) => schema_of(text)?,
+    };
+    check_schema(schema)?;
+    let (_, record) = parsed.map_err(Rejection::Corrupt)?;
+    record.validate().map_err(Rejection::Corrupt)?;
+    Ok(record)
+}
+
+/// Accepts schema 1; a higher one is a newer vgpud's, a lower one was never written.
+pub(crate) fn check_schema(schema: i64) -> Result<(), Rejection> {
+    match schema {
+        SCHEMA => Ok(()),
+        n if n > SCHEMA => Err(Rejection::FutureSchema(n)),
+        n => Err(Rejection::Corrupt(format!(
+            "`schema = {n}` was never written by vgpud (this build writes {SCHEMA})"
+        ))),
     }
 }
 
@@ -184,7 +227,7 @@ pub(super) fn describe(text: &str, e: &toml::de::Error) -> String {
 }
 
 /// A device name as it appears under `/sys/class/mdev_bus/`: one path component.
-fn check_device_name(field: &str, name: &str) -> Result<(), String> {
+pub(super) fn check_device_name(field: &str, name: &str) -> Result<(), String> {
     let ok = !name.is_empty()
         && name.len() <= 255
         && name != "."
@@ -201,7 +244,7 @@ fn check_device_name(field: &str, name: &str) -> Result<(), String> {
 }
 
 /// An optional name field is either absent or non-blank.
-fn check_optional(field: &str, value: Option<&str>) -> Result<(), String> {
+pub(super) fn check_optional(field: &str, value: Option<&str>) -> Result<(), String> {
     if value.is_some_and(|v| v.trim().is_empty()) {
         Err(format!("`{field}` is empty (leave it out instead)"))
     } else {
@@ -211,7 +254,7 @@ fn check_optional(field: &str, value: Option<&str>) -> Result<(), String> {
 
 /// TOML integers are signed 64-bit (TOML spec, "Integer"): larger values would be written by the
 /// encoder but rejected by a reader, so they are refused before writing.
-fn check_time(created_at: u64) -> Result<(), String> {
+pub(super) fn check_time(created_at: u64) -> Result<(), String> {
     if i64::try_from(created_at).is_ok() {
         Ok(())
     } else {
@@ -241,9 +284,16 @@ struct DefinitionV1 {
 
 impl Record for Definition {
     const KIND: &'static str = "definition";
+    const KEY_FIELD: &'static str = "uuid";
+    const NAME_RULE: &'static str = UUID_NAME_RULE;
+    type Key = MdevUuid;
 
-    fn uuid(&self) -> &MdevUuid {
+    fn key(&self) -> &MdevUuid {
         &self.uuid
+    }
+
+    fn key_of_file_name(name: &str) -> Option<MdevUuid> {
+        uuid_of_file_name(name)
     }
 
     fn encode(&self) -> Result<String, String> {
@@ -262,21 +312,23 @@ impl Record for Definition {
         .map_err(|e| e.to_string())
     }
 
-    fn decode_v1(text: &str) -> Result<(i64, Self), String> {
-        let d: DefinitionV1 = toml::from_str(text).map_err(|e| describe(text, &e))?;
-        Ok((
-            d.schema,
-            Definition {
-                uuid: d.uuid,
-                parent: d.parent,
-                gpu: d.gpu,
-                type_id: d.type_id,
-                profile: d.profile,
-                autostart: d.autostart,
-                label: d.label,
-                created_at: d.created_at,
-            },
-        ))
+    fn decode(text: &str) -> Result<Self, Rejection> {
+        decode_versioned(text, |text| {
+            let d: DefinitionV1 = toml::from_str(text).map_err(|e| describe(text, &e))?;
+            Ok((
+                d.schema,
+                Definition {
+                    uuid: d.uuid,
+                    parent: d.parent,
+                    gpu: d.gpu,
+                    type_id: d.type_id,
+                    profile: d.profile,
+                    autostart: d.autostart,
+                    label: d.label,
+                    created_at: d.created_at,
+                },
+            ))
+        })
     }
 
     fn validate(&self) -> Result<(), String> {
@@ -311,21 +363,30 @@ pub(super) struct LedgerV1 {
 
 impl Record for LedgerEntry {
     const KIND: &'static str = "ledger entry";
+    const KEY_FIELD: &'static str = "uuid";
+    const NAME_RULE: &'static str = UUID_NAME_RULE;
+    type Key = MdevUuid;
 
-    fn uuid(&self) -> &MdevUuid {
+    fn key(&self) -> &MdevUuid {
         &self.uuid
+    }
+
+    fn key_of_file_name(name: &str) -> Option<MdevUuid> {
+        uuid_of_file_name(name)
     }
 
     fn encode(&self) -> Result<String, String> {
         toml::to_string(&LedgerV1::from_entry(self, Some(SCHEMA))).map_err(|e| e.to_string())
     }
 
-    fn decode_v1(text: &str) -> Result<(i64, Self), String> {
-        let e: LedgerV1 = toml::from_str(text).map_err(|e| describe(text, &e))?;
-        let schema = e
-            .schema
-            .ok_or_else(|| "missing field `schema`".to_string())?;
-        Ok((schema, e.into_entry()))
+    fn decode(text: &str) -> Result<Self, Rejection> {
+        decode_versioned(text, |text| {
+            let e: LedgerV1 = toml::from_str(text).map_err(|e| describe(text, &e))?;
+            let schema = e
+                .schema
+                .ok_or_else(|| "missing field `schema`".to_string())?;
+            Ok((schema, e.into_entry()))
+        })
     }
 
     fn validate(&self) -> Result<(), String> {
