@@ -1,8 +1,9 @@
 //! The mutating commands. Each follows the ledger protocol of [`crate::daemon::store`]: the ledger entry
-//! is written before a device is created and removed only after it is gone, so a crash at any point
-//! leaves nothing the next start cannot reconcile.
+//! is written before a device is created (through the reconcile executor,
+//! [`Core::create_device_owned`]) and removed only after it is gone, so a crash at any point leaves
+//! nothing the next start cannot reconcile.
 
-use tracing::{info, warn};
+use tracing::info;
 
 use mdev_types::ids::MdevUuid;
 use mdev_types::ops::{self, LifecycleError};
@@ -48,37 +49,6 @@ impl Core {
         }
         inflight.insert(uuid);
         Ok(Reservation { core: self, uuid })
-    }
-
-    /// Creates the device of `uuid` with the ledger protocol. The parent lock must be held.
-    fn create_device_owned(
-        &self,
-        uuid: &MdevUuid,
-        place: &Placement,
-        label: Option<String>,
-    ) -> Result<(), CoreError> {
-        let entry = LedgerEntry {
-            uuid: *uuid,
-            parent: place.parent.clone(),
-            type_id: place.type_id.clone(),
-            ownership: LedgerOwnership::Daemon,
-            created_at: unix_now(),
-            gpu: Some(place.gpu.clone()),
-            profile: place.profile.clone(),
-            label,
-        };
-        lock(&self.store).put_ledger(&entry)?;
-        if let Err(e) = ops::create_mdev(self.host.as_ref(), &place.parent, &place.type_id, uuid) {
-            // Only a device known to be absent may lose its ledger entry.
-            if !self.device_exists(uuid)
-                && let Err(se) = lock(&self.store).remove_ledger(uuid)
-            {
-                warn!(%uuid, error = %se, "could not drop the ledger entry of a failed create; reconcile will");
-            }
-            return Err(e.into());
-        }
-        info!(%uuid, parent = %place.parent, type_id = %place.type_id, "instance created");
-        Ok(())
     }
 
     /// Removes our device of `uuid`, then its ledger entry. The parent lock must be held.
