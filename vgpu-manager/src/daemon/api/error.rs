@@ -93,9 +93,13 @@ pub enum CoreError {
     /// A pool apply failed at a step and what it had done was undone; the kind is the cause's.
     #[error(
         "pool {pool}: step {number}/{total} ({step}) failed: {cause}; {}",
-        match .rollback {
-            None => format!("the {undone} change(s) this apply made were undone"),
-            Some(r) => format!("undoing this apply failed too ({r}): `vgpuctl pool status` shows what is left"),
+        if .rollback.is_empty() {
+            format!("the {undone} change(s) this apply made were undone")
+        } else {
+            format!(
+                "undoing this apply failed too ({}): `vgpuctl pool status` shows what is left",
+                .rollback.iter().map(|f| f.to_string()).collect::<Vec<_>>().join("; ")
+            )
         }
     )]
     PoolStep {
@@ -111,9 +115,19 @@ pub enum CoreError {
         cause: Box<CoreError>,
         /// Changes the apply had made (all undone unless `rollback` says otherwise).
         undone: usize,
-        /// The undo steps that failed, in a line, if any did.
-        rollback: Option<String>,
+        /// The undo steps that failed (none when everything was undone).
+        rollback: Vec<UndoFailure>,
     },
+}
+
+/// An undo of a failed pool apply that failed too; its change stays in place.
+#[derive(Debug, Clone, Error)]
+#[error("{undo}: {error}")]
+pub struct UndoFailure {
+    /// The undo, in a line (`destroy <uuid>`).
+    pub undo: String,
+    /// Why it failed.
+    pub error: CoreError,
 }
 
 fn shortfall_list(s: &[PoolShortfall]) -> String {

@@ -14,7 +14,7 @@ mod command;
 mod error;
 
 pub use command::*;
-pub use error::{CoreError, RequestError, StateError, VfInUse};
+pub use error::{CoreError, RequestError, StateError, UndoFailure, VfInUse};
 
 /// Who created an instance, which decides whether the daemon may ever remove it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

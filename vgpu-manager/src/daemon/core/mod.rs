@@ -32,6 +32,9 @@ mod gpu_impact;
 mod lifecycle;
 mod locks;
 mod pool;
+mod pool_exec;
+#[cfg(test)]
+mod pool_exec_tests;
 mod pool_record;
 mod reconcile;
 mod routes;

@@ -25,14 +25,19 @@ use mdev_types::discover::discover;
 use mdev_types::ids::MdevUuid;
 use tracing::{info, warn};
 
+use super::pool_exec::{
+    Applying, PoolActions, Undo, describe, labelled_slot, rollback, run_step, slot_name,
+};
 use super::{Core, lock};
 use crate::client::PoolSummary;
 use crate::daemon::api::{
     CoreError, CreateInstance, DefineInstance, DestroyInstance, Event, GetInstance, InstanceSpec,
-    InstanceState, InstanceTarget, InstanceView, StartInstance, StateError, StopInstance,
+    InstanceState, InstanceTarget, InstanceView, StartInstance, StopInstance, UndoFailure,
 };
+use crate::daemon::store::{Definition, VfSlotRecord};
 use crate::pool::{Pool, PoolPlan, SlotId, Step, plan_pool};
 use crate::profile::Target as OptionTarget;
+use mdev_types::ids::{MdevTypeId, PciAddress};
 
 /// Where pools received as text are said to come from in error messages.
 const ORIGIN: &str = "pool";
@@ -44,61 +49,6 @@ static APPLYING: Mutex<()> = Mutex::new(());
 /// The label of a slot's instance.
 pub(super) fn slot_label(slot: &SlotId) -> String {
     format!("pool:{}/{}/{}", slot.pool, slot.profile, slot.index)
-}
-
-/// The slot a label names, when the label is a slot label of `pool` and `uuid` really is that slot's
-/// UUID (a label alone is free text anyone could have given).
-fn labelled_slot(pool: &str, label: Option<&str>, uuid: &MdevUuid) -> Option<SlotId> {
-    let rest = label?.strip_prefix("pool:")?;
-    let (name, rest) = rest.split_once('/')?;
-    let (profile, index) = rest.rsplit_once('/')?;
-    if name != pool {
-        return None;
-    }
-    let slot = SlotId::new(name, profile, index.parse().ok()?);
-    (slot.uuid == *uuid).then_some(slot)
-}
-
-/// How to undo one step of an apply.
-#[derive(Debug)]
-enum Undo {
-    /// The apply defined and started it: destroy it.
-    Destroy(MdevUuid),
-    /// The apply started an existing definition: stop it.
-    Stop(MdevUuid),
-    /// The apply removed it: define (or create) and start it again as it was.
-    Restore(Box<InstanceView>),
-    /// The apply made this VF slot: give its VF back.
-    ReleaseVf(MdevUuid),
-    /// The apply set up this recorded VF slot again: give its VF back, keep the record.
-    StopVf(MdevUuid),
-    /// The apply released this VF slot: make it again.
-    RecreateVf(Box<super::vf_slots::VfSlotRecord>),
-    /// The apply enabled VFs on this PF, which had `previous` before.
-    NumVfs {
-        /// The PF.
-        pf: mdev_types::ids::PciAddress,
-        /// Its VF count before.
-        previous: u32,
-    },
-}
-
-/// `profile/index` of a slot.
-fn slot_name(slot: &SlotId) -> String {
-    format!("{}/{}", slot.profile, slot.index)
-}
-
-/// A step in a line, for progress and errors.
-fn describe(step: &Step) -> String {
-    match step {
-        Step::Remove { slot, gpu, holds } => {
-            format!("remove {} ({holds}) from {gpu}", slot_name(slot))
-        }
-        Step::EnableVfs { gpu, num_vfs, .. } => format!("enable {num_vfs} SR-IOV VFs on {gpu}"),
-        Step::Create {
-            slot, gpu, target, ..
-        } => format!("create {} on {gpu} as {target}", slot_name(slot)),
-    }
 }
 
 /// The refusal of a plan that leaves a profile short, or `None` when every slot is placed.
@@ -134,6 +84,10 @@ impl Core {
     pub(super) fn pool_apply(&self, text: &str) -> Result<PoolSummary, CoreError> {
         let _one = APPLYING.lock().unwrap_or_else(PoisonError::into_inner);
         let pool = self.parse_pool(text)?;
+        let applying = Applying {
+            name: &pool.name,
+            autostart: pool.autostart,
+        };
         let mut undo = Vec::new();
         let mut created = Vec::new();
         let mut removed = Vec::new();
@@ -142,7 +96,7 @@ impl Core {
         // VFs they hold (a PF whose VFs a reboot disabled would otherwise look free).
         let restarts = self.stopped_vf_slots(&pool);
         for (i, step) in restarts.iter().enumerate() {
-            if let Err(e) = self.pool_step(&pool, step, &mut undo) {
+            if let Err(e) = run_step(&mut Slots(self), applying, step, &mut undo) {
                 return Err(self.failed_apply(&pool, step, i, restarts.len(), e, undo));
             }
             if let Step::Create { slot, .. } = step {
@@ -152,12 +106,12 @@ impl Core {
         let plan = match self.plan_of(&pool) {
             Ok((plan, _)) => plan,
             Err(e) => {
-                let _ = self.rollback(undo);
+                self.log_rollback(&pool, rollback(&mut Slots(self), undo));
                 return Err(e);
             }
         };
         if let Some(refusal) = shortfall(&plan) {
-            let _ = self.rollback(undo);
+            self.log_rollback(&pool, rollback(&mut Slots(self), undo));
             return Err(refusal);
         }
         // The plan sees running slots only; a stopped slot the pool no longer wants is removed too.
@@ -168,7 +122,7 @@ impl Core {
         let total = u32::try_from(steps.len()).unwrap_or(u32::MAX);
         for (i, step) in steps.iter().enumerate() {
             if i >= first {
-                if let Err(e) = self.pool_step(&pool, step, &mut undo) {
+                if let Err(e) = run_step(&mut Slots(self), applying, step, &mut undo) {
                     return Err(self.failed_apply(&pool, step, i, steps.len(), e, undo));
                 }
                 match step {
@@ -216,8 +170,9 @@ impl Core {
     ) -> CoreError {
         let line = describe(step);
         let done = undo.len();
-        let rollback = self.rollback(undo);
+        let failed = rollback(&mut Slots(self), undo);
         warn!(pool = %pool.name, step = %line, error = %e, "pool apply failed; undone");
+        self.log_rollback(pool, failed.clone());
         CoreError::PoolStep {
             pool: pool.name.clone(),
             number: i + 1,
@@ -225,7 +180,14 @@ impl Core {
             step: line,
             cause: Box::new(e),
             undone: done,
-            rollback: rollback.err(),
+            rollback: failed,
+        }
+    }
+
+    /// Logs the undos of a rollback that failed.
+    fn log_rollback(&self, pool: &Pool, failed: Vec<UndoFailure>) {
+        for f in failed {
+            warn!(pool = %pool.name, undo = %f.undo, error = %f.error, "undoing a pool apply failed; `vgpuctl pool status` shows what is left");
         }
     }
 
@@ -269,117 +231,6 @@ impl Core {
             .collect()
     }
 
-    /// Executes one step, pushing how to undo what it did.
-    fn pool_step(&self, pool: &Pool, step: &Step, undo: &mut Vec<Undo>) -> Result<(), CoreError> {
-        match step {
-            Step::Remove { slot, .. } if self.vf_record(&slot.uuid).is_some() => {
-                let record = self.release_vf_slot(&slot.uuid)?;
-                undo.push(Undo::RecreateVf(Box::new(record)));
-                Ok(())
-            }
-            Step::EnableVfs { gpu, pf, num_vfs } => {
-                let previous = self.enable_vfs_on(gpu, pf, *num_vfs)?;
-                if previous != *num_vfs {
-                    undo.push(Undo::NumVfs { pf: *pf, previous });
-                }
-                Ok(())
-            }
-            Step::Create {
-                slot,
-                gpu,
-                target:
-                    target @ (OptionTarget::SriovVf { .. } | OptionTarget::NvidiaVendorVfio { .. }),
-                ..
-            } => {
-                // A recorded slot whose VF is not set up (a reboot, with a pool applied without
-                // autostart) is made again where it is recorded.
-                if let Some(r) = self.vf_record(&slot.uuid) {
-                    self.recreate_vf_slot(&r)?;
-                    undo.push(Undo::StopVf(slot.uuid));
-                    return Ok(());
-                }
-                self.create_vf_slot(slot, gpu, target)?;
-                undo.push(Undo::ReleaseVf(slot.uuid));
-                Ok(())
-            }
-            Step::Remove { slot, .. } => {
-                let view = self.execute(GetInstance { uuid: slot.uuid })?;
-                self.execute(DestroyInstance { uuid: slot.uuid })?;
-                undo.push(Undo::Restore(Box::new(view)));
-                Ok(())
-            }
-            Step::Create {
-                slot,
-                target:
-                    OptionTarget::Mdev {
-                        parent, type_id, ..
-                    },
-                ..
-            } => {
-                let uuid = slot.uuid;
-                let def = lock(&self.store).get_definition(&uuid).cloned();
-                match def {
-                    // A slot defined earlier and stopped since, where the plan puts it: start it.
-                    Some(d) if d.parent == *parent && d.type_id == *type_id => {
-                        self.execute(StartInstance { uuid })?;
-                        undo.push(Undo::Stop(uuid));
-                        Ok(())
-                    }
-                    // This pool's own slot, defined where the plan no longer puts it (its GPU left
-                    // the selection, or another took its room while it was stopped): move it.
-                    Some(d) if labelled_slot(&pool.name, d.label.as_deref(), &uuid).is_some() => {
-                        self.pool_step(
-                            pool,
-                            &Step::Remove {
-                                slot: slot.clone(),
-                                gpu: d.gpu.clone(),
-                                holds: d.type_id.to_string(),
-                            },
-                            undo,
-                        )?;
-                        self.define_slot(pool, slot, parent, type_id, undo)
-                    }
-                    Some(d) => Err(StateError::SlotDefinedElsewhere {
-                        slot: slot_name(slot),
-                        uuid,
-                        defined_type: d.type_id,
-                        defined_parent: d.parent,
-                        type_id: type_id.clone(),
-                        parent: parent.clone(),
-                    }
-                    .into()),
-                    None => self.define_slot(pool, slot, parent, type_id, undo),
-                }
-            }
-            other => Err(CoreError::WholeGpuSlot {
-                step: describe(other),
-            }),
-        }
-    }
-
-    /// Defines `slot` as `type_id` on `parent` (autostart as the pool says) and starts it.
-    fn define_slot(
-        &self,
-        pool: &Pool,
-        slot: &SlotId,
-        parent: &str,
-        type_id: &mdev_types::ids::MdevTypeId,
-        undo: &mut Vec<Undo>,
-    ) -> Result<(), CoreError> {
-        let uuid = slot.uuid;
-        self.execute(DefineInstance(InstanceSpec {
-            target: InstanceTarget::Type(type_id.clone()),
-            gpu: Some(parent.to_string()),
-            uuid: Some(uuid),
-            autostart: pool.autostart,
-            label: Some(slot_label(slot)),
-        }))?;
-        undo.push(Undo::Destroy(uuid));
-        self.set_slot_profile(&uuid, &slot.profile)?;
-        self.execute(StartInstance { uuid })?;
-        Ok(())
-    }
-
     /// The core places a type without knowing the profile it serves; a slot does know it, so it is
     /// written into the definition before the device is started (and so reaches the ledger too).
     fn set_slot_profile(&self, uuid: &MdevUuid, profile: &str) -> Result<(), CoreError> {
@@ -394,30 +245,6 @@ impl Core {
         }
         self.refresh_one(uuid);
         Ok(())
-    }
-
-    /// Undoes `undo` in reverse order; every step is tried, the failures are reported together.
-    fn rollback(&self, undo: Vec<Undo>) -> Result<(), String> {
-        let mut failed = Vec::new();
-        for u in undo.into_iter().rev() {
-            let result = match &u {
-                Undo::Destroy(uuid) => self.execute(DestroyInstance { uuid: *uuid }).map(|_| ()),
-                Undo::Stop(uuid) => self.execute(StopInstance { uuid: *uuid }).map(|_| ()),
-                Undo::Restore(v) => self.restore(v),
-                Undo::ReleaseVf(uuid) => self.release_vf_slot(uuid).map(|_| ()),
-                Undo::StopVf(uuid) => self.stop_vf_slot(uuid),
-                Undo::RecreateVf(r) => self.recreate_vf_slot(r),
-                Undo::NumVfs { pf, previous } => self.restore_num_vfs(pf, *previous),
-            };
-            if let Err(e) = result {
-                failed.push(format!("{u:?}: {e}"));
-            }
-        }
-        if failed.is_empty() {
-            Ok(())
-        } else {
-            Err(failed.join("; "))
-        }
     }
 
     /// Brings back an instance this apply removed: its definition (if it had one) and its device (if
@@ -442,6 +269,90 @@ impl Core {
             self.execute(StartInstance { uuid: v.uuid })?;
         }
         Ok(())
+    }
+}
+
+/// The engine's side of the pool executor.
+struct Slots<'a>(&'a Core);
+
+impl PoolActions for Slots<'_> {
+    fn vf_record(&self, uuid: &MdevUuid) -> Option<VfSlotRecord> {
+        self.0.vf_record(uuid)
+    }
+
+    fn definition(&self, uuid: &MdevUuid) -> Option<Definition> {
+        lock(&self.0.store).get_definition(uuid).cloned()
+    }
+
+    fn instance(&mut self, uuid: &MdevUuid) -> Result<InstanceView, CoreError> {
+        self.0.execute(GetInstance { uuid: *uuid })
+    }
+
+    fn enable_vfs(&mut self, gpu: &str, pf: &PciAddress, num_vfs: u32) -> Result<u32, CoreError> {
+        self.0.enable_vfs_on(gpu, pf, num_vfs)
+    }
+
+    fn restore_num_vfs(&mut self, pf: &PciAddress, previous: u32) -> Result<(), CoreError> {
+        self.0.restore_num_vfs(pf, previous)
+    }
+
+    fn create_vf(
+        &mut self,
+        slot: &SlotId,
+        gpu: &str,
+        target: &OptionTarget,
+    ) -> Result<(), CoreError> {
+        self.0.create_vf_slot(slot, gpu, target).map(|_| ())
+    }
+
+    fn recreate_vf(&mut self, r: &VfSlotRecord) -> Result<(), CoreError> {
+        self.0.recreate_vf_slot(r)
+    }
+
+    fn release_vf(&mut self, uuid: &MdevUuid) -> Result<VfSlotRecord, CoreError> {
+        self.0.release_vf_slot(uuid)
+    }
+
+    fn stop_vf(&mut self, uuid: &MdevUuid) -> Result<(), CoreError> {
+        self.0.stop_vf_slot(uuid)
+    }
+
+    fn define(
+        &mut self,
+        slot: &SlotId,
+        parent: &str,
+        type_id: &MdevTypeId,
+        autostart: bool,
+    ) -> Result<(), CoreError> {
+        self.0
+            .execute(DefineInstance(InstanceSpec {
+                target: InstanceTarget::Type(type_id.clone()),
+                gpu: Some(parent.to_string()),
+                uuid: Some(slot.uuid),
+                autostart,
+                label: Some(slot_label(slot)),
+            }))
+            .map(|_| ())
+    }
+
+    fn set_profile(&mut self, uuid: &MdevUuid, profile: &str) -> Result<(), CoreError> {
+        self.0.set_slot_profile(uuid, profile)
+    }
+
+    fn start(&mut self, uuid: &MdevUuid) -> Result<(), CoreError> {
+        self.0.execute(StartInstance { uuid: *uuid }).map(|_| ())
+    }
+
+    fn stop(&mut self, uuid: &MdevUuid) -> Result<(), CoreError> {
+        self.0.execute(StopInstance { uuid: *uuid }).map(|_| ())
+    }
+
+    fn destroy(&mut self, uuid: &MdevUuid) -> Result<(), CoreError> {
+        self.0.execute(DestroyInstance { uuid: *uuid }).map(|_| ())
+    }
+
+    fn restore(&mut self, v: &InstanceView) -> Result<(), CoreError> {
+        self.0.restore(v)
     }
 }
 
