@@ -24,7 +24,7 @@ pkg_installed() {
 	dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'
 }
 
-# QEMU 8.0 added the igb device; bookworm's 7.2 lacks it, bookworm-backports has 10.x (issue 3).
+# QEMU 8.0 added the igb device; bookworm's 7.2 lacks it, bookworm-backports has 10.x.
 qemu_ok() {
 	command -v qemu-system-x86_64 >/dev/null &&
 		qemu-system-x86_64 -device help 2>/dev/null | grep -q '"igb"'
@@ -153,7 +153,7 @@ write_guest_run() {
 
 prepare_kernel() {
 	case "$1" in
-	# Pinned to the versions measured in issue 3; when Debian's mirror has moved on, the newest
+	# Pinned to the versions the suite was first measured on; when Debian's mirror has moved on, the newest
 	# kernel of the same series is used instead (with a note).
 	stock-6.12) prepare_stock "$1" 6.12.117+deb12 '6\.12\.[0-9]+\+deb12' 6.12 ;;
 	stock-6.1) prepare_stock "$1" 6.1.0-57 '6\.1\.0-[0-9]+' 6.1 ;;

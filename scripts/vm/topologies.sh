@@ -2,7 +2,7 @@
 # arguments to the QEMU_ARGS array; the test suite learns the name from the kernel command line
 # (vmtest.topology=<name>) and checks what that topology promises.
 #
-# Device facts (issue 3, measured with QEMU 10.0): igb is an 82576 SR-IOV PF whose VFs appear at
+# Device facts (measured with QEMU 10.0 in the test guest): igb is an 82576 SR-IOV PF whose VFs appear at
 # 01:10.0, 01:10.2, ... (8086:10ca); QEMU's nvme emulates SR-IOV secondary controllers when given
 # sriov_max_vfs, and needs max_ioqpairs - sriov_vq_flexible >= 2 (hw/nvme/ctrl.c parameter checks).
 # igb without a netdev only warns "nic has no peer".

@@ -1,4 +1,4 @@
-//! Daemon benchmarks (issue 4). Each prints a measurement next to its baseline taken in the same run, and
+//! Daemon benchmarks. Each prints a measurement next to its baseline taken in the same run, and
 //! the ratio; this machine is noisy, so only side-by-side ratios mean anything.
 //!
 //! 1. Cold start and reconcile with 1,000 definitions on a simulated host (target < 100 ms to ready):
@@ -18,12 +18,12 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mdev_types::host::Host;
-use mdev_types::host::sim::SimHost;
+use vgpu_host::Host;
 use vgpu_manager::client::Manager1Proxy;
 use vgpu_manager::daemon::api::{DefineInstance, InstanceSpec, InstanceTarget};
 use vgpu_manager::daemon::core::Core;
 use vgpu_manager::profile::Catalog;
+use vgpu_sim::SimHost;
 
 const N: usize = 1000;
 

@@ -1,4 +1,4 @@
-//! Placement benchmark (issue 7): plan 256 GPUs × 10,000 requests (target < 50 ms) and report the
+//! Placement benchmark: plan 256 GPUs × 10,000 requests (target < 50 ms) and report the
 //! number placed against an upper bound no placement can beat (the LP-relaxation bound of
 //! `placement::bound`; target ≥ 98 %). Prints what one run measured; asserts nothing about time.
 //!
@@ -61,7 +61,7 @@ fn choices(kind: Kind, need: u64, heads: bool, graphics: bool) -> Vec<Choice> {
             .filter(|g| **g * 1024 >= need)
             .map(|g| pools(format!("l40s-{g}q"), g * 1024, format!("{g} GiB")))
             .collect(),
-        // Flex VFs have no display heads (issue 6 device table).
+        // Flex VFs have no display heads (the Data Center GPU Flex Series has no display outputs; the simulated one in sims/demo.toml has none).
         Kind::Flex if !heads && graphics => vec![Choice {
             key: "vf".into(),
             cost: Cost::Split { need_mib: need },

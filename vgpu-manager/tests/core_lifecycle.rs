@@ -6,9 +6,8 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
 
-use mdev_types::host::sim::SimHost;
-use mdev_types::host::{Host, HostExt, paths};
 use mdev_types::ids::{MdevTypeId, MdevUuid};
+use vgpu_host::{Host, HostExt, paths};
 use vgpu_manager::daemon::api::{
     Command, CoreError, CreateInstance, DefineInstance, DestroyInstance, Event, GetInstance,
     Handle, InstanceSpec, InstanceState, InstanceTarget, InstanceView, ListInstances, Ownership,
@@ -16,6 +15,7 @@ use vgpu_manager::daemon::api::{
 };
 use vgpu_manager::daemon::core::Core;
 use vgpu_manager::profile::Catalog;
+use vgpu_sim::SimHost;
 
 const FOREIGN: &str = "8f0c2a43-6d1e-4b7a-9c55-0e4b1d2f7a61";
 
@@ -407,22 +407,22 @@ impl LateLinks {
 }
 
 impl Host for LateLinks {
-    fn read(&self, path: &Path) -> Result<String, mdev_types::host::HostError> {
+    fn read(&self, path: &Path) -> Result<String, vgpu_host::HostError> {
         self.sim.read(path)
     }
-    fn write(&self, path: &Path, value: &str) -> Result<(), mdev_types::host::HostError> {
+    fn write(&self, path: &Path, value: &str) -> Result<(), vgpu_host::HostError> {
         self.sim.write(path, value)
     }
-    fn list(&self, path: &Path) -> Result<Vec<String>, mdev_types::host::HostError> {
+    fn list(&self, path: &Path) -> Result<Vec<String>, vgpu_host::HostError> {
         self.sim.list(path)
     }
-    fn read_link(&self, path: &Path) -> Result<std::path::PathBuf, mdev_types::host::HostError> {
+    fn read_link(&self, path: &Path) -> Result<std::path::PathBuf, vgpu_host::HostError> {
         self.sim.read_link(path)
     }
-    fn canonicalize(&self, path: &Path) -> Result<std::path::PathBuf, mdev_types::host::HostError> {
+    fn canonicalize(&self, path: &Path) -> Result<std::path::PathBuf, vgpu_host::HostError> {
         if self.hidden(path) {
-            return Err(mdev_types::host::HostError::new(
-                mdev_types::host::HostOp::Canonicalize,
+            return Err(vgpu_host::HostError::new(
+                vgpu_host::HostOp::Canonicalize,
                 path,
                 nix::errno::Errno::ENOENT,
             ));

@@ -16,9 +16,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use mdev_types::host::sim::SimHost;
-use mdev_types::host::{Host, paths};
+use vgpu_host::{Host, paths};
 use vgpu_manager::client::{InstanceInfo, Manager1Proxy};
+use vgpu_sim::SimHost;
 
 const OPS: usize = 1000;
 

@@ -19,8 +19,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use dbus_common::{Daemon, client};
-use mdev_types::host::sim::SimHost;
 use vgpu_manager::client::{Manager1Proxy, PoolStatus};
+use vgpu_sim::SimHost;
 
 const L40S: &str = "0000:85:00.0";
 const FLEX: &str = "0000:03:00.0";
@@ -75,7 +75,7 @@ fn recorded_vfs(state: &Path) -> BTreeSet<String> {
 /// The VFs the simulated host has given away: bound to vfio-pci, or with an NVIDIA vGPU type set.
 fn taken_vfs(journal: &Path) -> BTreeSet<String> {
     let host = SimHost::builtin("demo").unwrap().replayed(journal).unwrap();
-    let inv = mdev_types::discover::discover(&host).unwrap();
+    let inv = vgpu_host::discover::discover(&host).unwrap();
     inv.pci_devices
         .iter()
         .filter(|d| d.physfn.is_some())

@@ -7,7 +7,7 @@
 
 use std::process::ExitCode;
 
-use mdev_types::host::SysfsHost;
+use vgpu_host::SysfsHost;
 use vgpu_tests::kernel::guest::Guest;
 use vgpu_tests::kernel::{all_benches, all_tests, runner};
 

@@ -1,4 +1,4 @@
-//! Benchmarks on the real kernel (issue 4, "Benchmarks"): not tests. They run only when a filter
+//! Benchmarks on the real kernel (scripts/bench-vm): not tests. They run only when a filter
 //! names them (`scripts/vm-test --kernel custom -- bench`, or `scripts/bench-vm`), print their numbers
 //! and ratios measured side by side in one guest run, and fail only when an operation fails.
 //!
@@ -18,7 +18,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use mdev_types::host::{Host, paths};
+use vgpu_host::{Host, paths};
 
 use super::bus_daemon::BusDaemon;
 use super::guest::Guest;

@@ -1,4 +1,4 @@
-//! The real `vgpud` on the real kernel (issue 4, "Real kernel (in the harness)"): each test starts the
+//! The real `vgpud` on the real kernel: each test starts the
 //! daemon on the guest's sysfs with an embedded bus and a fresh state directory, drives it over D-Bus,
 //! and checks every step against sysfs through our host layer — the device appears or disappears,
 //! `available_instances` moves — never against the daemon's own word alone.
@@ -10,8 +10,8 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use mdev_types::host::{Host, paths};
 use mdev_types::ids::MdevUuid;
+use vgpu_host::{Host, paths};
 use vgpu_manager::client::{InstanceInfo, instance_path};
 
 use super::daemon_events;
@@ -156,7 +156,7 @@ fn create_destroy_by_type(g: &Guest) -> TestResult {
     let mut mdevs = Mdevs::new(&g.host);
     let (_work, d) = daemon("by-type")?;
     // (parent, type, listed by ListGpus): mtty is a serial-port sample, not a display, and discovery
-    // counts only display parents as GPUs (mdev_types::discover, `is_display_parent`); the daemon still
+    // counts only display parents as GPUs (vgpu_host::discover, `is_display_parent`); the daemon still
     // manages its instances.
     let cases = [
         ("mbochs", "mbochs-small", true),
@@ -520,7 +520,7 @@ fn text(b: &[u8]) -> String {
 
 /// `vgpuctl` against the daemon on the real kernel: create by type prints the instance as JSON and
 /// the device exists; `list --json` shows it and a foreign device; destroying the foreign one is
-/// refused in one line with exit code 2 (issue 4, "vgpuctl over D-Bus"); destroying ours removes it.
+/// refused in one line with exit code 2 (README, "vgpud, the daemon"); destroying ours removes it.
 fn vgpuctl_on_real_kernel(g: &Guest) -> TestResult {
     let before = availability(g)?;
     let mut mdevs = Mdevs::new(&g.host);

@@ -5,8 +5,8 @@
 use std::path::Path;
 use std::process::Command;
 
-use mdev_types::host::{Host, HostExt, paths};
 use mdev_types::ids::MdevUuid;
+use vgpu_host::{Host, HostExt, paths};
 
 use super::daemon::{
     EVENT_WITHIN, availability, daemon, device_exists, device_type, ensure_entry, ensure_refused,

@@ -1,11 +1,11 @@
-//! `mdev_types::discover::discover` on the real kernel: what it reports about the sample parents, the
+//! `vgpu_host::discover::discover` on the real kernel: what it reports about the sample parents, the
 //! SR-IOV PFs and their VFs, mdev instances and IOMMU groups must match what sysfs says.
 
-use mdev_types::discover::discover;
-use mdev_types::host::paths;
 use mdev_types::ids::{IommuGroup, PciId};
 use mdev_types::model::{Capability, Inventory, PciDevice, Vendor};
 use mdev_types::parse::TypeDescription;
+use vgpu_host::discover::discover;
+use vgpu_host::paths;
 
 use super::guest::{Guest, KernelKind, Topology};
 use super::iommu::EDU;

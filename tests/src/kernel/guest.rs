@@ -6,9 +6,9 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use mdev_types::host::{Host, HostError, HostExt, SysfsHost, paths};
 use mdev_types::ids::PciAddress;
 use thiserror::Error;
+use vgpu_host::{Host, HostError, HostExt, SysfsHost, paths};
 
 use super::runner::TestError;
 

@@ -1,5 +1,5 @@
-//! The VFIO fd hand-off on the real kernel (issue 5: "In the guest test, an unprivileged process
-//! receives the fds over D-Bus and maps DMA through them successfully").
+//! The VFIO fd hand-off on the real kernel: an unprivileged process receives the fds over D-Bus and
+//! maps DMA through them.
 //!
 //! vgpud runs as root with `--admin-group vgpu-handoff`; an mbochs instance (the sample mediated display
 //! GPU) is created through it. A user with no rights to `/dev/vfio` but in that group then runs the
@@ -18,7 +18,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use mdev_types::vfio::Backend;
+use vgpu_vfio::VfioBackend;
 
 use super::guest::Guest;
 use super::runner::{Outcome, Test, TestError, TestResult, ensure, ensure_eq};
@@ -123,10 +123,10 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-fn backend_name(b: Backend) -> &'static str {
+fn backend_name(b: VfioBackend) -> &'static str {
     match b {
-        Backend::Type1 => "type1",
-        Backend::Iommufd => "iommufd",
+        VfioBackend::Type1 => "type1",
+        VfioBackend::Iommufd => "iommufd",
     }
 }
 
@@ -206,9 +206,9 @@ fn unprivileged_vmm(g: &Guest) -> TestResult {
         format!("uid {VMM_UID} opened {node} by itself: the test proves nothing")
     })?;
 
-    let mut backends = vec![Backend::Type1];
-    if expected_backend(g) == Backend::Iommufd {
-        backends.push(Backend::Iommufd);
+    let mut backends = vec![VfioBackend::Type1];
+    if expected_backend(g) == VfioBackend::Iommufd {
+        backends.push(VfioBackend::Iommufd);
     }
     // Receives the fds as uid VMM_UID with `extra` options and checks them: `first` steps (the
     // receiver's own binding, for unbound hand-offs), then device info, config ids, DMA map and unmap.
@@ -299,8 +299,8 @@ fn unprivileged_vmm(g: &Guest) -> TestResult {
         let (out, err) = (text(&o.stdout), text(&o.stderr));
         let lines: Vec<&str> = out.lines().collect();
         let (device_link, iommu_link) = match b {
-            Backend::Type1 => ("anon_inode:[vfio-device]", "/dev/vfio/vfio"),
-            Backend::Iommufd => ("/dev/vfio/devices/vfio", "/dev/iommu"),
+            VfioBackend::Type1 => ("anon_inode:[vfio-device]", "/dev/vfio/vfio"),
+            VfioBackend::Iommufd => ("/dev/vfio/devices/vfio", "/dev/iommu"),
         };
         ensure(
             lines.len() >= 3
@@ -331,7 +331,7 @@ fn unprivileged_vmm(g: &Guest) -> TestResult {
 
     // Unbound: the receiver binds the cdev itself (as QEMU does); type1 cannot hand out an unbound
     // device.
-    if expected_backend(g) == Backend::Iommufd {
+    if expected_backend(g) == VfioBackend::Iommufd {
         check("iommufd", &["--unbound"], &["bind-attach"])?;
     } else {
         let o = run_as(

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use mdev_types::host::Host;
+use vgpu_host::Host;
 
 use super::guest::{Guest, KernelKind};
 use super::runner::{Outcome, Test, TestError, TestResult, ensure};
@@ -45,7 +45,7 @@ fn modules_loaded(g: &Guest) -> TestResult {
 
 /// /dev/vfio/vfio (the type1 container: always part of vfio in 6.1, CONFIG_VFIO_CONTAINER=y in both 6.12
 /// kernels here) and /dev/kvm
-/// (kvm_amd: QEMU's `-cpu max` offers SVM to the TCG guest, issue 3) exist.
+/// (kvm_amd: QEMU's `-cpu max` offers SVM to the TCG guest) exist.
 fn vfio_and_kvm_nodes(g: &Guest) -> TestResult {
     for node in ["/dev/vfio/vfio", "/dev/kvm"] {
         ensure(g.host.exists(Path::new(node)), || {

@@ -7,8 +7,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use mdev_types::host::{Host, paths};
 use mdev_types::ids::PciAddress;
+use vgpu_host::{Host, paths};
 
 use super::guest::{Guest, Topology};
 use super::runner::{Outcome, Test, TestError, TestResult, ensure, ensure_eq};

@@ -1,4 +1,4 @@
-//! Typed lifecycle errors (`mdev_types::ops`) on the real kernel.
+//! Typed lifecycle errors (`vgpu_host::ops`) on the real kernel.
 //!
 //! Each [`Scenario`] runs over any [`Host`]: it sets up, provokes exactly one refusal through our ops
 //! layer, checks that the typed [`LifecycleError`] is the expected variant with the expected fields,
@@ -6,13 +6,13 @@
 //! AND on the simulated host that mirrors the guest (`SimHost::builtin("samples")`) and requires the
 //! two errors to be equal (parity); the unit tests run every scenario on the simulated host alone.
 
-use mdev_types::host::sim::SimHost;
-use mdev_types::host::{Host, HostExt, paths};
 use mdev_types::ids::{MdevUuid, PciAddress};
-use mdev_types::ops::{
+use vgpu_host::ops::{
     LifecycleError, bind_driver, create_mdev, remove_mdev, restore_driver, set_sriov_autoprobe,
     set_sriov_numvfs,
 };
+use vgpu_host::{Host, HostExt, paths};
+use vgpu_sim::SimHost;
 
 use super::guest::{Guest, driver_of, wait_for};
 use super::runner::{Outcome, Test, TestError, TestResult, ensure, ensure_eq};

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use mdev_types::host::{Errno, Host, HostExt, paths};
+use vgpu_host::{Errno, Host, HostExt, paths};
 
 use super::guest::{Guest, KernelKind};
 use super::runner::{Outcome, Test, TestResult, ensure, ensure_eq, expect_errno};

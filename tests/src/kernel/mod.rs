@@ -7,8 +7,8 @@
 //! * [`harness`] — the guest's own modules and device nodes (/dev/kvm, /dev/vfio, /dev/iommu).
 //! * [`samples`] — facts about the sample mdev drivers; a guard that removes created mdevs.
 //! * [`mdev`], [`sriov`], [`iommu`] — raw sysfs tests, each errno case with its kernel source.
-//! * [`lifecycle`] — the same refusals as typed `mdev_types::ops` errors, as host-independent scenarios.
-//! * [`discovery`] — `mdev_types::discover` against what sysfs says.
+//! * [`lifecycle`] — the same refusals as typed `vgpu_host::ops` errors, as host-independent scenarios.
+//! * [`discovery`] — `vgpu_host::discover` against what sysfs says.
 //! * [`vgpud`], [`daemon`], [`daemon_events`] — the real `vgpud` on the guest's sysfs, driven over D-Bus.
 //! * [`qemu_attach`] — the host's QEMU (chrooted into its 9p-shared root) attaching an mdev and a VF
 //!   with `qemu-glue`'s arguments.

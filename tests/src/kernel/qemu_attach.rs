@@ -1,18 +1,17 @@
-//! Real QEMU attaching our devices with the arguments `qemu-glue` emits (issue 7, "QEMU arguments ...
-//! Test them with real QEMU attaching our devices inside the real-kernel guest").
+//! Real QEMU attaching our devices, inside the real-kernel guest, with the arguments `qemu-glue` emits.
 //!
 //! The guest has no QEMU of its own: scripts/vm-test shares the host's root read-only over 9p and
 //! scripts/vm/init mounts it at [`HOSTROOT`] with the guest's `/proc`, `/sys`, `/dev` and `/tmp`
 //! bind-mounted into it, so the host's `qemu-system-x86_64` runs chrooted there against the guest's
 //! kernel. The guest's CPU offers SVM (QEMU `-cpu max` under TCG), so `kvm_amd` gives it `/dev/kvm` and
 //! the inner QEMU runs with `-accel kvm` (nested). Each test creates or binds a device through
-//! `mdev_types::ops`, starts QEMU stopped (`-S`) with the device arguments from
+//! `vgpu_host::ops`, starts QEMU stopped (`-S`) with the device arguments from
 //! [`qemu_glue::mdev_qemu_args`] / [`qemu_glue::pci_qemu_args`], asks the monitor for `info pci`, quits,
 //! checks QEMU listed the device with its vendor:device id, and puts the device back.
 //!
 //! `info pci` prints each function as `<class name>: PCI device <vendor>:<device>`, the class name from
 //! QEMU's `pci_class_descriptions` (hw/pci/pci.c; unnamed classes print as `Class NNNN`), as measured
-//! with QEMU 10.0 (issue 7: mbochs shows as `Display controller: PCI device 1234:1111`).
+//! with QEMU 10.0 (measured: mbochs shows as `Display controller: PCI device 1234:1111`).
 
 use std::io::{Read, Write};
 use std::path::Path;
@@ -20,10 +19,10 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use mdev_types::host::{Host, HostExt, paths};
 use mdev_types::ids::MdevUuid;
-use mdev_types::ops::{bind_driver, create_mdev, remove_mdev, restore_driver};
 use qemu_glue::{MdevDisplay, mdev_qemu_args, pci_qemu_args};
+use vgpu_host::ops::{bind_driver, create_mdev, remove_mdev, restore_driver};
+use vgpu_host::{Host, HostExt, paths};
 
 use super::guest::{Guest, driver_of};
 use super::runner::{Outcome, Test, TestError, TestResult, ensure, ensure_eq};
@@ -113,7 +112,7 @@ fn strip_escapes(s: &str) -> String {
 
 /// The arguments of every run besides the device: nested KVM, a bare q35 with 128 MB, no display,
 /// CPUs stopped (`-S`: the devices are realized — VFIO opens them and maps guest memory for DMA — but
-/// no guest code runs) and the monitor on stdio (issue 7's measured command line).
+/// no guest code runs) and the monitor on stdio (the command line measured to work with QEMU 10.0).
 fn base_args() -> Vec<String> {
     [
         "-accel",

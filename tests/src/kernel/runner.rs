@@ -11,9 +11,9 @@ use std::io::Write;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Instant;
 
-use mdev_types::host::{Errno, HostError};
-use mdev_types::ops::LifecycleError;
 use thiserror::Error;
+use vgpu_host::ops::LifecycleError;
+use vgpu_host::{Errno, HostError};
 
 /// How a test that did not fail ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -239,7 +239,7 @@ mod tests {
 
     #[test]
     fn errno_expectations() {
-        let e = HostError::new(mdev_types::host::HostOp::Write, "/sys/x", Errno::EEXIST);
+        let e = HostError::new(vgpu_host::HostOp::Write, "/sys/x", Errno::EEXIST);
         assert!(expect_errno("create", Err::<(), _>(e.clone()), Errno::EEXIST).is_ok());
         let msg = expect_errno("create", Err::<(), _>(e), Errno::ENOSPC)
             .unwrap_err()

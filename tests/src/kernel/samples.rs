@@ -14,8 +14,8 @@
 
 use std::path::{Path, PathBuf};
 
-use mdev_types::host::{Errno, Host, HostError, HostExt, paths};
 use mdev_types::ids::{MdevTypeId, MdevUuid};
+use vgpu_host::{Errno, Host, HostError, HostExt, paths};
 
 use super::runner::TestError;
 
@@ -157,7 +157,7 @@ impl<'h> Mdevs<'h> {
         }
     }
 
-    /// Remembers an mdev created by other means (e.g. `mdev_types::ops::create_mdev`) for removal.
+    /// Remembers an mdev created by other means (e.g. `vgpu_host::ops::create_mdev`) for removal.
     pub fn adopt(&mut self, uuid: MdevUuid) {
         self.uuids.push(uuid);
     }

@@ -8,8 +8,8 @@
 
 use std::path::Path;
 
-use mdev_types::host::{Errno, Host, HostError, HostExt, paths};
 use mdev_types::ids::PciAddress;
+use vgpu_host::{Errno, Host, HostError, HostExt, paths};
 
 use super::guest::{Guest, driver_of, one_pci, pci_by_id, vf_address};
 use super::runner::{Outcome, Test, TestError, TestResult, ensure, ensure_eq, expect_errno};

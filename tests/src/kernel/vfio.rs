@@ -1,4 +1,4 @@
-//! VFIO on the real kernel: the preflight of `mdev_types::vfio` (open, device info, config ids, DMA
+//! VFIO on the real kernel: the preflight of `vgpu_vfio` (open, device info, config ids, DMA
 //! map/unmap through vm-memory, KVM attach) on the sample mdevs and on igb/nvme VFs we bound with
 //! `ops::bind_vfio`; the backend choice (iommufd + cdev on the custom kernel, type1 on the stock ones);
 //! group viability on the shared-group topology; every device back on its original driver afterwards.
@@ -7,13 +7,13 @@
 //! stores 0x32534348 at offset 0 (vendor 0x4348, device 0x3253); mdpy-defs.h MDPY_PCI_VENDOR_ID
 //! PCI_VENDOR_ID_REDHAT (0x1b36), MDPY_PCI_DEVICE_ID 0x000f; mbochs.c stores 0x1234 / 0x1111.
 
-use mdev_types::host::Host;
 use mdev_types::ids::{PciAddress, PciId};
-use mdev_types::ops::{BindRecord, VfioBindError, bind_driver, bind_vfio, restore_driver};
-use mdev_types::vfio::{
-    Backend, PreflightOptions, PreflightReport, StepOutcome, Target, preflight,
+use vgpu_host::Host;
+use vgpu_host::ops::{BindRecord, VfioBindError, bind_driver, bind_vfio, restore_driver};
+use vgpu_host::viability::{MemberState, Problem, check};
+use vgpu_vfio::{
+    PreflightOptions, PreflightReport, StepOutcome, VfioBackend, VfioTarget, preflight,
 };
-use mdev_types::viability::{MemberState, Problem, check};
 
 use super::guest::{Guest, KernelKind, Topology};
 use super::iommu::EDU;
@@ -58,10 +58,10 @@ pub(super) fn check_err(e: impl std::fmt::Display) -> TestError {
 /// The backend the automatic choice must make on this kernel: iommufd where the kernel has IOMMUFD
 /// and the vfio device cdev (the custom kernel: CONFIG_IOMMUFD=m, CONFIG_VFIO_DEVICE_CDEV=y), type1 on
 /// Debian's kernels (CONFIG_IOMMUFD unset).
-pub(super) fn expected_backend(g: &Guest) -> Backend {
+pub(super) fn expected_backend(g: &Guest) -> VfioBackend {
     match g.kernel {
-        KernelKind::Custom => Backend::Iommufd,
-        KernelKind::Stock612 | KernelKind::Stock61 => Backend::Type1,
+        KernelKind::Custom => VfioBackend::Iommufd,
+        KernelKind::Stock612 | KernelKind::Stock61 => VfioBackend::Type1,
     }
 }
 
@@ -70,7 +70,7 @@ pub(super) fn expected_backend(g: &Guest) -> Backend {
 fn ensure_passed(
     g: &Guest,
     r: &PreflightReport,
-    backend: Backend,
+    backend: VfioBackend,
     ids: (u16, u16),
 ) -> Result<(), TestError> {
     let summary = || serde_json::to_string(r).unwrap_or_default();
@@ -127,14 +127,17 @@ fn preflight_mdev(g: &Guest, parent: &str, ty: &str, ids: (u16, u16)) -> TestRes
     let mut mdevs = Mdevs::new(&g.host);
     let uuid = test_uuid(&format!("vfio_preflight_{parent}"), 0);
     mdevs.create(parent, ty, uuid)?;
-    let r =
-        preflight(&g.host, &Target::Mdev(uuid), &PreflightOptions::default()).map_err(check_err)?;
+    let r = preflight(
+        &g.host,
+        &VfioTarget::Mdev(uuid),
+        &PreflightOptions::default(),
+    )
+    .map_err(check_err)?;
     ensure_passed(g, &r, expected_backend(g), ids)?;
     ensure_eq(
         format_args!("IOMMU group of mdev {uuid}"),
         Some(r.iommu_group),
-        g.iommu_group_of(&mdev_types::host::paths::mdev_device(&uuid))
-            .ok(),
+        g.iommu_group_of(&vgpu_host::paths::mdev_device(&uuid)).ok(),
     )?;
     mdevs.remove_all()?;
     Ok(Outcome::Passed)
@@ -182,8 +185,8 @@ fn preflight_vf(g: &Guest, pf: Pf) -> TestResult {
         g.driver_of(&vf)?,
         Some("vfio-pci".to_string()),
     )?;
-    let r =
-        preflight(&g.host, &Target::Pci(vf), &PreflightOptions::default()).map_err(check_err)?;
+    let r = preflight(&g.host, &VfioTarget::Pci(vf), &PreflightOptions::default())
+        .map_err(check_err)?;
     ensure_passed(g, &r, expected_backend(g), pf.vf_id())?;
     restore.finish()?;
     ensure_eq(
@@ -201,15 +204,20 @@ fn both_backends(g: &Guest) -> TestResult {
     let mut mdevs = Mdevs::new(&g.host);
     let uuid = test_uuid("vfio_backends", 0);
     mdevs.create("mtty", "mtty-2", uuid)?;
-    let t = Target::Mdev(uuid);
+    let t = VfioTarget::Mdev(uuid);
     let opts = |b| PreflightOptions {
         backend: Some(b),
         ..PreflightOptions::default()
     };
-    let r = preflight(&g.host, &t, &opts(Backend::Type1)).map_err(check_err)?;
-    ensure_passed(g, &r, Backend::Type1, (0x4348, 0x3253))?;
-    match (g.kernel, preflight(&g.host, &t, &opts(Backend::Iommufd))) {
-        (KernelKind::Custom, Ok(r)) => ensure_passed(g, &r, Backend::Iommufd, (0x4348, 0x3253))?,
+    let r = preflight(&g.host, &t, &opts(VfioBackend::Type1)).map_err(check_err)?;
+    ensure_passed(g, &r, VfioBackend::Type1, (0x4348, 0x3253))?;
+    match (
+        g.kernel,
+        preflight(&g.host, &t, &opts(VfioBackend::Iommufd)),
+    ) {
+        (KernelKind::Custom, Ok(r)) => {
+            ensure_passed(g, &r, VfioBackend::Iommufd, (0x4348, 0x3253))?
+        }
         (KernelKind::Custom, Err(e)) => {
             return Err(TestError::Check(format!(
                 "iommufd preflight on the custom kernel: {e}"
@@ -231,7 +239,7 @@ fn both_backends(g: &Guest) -> TestResult {
 /// A PCI device not on vfio-pci is refused before anything is opened, naming its driver.
 fn refuses_unbound(g: &Guest) -> TestResult {
     let pf = Pf::Igb.find(&g.host)?;
-    let e = preflight(&g.host, &Target::Pci(pf), &PreflightOptions::default())
+    let e = preflight(&g.host, &VfioTarget::Pci(pf), &PreflightOptions::default())
         .err()
         .ok_or_else(|| TestError::Check(format!("preflight of the igb PF {pf} ran")))?;
     let msg = e.to_string();
@@ -277,7 +285,8 @@ fn shared_group_unbound(g: &Guest) -> TestResult {
         host: &g.host,
         record: Some(bind_vfio(&g.host, &a).map_err(check_err)?),
     };
-    let r = preflight(&g.host, &Target::Pci(a), &PreflightOptions::default()).map_err(check_err)?;
+    let r =
+        preflight(&g.host, &VfioTarget::Pci(a), &PreflightOptions::default()).map_err(check_err)?;
     ensure_passed(g, &r, expected_backend(g), EDU)?;
     restore.finish()?;
     ensure_eq(
@@ -297,7 +306,7 @@ fn shared_group_refusal(g: &Guest) -> TestResult {
     };
     if !g
         .host
-        .exists(&mdev_types::host::paths::pci_driver("uio_pci_generic"))
+        .exists(&vgpu_host::paths::pci_driver("uio_pci_generic"))
     {
         return Ok(Outcome::Skipped(
             "kernel has no uio_pci_generic (CONFIG_UIO unset), the only host driver that takes an edu device"
@@ -349,7 +358,7 @@ fn shared_group_refusal(g: &Guest) -> TestResult {
         kvm: false,
         ..PreflightOptions::default()
     };
-    let r = preflight(&g.host, &Target::Pci(a), &opts).map_err(check_err)?;
+    let r = preflight(&g.host, &VfioTarget::Pci(a), &opts).map_err(check_err)?;
     ensure(!r.passed, || {
         format!("preflight of {a} passed in a non-viable group: {r:?}")
     })?;
@@ -408,8 +417,8 @@ fn dbus_preflight(g: &Guest) -> TestResult {
         &serde_json::Value::from(uuid.to_string()),
     )?;
     let backend = match expected_backend(g) {
-        Backend::Type1 => "type1",
-        Backend::Iommufd => "iommufd",
+        VfioBackend::Type1 => "type1",
+        VfioBackend::Iommufd => "iommufd",
     };
     ensure_eq("backend", &r["backend"], &serde_json::Value::from(backend))?;
     ensure(r["checked_at"].as_u64().is_some_and(|t| t > 0), || {

@@ -1,10 +1,10 @@
-//! VFIO benchmarks on the real kernel (issue 5, "Benchmarks"): preflight latency per sample instance,
+//! VFIO benchmarks on the real kernel (scripts/bench-vm): preflight latency per sample instance,
 //! and DMA map throughput of a 256 MiB region through our code against the raw ioctl sequence on the same
 //! container in the same run. Run only when a filter names `bench` (`scripts/bench-vm`); they print
 //! `bench:` lines and fail only when an operation fails, never on a ratio.
 
-use mdev_types::ops::bind_vfio;
-use mdev_types::vfio::{Backend, PreflightOptions, Target, preflight};
+use vgpu_host::ops::bind_vfio;
+use vgpu_vfio::{PreflightOptions, VfioBackend, VfioTarget, preflight};
 
 use super::guest::{Guest, KernelKind};
 use super::runner::{Outcome, Test, TestError, TestResult, ensure, ensure_eq};
@@ -22,7 +22,7 @@ pub fn benches() -> Vec<Test<Guest>> {
 
 /// Measured preflights per sample instance.
 const PREFLIGHTS: usize = 20;
-/// DMA region of the throughput benchmark (issue 5: 256 MiB).
+/// DMA region of the throughput benchmark (256 MiB).
 const DMA_BENCH_SIZE: usize = 256 << 20;
 /// Map/unmap rounds per path, after one warm-up round each.
 const DMA_ROUNDS: usize = 5;
@@ -60,7 +60,7 @@ fn bench_preflight_latency(g: &Guest) -> TestResult {
             let mut totals = Vec::new();
             let mut by_step: Vec<(String, Vec<u64>)> = Vec::new();
             for i in 0..=PREFLIGHTS {
-                let r = preflight(&g.host, &Target::Mdev(uuid), &opts).map_err(check_err)?;
+                let r = preflight(&g.host, &VfioTarget::Mdev(uuid), &opts).map_err(check_err)?;
                 ensure(r.passed, || format!("preflight of {parent} failed: {r:?}"))?;
                 if i == 0 {
                     continue; // warm-up
@@ -94,9 +94,9 @@ fn bench_preflight_latency(g: &Guest) -> TestResult {
 /// `VFIO_IOMMU_MAP_DMA`/`UNMAP_DMA` ioctls on the same container and buffer, interleaved, on an igb VF
 /// (a real IOMMU-backed group, so the kernel pins every page and programs the emulated VT-d tables).
 fn bench_dma_map(g: &Guest) -> TestResult {
-    use mdev_types::vfio::sys::{raw_type1_map, raw_type1_unmap};
-    use mdev_types::vfio::{DmaBuffer, Session, inspect};
     use std::time::Instant;
+    use vgpu_vfio::sys::{raw_type1_map, raw_type1_unmap};
+    use vgpu_vfio::{DmaBuffer, Session, inspect};
 
     let guard = PfGuard::new(&g.host, Pf::Igb)?;
     let vf = guard.enable_vfs(1)?[0];
@@ -104,12 +104,12 @@ fn bench_dma_map(g: &Guest) -> TestResult {
         host: &g.host,
         record: Some(bind_vfio(&g.host, &vf).map_err(check_err)?),
     };
-    let target = Target::Pci(vf);
+    let target = VfioTarget::Pci(vf);
     let state = inspect(&g.host, &target).map_err(check_err)?;
     let buffer = DmaBuffer::new(DMA_BENCH_SIZE).map_err(check_err)?;
-    let mut backends = vec![Backend::Type1];
+    let mut backends = vec![VfioBackend::Type1];
     if g.kernel == KernelKind::Custom {
-        backends.push(Backend::Iommufd);
+        backends.push(VfioBackend::Iommufd);
     }
     for backend in backends {
         let mut session = Session::open_backend(backend, None, &target).map_err(check_err)?;

@@ -1,14 +1,14 @@
 //! Vendor-neutral pieces every backend uses: matching requests to slots, building slot plans,
-//! applying sysfs settings with read-back, and the mdev / VF lifecycle through `mdev_types::ops`.
+//! applying sysfs settings with read-back, and the mdev / VF lifecycle through `vgpu_host::ops`.
 
 use std::path::Path;
 
-use mdev_types::host::{Errno, Host, HostExt, paths};
 use mdev_types::ids::{MdevUuid, PciAddress};
 use mdev_types::model::{Inventory, PciDevice};
-use mdev_types::ops::{
+use vgpu_host::ops::{
     bind_driver, create_mdev, remove_mdev, restore_driver, set_sriov_autoprobe, set_sriov_numvfs,
 };
+use vgpu_host::{Errno, Host, HostExt, paths};
 
 use super::{Backend, BackendError, CreateRequest, Created};
 use crate::profile::{Priority, Target};
@@ -389,10 +389,7 @@ pub(crate) fn enable_vfs(
 }
 
 /// The first VF of `pf` (`virtfn0`), when enabled.
-fn first_vf(
-    host: &dyn Host,
-    pf: &PciAddress,
-) -> Result<Option<PciAddress>, mdev_types::host::HostError> {
+fn first_vf(host: &dyn Host, pf: &PciAddress) -> Result<Option<PciAddress>, vgpu_host::HostError> {
     Ok(host
         .link_name(&paths::pci_attr(pf, "virtfn0"))?
         .and_then(|n| n.parse().ok()))

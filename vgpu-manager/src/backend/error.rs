@@ -1,8 +1,8 @@
 //! What a backend operation can fail with; every message names the GPU or path and the fix.
 
-use mdev_types::host::HostError;
-use mdev_types::ops::LifecycleError;
 use thiserror::Error;
+use vgpu_host::HostError;
+use vgpu_host::ops::LifecycleError;
 
 /// A failed backend operation.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]

@@ -2,8 +2,8 @@
 //! mbochs; samples/vfio-mdev/), which emulate a serial port or a framebuffer in the host CPU. They have
 //! no GPU engine, so there is nothing to time-slice: plans report no effective share and refuse nothing.
 
-use mdev_types::host::Host;
 use mdev_types::model::{Gpu, Inventory, MdevParent};
+use vgpu_host::Host;
 
 use super::common::{self, Slot, assign, slot_plans};
 use super::{

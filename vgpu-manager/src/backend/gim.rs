@@ -15,9 +15,9 @@
 
 use std::path::Path;
 
-use mdev_types::host::{Host, HostExt};
 use mdev_types::ids::PciAddress;
 use mdev_types::model::{Gpu, Inventory};
+use vgpu_host::{Host, HostExt};
 
 use super::common::{self, Slot, VfEnable, assign, slot_plans};
 use super::{

@@ -7,9 +7,9 @@
 //! for each vGPU still to be created, the type whose fixed weight brings the shares closest to the
 //! requested ones; existing vGPUs keep their type.
 
-use mdev_types::host::Host;
 use mdev_types::model::{Gpu, Inventory, MdevParent};
 use mdev_types::parse::TypeDescription;
+use vgpu_host::Host;
 
 use super::common::{self, assign, slot_plans};
 use super::generic_mdev::{instance_slots, parent_of};

@@ -4,9 +4,9 @@
 //! vfio-pci. Weights become per-VF quanta exactly as on xe (`intel_quanta`); this interface has
 //! no priority knob.
 
-use mdev_types::host::{Host, HostExt, paths};
 use mdev_types::ids::PciAddress;
 use mdev_types::model::{Gpu, Inventory};
+use vgpu_host::{Host, HostExt, paths};
 
 use super::common::{self, Slot, VfEnable, assign, slot_plans};
 use super::intel_quanta::{plan_quanta, read_state, uncovered_note};

@@ -178,13 +178,13 @@ pub(crate) fn shares_from_quanta(quanta: &[u32]) -> Option<Vec<f64>> {
 /// Reads `exec_quantum_ms`, `preempt_timeout_us` (and, with `priority`, `sched_priority`) of the PF
 /// (function 0) and the given VFs `(function, slot name, device)` into a state with shares.
 pub(crate) fn read_state(
-    host: &dyn mdev_types::host::Host,
+    host: &dyn vgpu_host::Host,
     mut st: crate::sched::SchedState,
     vfs: Vec<(u32, String, Option<String>)>,
     knob_path: &dyn Fn(u32, &str) -> String,
     priority: bool,
 ) -> Result<crate::sched::SchedState, super::BackendError> {
-    use mdev_types::host::HostExt;
+    use vgpu_host::HostExt;
     let gpu = st.gpu.clone();
     let read = |path: &str| {
         host.read_optional(std::path::Path::new(path))

@@ -17,7 +17,8 @@
 //! [`Backend::read_back`]; every result is plain serializable data ([`crate::sched`]).
 //!
 //! ```
-//! use mdev_types::{discover::discover, host::sim::SimHost};
+//! use vgpu_host::discover::discover;
+//! use vgpu_sim::SimHost;
 //! use vgpu_manager::backend::detect_gpu;
 //! use vgpu_manager::sched::{PlanOptions, SchedRequest};
 //!
@@ -31,11 +32,11 @@
 
 use std::fmt;
 
-use mdev_types::host::Host;
 use mdev_types::ids::{MdevUuid, PciAddress};
 use mdev_types::model::Inventory;
-use mdev_types::ops::BindRecord;
 use serde::{Deserialize, Serialize};
+use vgpu_host::Host;
+use vgpu_host::ops::BindRecord;
 
 use crate::profile::{MatchOption, Profile, Target, match_profile};
 use crate::sched::{ApplyReport, PlanOptions, SchedPlan, SchedRequest, SchedState};
@@ -269,7 +270,7 @@ pub struct Detected {
 type Detector = fn(&dyn Host, &Inventory, &mdev_types::model::Gpu) -> DetectResult;
 
 /// What a detector returns.
-pub(crate) type DetectResult = Result<Option<Box<dyn Backend>>, mdev_types::host::HostError>;
+pub(crate) type DetectResult = Result<Option<Box<dyn Backend>>, vgpu_host::HostError>;
 
 /// Detectors in precedence order: specific vendor interfaces first, the generic mdev parent last.
 const DETECTORS: &[Detector] = &[

@@ -4,10 +4,10 @@
 //! "Homogeneous time-sliced vGPUs": once one exists every other type shows `available_instances` 0).
 //! Scheduling is the GPU-wide `RmPVMRL` policy ([`super::nvidia_sched`]).
 
-use mdev_types::host::Host;
 use mdev_types::ids::PciAddress;
 use mdev_types::model::{Gpu, Inventory, MdevParent, MdevType};
 use mdev_types::parse::TypeDescription;
+use vgpu_host::Host;
 
 use super::common::{self, Slot, assign};
 use super::generic_mdev::{instance_slots, parent_of};

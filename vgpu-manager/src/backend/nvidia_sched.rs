@@ -19,9 +19,9 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use mdev_types::host::{Host, HostExt};
 use mdev_types::ids::PciAddress;
 use serde::{Deserialize, Serialize};
+use vgpu_host::{Host, HostExt};
 
 use super::common::{self, Slot, slot_plans};
 use super::{BackendError, BackendKind};

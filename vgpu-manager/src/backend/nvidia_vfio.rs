@@ -7,10 +7,10 @@
 
 use std::path::PathBuf;
 
-use mdev_types::host::{Host, paths};
 use mdev_types::ids::PciAddress;
 use mdev_types::model::{Gpu, Inventory, NvidiaVfState};
 use mdev_types::parse::parse_nvidia_vgpu_name;
+use vgpu_host::{Host, paths};
 
 use super::common::{self, Slot, assign, unsupported};
 use super::nvidia_sched::{self, NvGpu, NvSlotInfo};

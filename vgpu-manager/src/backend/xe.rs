@@ -10,9 +10,9 @@
 
 use std::collections::BTreeSet;
 
-use mdev_types::host::{Host, paths};
 use mdev_types::ids::PciAddress;
 use mdev_types::model::{Gpu, Inventory};
+use vgpu_host::{Host, paths};
 
 use super::common::{self, Slot, VfEnable, assign, slot_plans};
 use super::intel_quanta::{plan_quanta, read_state, uncovered_note};

@@ -6,7 +6,7 @@
 use std::io::Read;
 use std::process::ExitCode;
 
-use mdev_types::host::{Host, SysfsHost, paths};
+use vgpu_host::{Host, SysfsHost, paths};
 use vgpu_manager::client::BusAddress;
 use vgpu_manager::hook::daemon::DbusDaemon;
 use vgpu_manager::hook::{HOOK_NAME, Invocation, run};

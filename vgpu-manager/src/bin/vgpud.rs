@@ -116,7 +116,7 @@ fn main() -> ExitCode {
 /// driver come or gone, a vGPU on an SR-IOV VF: `GpuImpact`).
 fn forward_uevents(
     core: &Arc<Core>,
-    events: std::sync::mpsc::Receiver<mdev_types::host::uevent::Uevent>,
+    events: std::sync::mpsc::Receiver<vgpu_host::uevent::Uevent>,
     gpus: dbus::GpuRefresher,
 ) {
     let core = Arc::downgrade(core);

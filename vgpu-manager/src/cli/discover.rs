@@ -2,11 +2,11 @@
 
 use std::io::Write;
 
-use mdev_types::discover::discover as discover_host;
 use mdev_types::ids::PciAddress;
 use mdev_types::model::{Assignability, Capability, Gpu, Inventory, MdevParent, MdevType};
 use mdev_types::parse::TypeDescription;
 use serde::Serialize;
+use vgpu_host::discover::discover as discover_host;
 
 use super::{CliError, HostArgs, Table, write_json};
 

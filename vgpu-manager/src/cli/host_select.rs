@@ -4,8 +4,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use mdev_types::host::sim::SimHost;
-use mdev_types::host::{Host, SysfsHost};
+use vgpu_host::{Host, SysfsHost};
 
 use super::CliError;
 
@@ -39,13 +38,7 @@ impl HostArgs {
     /// Opens the selected host.
     pub fn open(&self) -> Result<Arc<dyn Host>, CliError> {
         if let Some(sim) = &self.sim {
-            let mut host = SimHost::load(sim).map_err(|e| CliError::Host(e.to_string()))?;
-            if let Some(journal) = &self.sim_journal {
-                host = host
-                    .with_journal(journal)
-                    .map_err(|e| CliError::Host(e.to_string()))?;
-            }
-            return Ok(Arc::new(host));
+            return self.open_sim(sim);
         }
         match &self.sysfs_root {
             Some(root) => {
@@ -66,5 +59,23 @@ impl HostArgs {
             }
             None => Ok(Arc::new(SysfsHost::live())),
         }
+    }
+
+    #[cfg(feature = "sim")]
+    fn open_sim(&self, sim: &str) -> Result<Arc<dyn Host>, CliError> {
+        let mut host = vgpu_sim::SimHost::load(sim).map_err(|e| CliError::Host(e.to_string()))?;
+        if let Some(journal) = &self.sim_journal {
+            host = host
+                .with_journal(journal)
+                .map_err(|e| CliError::Host(e.to_string()))?;
+        }
+        Ok(Arc::new(host))
+    }
+
+    #[cfg(not(feature = "sim"))]
+    fn open_sim(&self, sim: &str) -> Result<Arc<dyn Host>, CliError> {
+        Err(CliError::Host(format!(
+            "--sim {sim}: this build has no simulated host (rebuild with the `sim` feature, on by default)"
+        )))
     }
 }

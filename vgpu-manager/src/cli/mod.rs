@@ -35,7 +35,7 @@ pub enum CliError {
     Host(String),
     /// Discovery failed.
     #[error("discovery failed: {0}")]
-    Discover(#[from] mdev_types::discover::DiscoverError),
+    Discover(#[from] vgpu_host::discover::DiscoverError),
     /// A bad argument value.
     #[error("{0}")]
     BadArgument(String),

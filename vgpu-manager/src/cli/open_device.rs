@@ -14,8 +14,8 @@ use std::os::fd::AsFd;
 use std::os::unix::process::CommandExt;
 
 use mdev_types::ids::MdevUuid;
-use mdev_types::vfio::{Backend, OpenedDevice};
 use nix::fcntl::{FcntlArg, FdFlag, fcntl};
+use vgpu_vfio::{OpenedDevice, OpenedDeviceExt};
 
 use super::CliError;
 use super::daemon_cmds::BusArgs;
@@ -105,10 +105,7 @@ fn exec_with(opened: &OpenedDevice, command: &[String]) -> CliError {
     let (device, iommu) = (opened.device.as_raw_fd(), opened.iommu.as_raw_fd());
     let ioas = opened.ioas_id.unwrap_or(0);
     let argv = substitute(command, device, iommu, ioas);
-    let backend = match opened.backend {
-        Backend::Type1 => "type1",
-        Backend::Iommufd => "iommufd",
-    };
+    let backend = opened.backend.as_str();
     let e = std::process::Command::new(&argv[0])
         .args(&argv[1..])
         .env("VGPU_DEVICE_FD", device.to_string())

@@ -10,7 +10,7 @@ use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
 use futures_util::StreamExt;
-use mdev_types::discover::discover as discover_host;
+use vgpu_host::discover::discover as discover_host;
 
 use super::daemon_cmds::BusArgs;
 use super::profiles::catalog;

@@ -4,8 +4,8 @@
 
 use std::io::Write;
 
-use mdev_types::vfio::{
-    Backend, PreflightOptions, PreflightReport, StepOutcome, Target, preflight,
+use vgpu_vfio::{
+    PreflightOptions, PreflightReport, StepOutcome, VfioBackend, VfioTarget, preflight,
 };
 
 use super::{CliError, HostArgs, write_json};
@@ -23,11 +23,11 @@ pub(super) enum BackendArg {
 
 impl BackendArg {
     /// The forced backend, or `None` for the automatic choice.
-    pub(super) fn forced(self) -> Option<Backend> {
+    pub(super) fn forced(self) -> Option<VfioBackend> {
         match self {
             BackendArg::Auto => None,
-            BackendArg::Type1 => Some(Backend::Type1),
-            BackendArg::Iommufd => Some(Backend::Iommufd),
+            BackendArg::Type1 => Some(VfioBackend::Type1),
+            BackendArg::Iommufd => Some(VfioBackend::Iommufd),
         }
     }
 }
@@ -60,10 +60,10 @@ pub(super) fn run(
     args: &PreflightArgs,
     out: &mut dyn Write,
 ) -> Result<bool, CliError> {
-    let target: Target = args
+    let target: VfioTarget = args
         .target
         .parse()
-        .map_err(|e: mdev_types::vfio::VfioCheckError| CliError::BadArgument(e.to_string()))?;
+        .map_err(|e: vgpu_vfio::BadTarget| CliError::BadArgument(e.to_string()))?;
     if host.sim.is_some() || host.sysfs_root.is_some() {
         return Err(CliError::BadArgument(
             "preflight opens real VFIO devices: it runs only on the live kernel (drop --sim/--sysfs-root)"

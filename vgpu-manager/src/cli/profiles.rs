@@ -3,8 +3,8 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use mdev_types::discover::discover as discover_host;
 use serde::Serialize;
+use vgpu_host::discover::discover as discover_host;
 
 use super::{CliError, HostArgs, Table, write_json};
 use crate::profile::reason::fmt_mib;

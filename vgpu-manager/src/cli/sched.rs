@@ -4,8 +4,8 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use mdev_types::discover::discover as discover_host;
 use serde::Serialize;
+use vgpu_host::discover::discover as discover_host;
 
 use super::{CliError, HostArgs, Table, write_json};
 use crate::backend::{Backend, BackendError, detect, detect_gpu};
@@ -35,7 +35,7 @@ pub(super) enum SchedCommand {
 
 /// The host, the GPU's backend, and the plan.
 type Planned = (
-    std::sync::Arc<dyn mdev_types::host::Host>,
+    std::sync::Arc<dyn vgpu_host::Host>,
     Box<dyn Backend>,
     SchedPlan,
 );

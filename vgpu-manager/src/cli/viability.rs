@@ -3,8 +3,8 @@
 use std::io::Write;
 
 use mdev_types::ids::PciAddress;
-use mdev_types::viability::{Viability, check};
 use serde::Serialize;
+use vgpu_host::viability::{Viability, check};
 
 use super::{CliError, HostArgs, Table, write_json};
 

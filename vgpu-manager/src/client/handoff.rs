@@ -4,19 +4,19 @@
 use std::collections::HashMap;
 
 use mdev_types::ids::MdevUuid;
-use mdev_types::vfio::{Backend, OpenedDevice, Target};
+use mdev_types::vfio_api::{OpenedDevice, VfioBackend, VfioTarget};
 use zbus::{Connection, Variant};
 
 use super::{ClientError, Instance1Proxy, instance_path};
 
 /// Asks vgpud for the fds of running instance `uuid` through `backend` (or the daemon's choice), bound
 /// and attached for DMA or, with `bind` false, as the unbound cdev and an iommufd (see
-/// [`OpenedDevice::open`]). The device stays open as long as the returned value (or its fds) lives.
+/// `vgpu-vfio`'s `OpenedDeviceExt::open`). The device stays open as long as the returned value (or its fds) lives.
 pub async fn open_device(
     conn: &Connection,
     bus: &str,
     uuid: &MdevUuid,
-    backend: Option<Backend>,
+    backend: Option<VfioBackend>,
     bind: bool,
 ) -> Result<OpenedDevice, ClientError> {
     let call_err = |e| ClientError::from_call("OpenDevice", bus, e);
@@ -27,11 +27,7 @@ pub async fn open_device(
         .await
         .map_err(call_err)?;
     let mut options = HashMap::new();
-    let name = match backend {
-        None => "auto",
-        Some(Backend::Type1) => "type1",
-        Some(Backend::Iommufd) => "iommufd",
-    };
+    let name = backend.map_or("auto", VfioBackend::as_str);
     options.insert("backend", Variant::from(name));
     options.insert("bind", Variant::from(bind));
     let (device, iommu, kind, ioas, group) = proxy.open_device(options).await.map_err(|e| {
@@ -52,10 +48,10 @@ pub async fn open_device(
             call_err(e)
         }
     })?;
-    let backend = match kind.as_str() {
-        "type1" => Backend::Type1,
-        "iommufd" => Backend::Iommufd,
-        other => {
+    let backend = match kind.parse::<VfioBackend>() {
+        Ok(b) => b,
+        Err(_) => {
+            let other = kind.as_str();
             return Err(ClientError::Bus {
                 method: "OpenDevice".into(),
                 source: zbus::Error::Failure(format!(
@@ -64,9 +60,9 @@ pub async fn open_device(
             });
         }
     };
-    let ioas_id = (backend == Backend::Iommufd && ioas != 0).then_some(ioas);
+    let ioas_id = (backend == VfioBackend::Iommufd && ioas != 0).then_some(ioas);
     Ok(OpenedDevice::from_parts(
-        Target::Mdev(*uuid),
+        VfioTarget::Mdev(*uuid),
         group,
         backend,
         device.into(),

@@ -166,7 +166,7 @@ pub trait Instance1 {
     fn health(&self) -> zbus::Result<String>;
 
     /// Opens the instance through VFIO as a VMM would; JSON of a
-    /// [`mdev_types::vfio::PreflightReport`] (also kept in `Health`).
+    /// [`vgpu_vfio::PreflightReport`] (also kept in `Health`).
     fn preflight(&self) -> zbus::Result<String>;
 
     /// Opens the running instance for the caller: (device fd, IOMMU fd, backend, IOAS id, IOMMU group).

@@ -3,9 +3,9 @@
 
 use std::path::Path;
 
-use mdev_types::discover::discover;
-use mdev_types::host::sim::SimHost;
-use mdev_types::host::{Host, paths};
+use vgpu_host::discover::discover;
+use vgpu_host::{Host, paths};
+use vgpu_sim::SimHost;
 
 use super::*;
 use crate::profile::{Catalog, Target};
@@ -256,7 +256,7 @@ fn vfs_bound_by_others_are_not_taken() {
     );
     assert!(before.shortfall.is_empty());
     let taken: mdev_types::ids::PciAddress = "0000:3b:00.2".parse().unwrap();
-    mdev_types::ops::bind_driver(&h, &taken, "vfio-pci").unwrap();
+    vgpu_host::ops::bind_driver(&h, &taken, "vfio-pci").unwrap();
     let after = plan_pool(&pool, &cat(), &discover(&h).unwrap(), &[]).unwrap();
     assert_eq!(
         vfs_of(&after),

@@ -55,10 +55,9 @@ fn gvt_read_back_uses_type_weights() {
         ("i915-GVTg_V5_8", "0b5c2e2a-0000-4000-8000-000000000001"),
         ("i915-GVTg_V5_4", "0b5c2e2a-0000-4000-8000-000000000002"),
     ] {
-        mdev_types::host::Host::write(&h, std::path::Path::new(&format!("{ty}/{t}/create")), u)
-            .unwrap();
+        vgpu_host::Host::write(&h, std::path::Path::new(&format!("{ty}/{t}/create")), u).unwrap();
     }
-    let inv = mdev_types::discover::discover(&h).unwrap();
+    let inv = vgpu_host::discover::discover(&h).unwrap();
     let b2 = backend(&h, &inv, IGPU);
     let st = b2.read_back(&h).unwrap();
     let w: Vec<_> = st.slots.iter().map(|s| (s.weight, s.share)).collect();

@@ -2,14 +2,14 @@
 
 use std::path::Path;
 
-use mdev_types::host::{Host, HostExt};
+use vgpu_host::{Host, HostExt};
 
 use super::{backend, host};
 use crate::backend::{BackendError, CreateRequest, Created};
 use crate::profile::{Catalog, Target};
 
-fn option_target(h: &mdev_types::host::sim::SimHost, gpu: &str, profile: &str) -> Target {
-    let (_, inv) = (h, mdev_types::discover::discover(h).unwrap());
+fn option_target(h: &vgpu_sim::SimHost, gpu: &str, profile: &str) -> Target {
+    let (_, inv) = (h, vgpu_host::discover::discover(h).unwrap());
     let p = Catalog::builtin().unwrap().resolve(profile).unwrap();
     let b = backend(h, &inv, gpu);
     let opts = b.options(&p, &inv);

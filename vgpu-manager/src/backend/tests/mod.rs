@@ -1,9 +1,9 @@
 //! Backend tests on simulated hosts: detection, plans per vendor, apply and read-back through the
 //! simulated kernel, lifecycle, and the round-robin model driven by real plans.
 
-use mdev_types::discover::discover;
-use mdev_types::host::sim::SimHost;
 use mdev_types::model::Inventory;
+use vgpu_host::discover::discover;
+use vgpu_sim::SimHost;
 
 use super::{Backend, detect_gpu};
 use crate::sched::{PlanOptions, SchedPlan, SchedRequest};

@@ -11,7 +11,8 @@
 use std::fmt;
 
 use mdev_types::ids::{MdevTypeId, MdevUuid};
-use mdev_types::vfio::{Backend as VfioBackend, OpenedDevice, PreflightReport};
+use mdev_types::vfio_api::{OpenedDevice, VfioBackend};
+use vgpu_vfio::PreflightReport;
 
 use super::{CoreError, GpuView, InstanceView};
 use crate::client::{PoolStatus, PoolSummary, SchedulingView};
@@ -253,7 +254,7 @@ pub struct ApplyScheduling {
 }
 command!(ApplyScheduling => ApplyReport, Change);
 
-/// Opens the instance through VFIO as a VMM would (`mdev_types::vfio::preflight`, KVM attach check
+/// Opens the instance through VFIO as a VMM would (`vgpu_vfio::preflight`, KVM attach check
 /// included). Authorized like a change: it holds the device's group or cdev for a moment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Preflight {
@@ -263,7 +264,7 @@ pub struct Preflight {
 command!(Preflight => PreflightReport, Device);
 
 /// Opens a running instance vgpu-manager manages through VFIO so its fds can be handed to a VMM
-/// (bound and attached for DMA, or not: [`OpenedDevice::open`]). Refused for foreign and stopped
+/// (bound and attached for DMA, or not: `OpenedDevice::open`). Refused for foreign and stopped
 /// instances. Authorized like a change.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OpenDevice {

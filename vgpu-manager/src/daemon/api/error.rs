@@ -3,11 +3,11 @@
 
 use std::sync::Arc;
 
-use mdev_types::discover::DiscoverError;
 use mdev_types::ids::{MdevTypeId, MdevUuid, PciAddress};
-use mdev_types::ops::LifecycleError;
-use mdev_types::vfio::VfioCheckError;
 use thiserror::Error;
+use vgpu_host::discover::DiscoverError;
+use vgpu_host::ops::LifecycleError;
+use vgpu_vfio::VfioCheckError;
 
 use crate::backend::BackendError;
 use crate::daemon::store::StoreError;
@@ -449,8 +449,8 @@ mod tests {
             host: "h".into(),
         };
         assert_eq!(CoreError::Backend(unknown).kind(), "Invalid");
-        let host = DiscoverError::Host(mdev_types::host::HostError::new(
-            mdev_types::host::HostOp::Read,
+        let host = DiscoverError::Host(vgpu_host::HostError::new(
+            vgpu_host::HostOp::Read,
             "/sys/bus/pci/devices",
             nix::errno::Errno::EIO,
         ));
@@ -459,7 +459,7 @@ mod tests {
         let uuid: MdevUuid = "4b20d080-1b54-4048-85b3-a6a62d165c01".parse().unwrap();
         let e = CoreError::vfio(
             uuid,
-            VfioCheckError::NoSuchTarget(mdev_types::vfio::Target::Mdev(uuid)),
+            VfioCheckError::NoSuchTarget(mdev_types::vfio_api::VfioTarget::Mdev(uuid)),
         );
         assert!(matches!(e, CoreError::NotFound { .. }), "{e:?}");
     }

@@ -1,8 +1,8 @@
 //! Turning a request (profile or type, optional GPU) into a concrete parent and mdev type.
 
-use mdev_types::discover::discover;
-use mdev_types::host::{HostExt, paths};
 use mdev_types::ids::{MdevTypeId, PciAddress};
+use vgpu_host::discover::discover;
+use vgpu_host::{HostExt, paths};
 
 use super::Core;
 use crate::daemon::api::{CoreError, InstanceSpec, InstanceTarget, RequestError};

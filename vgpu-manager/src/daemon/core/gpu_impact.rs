@@ -6,8 +6,8 @@
 //! the parent is an SR-IOV VF: there, a vGPU on one VF changes what its sibling VFs can still
 //! create, and the kernel sends no event for the siblings.
 
-use mdev_types::host::uevent::Uevent;
-use mdev_types::host::{Host, paths};
+use vgpu_host::uevent::Uevent;
+use vgpu_host::{Host, paths};
 
 /// How much of the GPU view a kernel event may have changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,7 +44,7 @@ pub(super) fn gpu_impact(host: &dyn Host, ev: &Uevent) -> GpuImpact {
 mod tests {
     use std::os::unix::fs::symlink;
 
-    use mdev_types::host::SysfsHost;
+    use vgpu_host::SysfsHost;
 
     use super::*;
 

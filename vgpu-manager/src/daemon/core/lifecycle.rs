@@ -6,7 +6,7 @@
 use tracing::info;
 
 use mdev_types::ids::MdevUuid;
-use mdev_types::ops::{self, LifecycleError};
+use vgpu_host::ops::{self, LifecycleError};
 
 use super::choose::Placement;
 use super::views::device_identity;

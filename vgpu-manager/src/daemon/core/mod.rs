@@ -17,9 +17,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tokio::sync::broadcast;
 use tracing::{info, warn};
 
-use mdev_types::discover::discover;
-use mdev_types::host::{Host, HostExt, paths};
 use mdev_types::ids::{MdevTypeId, MdevUuid};
+use vgpu_host::discover::discover;
+use vgpu_host::{Host, HostExt, paths};
 
 use super::api::{
     Command, CoreError, Event, GpuCapacity, GpuView, Handle, InstanceState, InstanceView,
@@ -141,7 +141,7 @@ impl Core {
     /// loaded late) gets its autostart instances. Ordering makes this race-free: the kernel sends a PCI
     /// device's `bind` and a module's `add` only after the probe or init that registered the parent.
     /// Returns whether every GPU must be re-read, beyond the instance events sent ([`GpuImpact`]).
-    pub fn handle_uevent(&self, ev: &mdev_types::host::uevent::Uevent) -> GpuImpact {
+    pub fn handle_uevent(&self, ev: &vgpu_host::uevent::Uevent) -> GpuImpact {
         let impact = gpu_impact::gpu_impact(self.host.as_ref(), ev);
         if !ev.is_relevant() {
             return impact;

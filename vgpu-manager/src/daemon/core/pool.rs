@@ -21,9 +21,9 @@
 
 use std::sync::{Mutex, PoisonError};
 
-use mdev_types::discover::discover;
 use mdev_types::ids::MdevUuid;
 use tracing::{info, warn};
+use vgpu_host::discover::discover;
 
 use super::pool_exec::{
     Applying, PoolActions, Undo, describe, labelled_slot, rollback, run_step, slot_name,

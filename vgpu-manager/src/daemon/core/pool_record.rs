@@ -109,7 +109,7 @@ impl Core {
     /// [`GetPoolStatus`](crate::daemon::api::GetPoolStatus).
     pub(super) fn pool_status(&self) -> Result<Vec<PoolStatus>, CoreError> {
         let applied = self.applied_pools();
-        let inv = mdev_types::discover::discover(self.host.as_ref())?;
+        let inv = vgpu_host::discover::discover(self.host.as_ref())?;
         let mut out = Vec::new();
         for (record, file) in applied {
             let pool = match Pool::from_toml(&file, &record.text, &self.catalog) {

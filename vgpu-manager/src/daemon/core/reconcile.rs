@@ -2,9 +2,9 @@
 
 use tracing::{info, warn};
 
-use mdev_types::discover::discover;
 use mdev_types::ids::{MdevTypeId, MdevUuid};
-use mdev_types::ops::{self, LifecycleError};
+use vgpu_host::discover::discover;
+use vgpu_host::ops::{self, LifecycleError};
 
 use super::choose::Placement;
 use super::{Core, lock};

@@ -2,7 +2,7 @@
 //! ([`crate::backend`]). Detection runs per call (it reads a few sysfs attributes), so the answer always
 //! reflects the host now, including a driver loaded since.
 
-use mdev_types::discover::discover;
+use vgpu_host::discover::discover;
 
 use super::Core;
 use crate::backend::{detect, detect_gpu};

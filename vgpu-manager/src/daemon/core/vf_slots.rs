@@ -12,13 +12,13 @@
 //! * a record left pending by a crash, of a pool not applied with autostart, is dropped after its VF is
 //!   given back (unbound from vfio-pci, or its vGPU type cleared).
 
-use mdev_types::discover::discover;
-use mdev_types::host::HostExt;
-use mdev_types::host::paths;
 use mdev_types::ids::{MdevUuid, PciAddress};
 use mdev_types::model::Inventory;
-use mdev_types::ops::{BindRecord, restore_driver};
 use tracing::{info, warn};
+use vgpu_host::HostExt;
+use vgpu_host::discover::discover;
+use vgpu_host::ops::{BindRecord, restore_driver};
+use vgpu_host::paths;
 
 use super::{Core, lock};
 use crate::backend::{Backend, CreateRequest, Created, detect_gpu};
@@ -155,7 +155,7 @@ impl Core {
         if previous != 0 {
             return Ok(());
         }
-        mdev_types::ops::set_sriov_numvfs(self.host.as_ref(), pf, 0)?;
+        vgpu_host::ops::set_sriov_numvfs(self.host.as_ref(), pf, 0)?;
         Ok(())
     }
 

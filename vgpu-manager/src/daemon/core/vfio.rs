@@ -2,7 +2,9 @@
 //! (the fds are handed over by the transport; the core only opens).
 
 use mdev_types::ids::MdevUuid;
-use mdev_types::vfio::{Backend, OpenedDevice, PreflightReport, Target, preflight};
+use vgpu_vfio::{
+    OpenedDevice, OpenedDeviceExt, PreflightReport, VfioBackend, VfioTarget, preflight,
+};
 
 use super::{Core, lock};
 use crate::daemon::api::{CoreError, InstanceState, Ownership, StateError};
@@ -10,8 +12,12 @@ use crate::daemon::api::{CoreError, InstanceState, Ownership, StateError};
 impl Core {
     /// [`crate::daemon::api::Preflight`].
     pub(super) fn preflight(&self, uuid: MdevUuid) -> Result<PreflightReport, CoreError> {
-        preflight(self.host.as_ref(), &Target::Mdev(uuid), &Default::default())
-            .map_err(|e| CoreError::vfio(uuid, e))
+        preflight(
+            self.host.as_ref(),
+            &VfioTarget::Mdev(uuid),
+            &Default::default(),
+        )
+        .map_err(|e| CoreError::vfio(uuid, e))
     }
 
     /// Opens running instance `uuid` through VFIO (the backend `backend`, or the automatic choice;
@@ -21,7 +27,7 @@ impl Core {
     pub(super) fn open_device(
         &self,
         uuid: MdevUuid,
-        backend: Option<Backend>,
+        backend: Option<VfioBackend>,
         bind: bool,
     ) -> Result<OpenedDevice, CoreError> {
         let parent = lock(&self.views)
@@ -41,7 +47,7 @@ impl Core {
             if view.state != InstanceState::Running {
                 return Err(StateError::NoDeviceToOpen { uuid }.into());
             }
-            OpenedDevice::open(self.host.as_ref(), &Target::Mdev(uuid), backend, bind)
+            OpenedDevice::open(self.host.as_ref(), &VfioTarget::Mdev(uuid), backend, bind)
                 .map_err(|e| CoreError::vfio(uuid, e))
         })
     }

@@ -4,8 +4,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use mdev_types::host::{Host, HostExt, paths};
 use mdev_types::ids::{MdevTypeId, MdevUuid};
+use vgpu_host::{Host, HostExt, paths};
 
 use super::{Core, lock};
 use crate::daemon::api::{Event, InstanceState, InstanceView, Ownership};

@@ -103,8 +103,8 @@ mod tests {
             "org.vgpumanager.Error.Invalid"
         );
         // A failed host read is the host's fault, not the request's.
-        let host = mdev_types::discover::DiscoverError::Host(mdev_types::host::HostError::new(
-            mdev_types::host::HostOp::Read,
+        let host = vgpu_host::discover::DiscoverError::Host(vgpu_host::HostError::new(
+            vgpu_host::HostOp::Read,
             "/sys/bus/pci/devices",
             nix::errno::Errno::EIO,
         ));

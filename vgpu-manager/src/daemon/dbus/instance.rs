@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use mdev_types::vfio::Backend;
+use vgpu_vfio::VfioBackend;
 use zbus::message::Header;
 use zbus::object_server::SignalEmitter;
 use zbus::{Connection, ObjectServer, OwnedVariant, Variant, interface};
@@ -25,7 +25,7 @@ type OpenDeviceReply = (zbus::OwnedFd, zbus::OwnedFd, String, u32, u32);
 /// default true).
 fn parse_open_options(
     options: &HashMap<String, OwnedVariant>,
-) -> Result<(Option<Backend>, bool), ApiError> {
+) -> Result<(Option<VfioBackend>, bool), ApiError> {
     let known = "backend (s: auto, type1, iommufd), bind (b)";
     let mut backend = None;
     let mut bind = true;
@@ -34,13 +34,14 @@ fn parse_open_options(
             ("backend", Variant::Str(s)) => {
                 backend = match s.as_str() {
                     "auto" | "" => None,
-                    "type1" => Some(Backend::Type1),
-                    "iommufd" => Some(Backend::Iommufd),
-                    other => {
-                        return Err(ApiError::invalid(format!(
-                            "OpenDevice: backend '{other}' is none of auto, type1, iommufd"
-                        )));
-                    }
+                    other => match other.parse::<VfioBackend>() {
+                        Ok(b) => Some(b),
+                        Err(_) => {
+                            return Err(ApiError::invalid(format!(
+                                "OpenDevice: backend '{other}' is none of auto, type1, iommufd"
+                            )));
+                        }
+                    },
                 }
             }
             ("bind", Variant::Bool(b)) => bind = *b,
@@ -302,10 +303,7 @@ impl InstanceObject {
             )
             .await?;
         tracing::info!(%uuid, device = %opened, "handing a VFIO device to a client");
-        let backend = match opened.backend {
-            Backend::Type1 => "type1",
-            Backend::Iommufd => "iommufd",
-        };
+        let backend = opened.backend.as_str();
         Ok((
             opened.device.into(),
             opened.iommu.into(),

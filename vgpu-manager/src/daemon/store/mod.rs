@@ -15,8 +15,9 @@
 //! ```
 //!
 //! Files other than applied pools (which are pool files, as `vgpuctl pool apply` takes them, with
-//! their modification time as the time of the apply) are TOML with `schema = 1` on the first line (TOML because admins read and occasionally
-//! edit these; the daemon never needs anything TOML cannot express). A definition:
+//! their modification time as the time of the apply) are TOML with `schema = 1` on the first line
+//! (TOML because admins read and occasionally edit these; the daemon never needs anything TOML
+//! cannot express). A definition:
 //!
 //! ```toml
 //! schema = 1

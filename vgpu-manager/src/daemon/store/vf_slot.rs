@@ -31,7 +31,7 @@
 use serde::{Deserialize, Serialize};
 
 use mdev_types::ids::{MdevUuid, PciAddress};
-use mdev_types::ops::BindRecord;
+use vgpu_host::ops::BindRecord;
 
 use super::record::{
     Record, Rejection, SCHEMA, UUID_NAME_RULE, decode_versioned, describe, uuid_of_file_name,

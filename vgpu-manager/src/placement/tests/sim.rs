@@ -1,9 +1,9 @@
 //! The planner on the simulated demo host, built from discovery and matching: its capacity per GPU
 //! agrees with what the (simulated) kernel reports, and the mixed VDI pool of issue 7 fits.
 
-use mdev_types::discover::discover;
-use mdev_types::host::sim::SimHost;
 use mdev_types::model::Inventory;
+use vgpu_host::discover::discover;
+use vgpu_sim::SimHost;
 
 use super::super::convert::{DemandInput, HostUse, build};
 use super::super::{Policy, plan};

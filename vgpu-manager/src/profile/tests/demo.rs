@@ -2,11 +2,11 @@
 //! exactly as `vgpuctl --sim demo match PROFILE` does; then acting on a chosen option through the
 //! lifecycle ops and matching again.
 
-use mdev_types::discover::discover;
-use mdev_types::host::sim::SimHost;
 use mdev_types::ids::MdevUuid;
 use mdev_types::model::Inventory;
-use mdev_types::ops::{create_mdev, set_sriov_numvfs};
+use vgpu_host::discover::discover;
+use vgpu_host::ops::{create_mdev, set_sriov_numvfs};
+use vgpu_sim::SimHost;
 
 use super::build::shipped;
 use super::hosts::{best, mdev_type_of, messages, refused, sriov_target, vfio_target};

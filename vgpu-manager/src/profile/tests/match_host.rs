@@ -36,8 +36,8 @@ fn passthrough_of_an_assignable_gpu() {
 /// The real H200 capture: no IOMMU, so not even passthrough.
 #[test]
 fn h200_capture_cannot_serve_anything() {
-    use mdev_types::discover::discover;
-    use mdev_types::host::SysfsHost;
+    use vgpu_host::SysfsHost;
+    use vgpu_host::discover::discover;
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../shared/fixtures/h200-passthrough");
     let inv = discover(&SysfsHost::new(&root).unwrap()).unwrap();

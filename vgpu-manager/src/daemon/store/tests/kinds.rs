@@ -75,7 +75,7 @@ fn old_made_record() -> VfSlotRecord {
         created: Some(crate::backend::Created::Vf {
             pf,
             vf,
-            bind: mdev_types::ops::BindRecord {
+            bind: vgpu_host::ops::BindRecord {
                 addr: vf,
                 previous_driver: None,
                 previous_override: Some("vfio-pci".into()),

@@ -70,7 +70,7 @@ fn vf_slot(n: u32) -> VfSlotRecord {
             crate::backend::Created::Vf {
                 pf,
                 vf,
-                bind: mdev_types::ops::BindRecord {
+                bind: vgpu_host::ops::BindRecord {
                     addr: vf,
                     previous_driver: None,
                     previous_override: (n % 4 == 0).then(|| "vfio-pci".to_string()),

@@ -1,0 +1,120 @@
+//! Reading mdev parents, their supported types and existing instances.
+
+use std::path::{Component, Path};
+
+use super::DiscoverError;
+use super::pci::attr;
+use crate::{Host, HostExt, paths};
+use mdev_types::ids::{IommuGroup, MdevTypeId, MdevUuid, PciAddress};
+use mdev_types::model::{MdevInstance, MdevParent, MdevType};
+use mdev_types::parse;
+
+fn malformed(path: &Path, text: &str, expected: &'static str) -> DiscoverError {
+    DiscoverError::Malformed {
+        path: path.to_path_buf(),
+        source: parse::ParseError::Invalid {
+            what: "sysfs entry name",
+            text: text.chars().take(80).collect(),
+            expected,
+        },
+    }
+}
+
+/// Reads every registered parent under `/sys/class/mdev_bus`.
+pub(super) fn read_parents(host: &dyn Host) -> Result<Vec<MdevParent>, DiscoverError> {
+    let mut parents = Vec::new();
+    for name in host.list_optional(Path::new(paths::MDEV_BUS_CLASS))? {
+        let dir = paths::mdev_parent(&name);
+        let mut types = Vec::new();
+        for ty in host.list_optional(&dir.join("mdev_supported_types"))? {
+            let tdir = dir.join("mdev_supported_types").join(&ty);
+            let id: MdevTypeId = ty.parse().map_err(|_| {
+                malformed(&tdir, &ty, "an mdev type directory name such as nvidia-231")
+            })?;
+            let description = host.read_optional(&tdir.join("description"))?;
+            let mut instances = Vec::new();
+            for u in host.list_optional(&tdir.join("devices"))? {
+                instances.push(
+                    u.parse::<MdevUuid>()
+                        .map_err(|_| malformed(&tdir.join("devices"), &u, "mdev UUIDs"))?,
+                );
+            }
+            instances.sort();
+            types.push(MdevType {
+                id,
+                name: host.read_optional(&tdir.join("name"))?,
+                details: parse::parse_type_description(description.as_deref()),
+                description,
+                device_api: host.read_trimmed(&tdir.join("device_api"))?,
+                available_instances: attr(
+                    host,
+                    &tdir.join("available_instances"),
+                    parse::parse_u32,
+                )?,
+                instances,
+            });
+        }
+        types.sort_by(|a, b| a.id.cmp(&b.id));
+        parents.push(MdevParent {
+            pci: name.parse::<PciAddress>().ok(),
+            driver: host.link_name(&dir.join("driver"))?,
+            name,
+            types,
+        });
+    }
+    parents.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(parents)
+}
+
+/// Reads every instance under `/sys/bus/mdev/devices`.
+pub(super) fn read_instances(host: &dyn Host) -> Result<Vec<MdevInstance>, DiscoverError> {
+    let mut out = Vec::new();
+    for name in host.list_optional(Path::new(paths::MDEV_DEVICES))? {
+        let dir = Path::new(paths::MDEV_DEVICES).join(&name);
+        let uuid: MdevUuid = name
+            .parse()
+            .map_err(|_| malformed(&dir, &name, "an mdev UUID"))?;
+        // `mdev_type` resolves to …/<parent>/mdev_supported_types/<type>. An instance being removed
+        // while we walk is skipped, like a PCI device that disappears.
+        let type_dir = match host.canonicalize(&dir.join("mdev_type")) {
+            Ok(d) => d,
+            // The kernel removes the `mdev_type` link before the directory itself during teardown.
+            Err(e) if e.is_not_found() => continue,
+            Err(e) => return Err(e.into()),
+        };
+        let comps: Vec<String> = type_dir
+            .components()
+            .filter_map(|c| match c {
+                Component::Normal(s) => Some(s.to_string_lossy().into_owned()),
+                _ => None,
+            })
+            .collect();
+        let (parent, type_id) = match comps.as_slice() {
+            [.., parent, mst, ty] if mst == "mdev_supported_types" => (parent.clone(), ty.clone()),
+            _ => {
+                return Err(malformed(
+                    &dir.join("mdev_type"),
+                    &type_dir.to_string_lossy(),
+                    "a link to <parent>/mdev_supported_types/<type>",
+                ));
+            }
+        };
+        let group = match host.link_name(&dir.join("iommu_group"))? {
+            Some(g) => Some(g.parse::<IommuGroup>().map_err(|_| {
+                malformed(&dir.join("iommu_group"), &g, "a link to an IOMMU group")
+            })?),
+            None => None,
+        };
+        out.push(MdevInstance {
+            uuid,
+            parent,
+            type_id: type_id
+                .parse()
+                .map_err(|_| malformed(&dir.join("mdev_type"), &type_id, "an mdev type id"))?,
+            iommu_group: group,
+            driver: host.link_name(&dir.join("driver"))?,
+        });
+    }
+    out.sort_by_key(|a| a.uuid);
+    Ok(out)
+}

@@ -1,0 +1,141 @@
+//! Reading PCI functions: identity, driver, IOMMU group, NUMA node, SR-IOV and NVIDIA vendor VFIO state.
+
+use std::path::{Path, PathBuf};
+
+use super::DiscoverError;
+use crate::{Host, HostExt, paths};
+use mdev_types::ids::{IommuGroup, PciAddress, PciId};
+use mdev_types::model::{NvidiaVfState, PciDevice, SriovPf};
+use mdev_types::parse;
+
+/// Reads an attribute and parses it, naming the path on failure.
+pub(super) fn attr<T>(
+    host: &dyn Host,
+    path: &Path,
+    f: impl FnOnce(&str) -> Result<T, parse::ParseError>,
+) -> Result<T, DiscoverError> {
+    let text = host.read(path)?;
+    f(&text).map_err(|source| DiscoverError::Malformed {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Like [`attr`], or `None` when the attribute does not exist.
+pub(super) fn attr_opt<T>(
+    host: &dyn Host,
+    path: &Path,
+    f: impl FnOnce(&str) -> Result<T, parse::ParseError>,
+) -> Result<Option<T>, DiscoverError> {
+    match host.read_optional(path)? {
+        None => Ok(None),
+        Some(text) => f(&text)
+            .map(Some)
+            .map_err(|source| DiscoverError::Malformed {
+                path: path.to_path_buf(),
+                source,
+            }),
+    }
+}
+
+fn pci_id(text: &str) -> Result<PciId, parse::ParseError> {
+    text.parse::<PciId>()
+        .map_err(|_| parse::ParseError::Invalid {
+            what: "PCI id",
+            text: text.trim().chars().take(40).collect(),
+            expected: "a 16-bit hex id such as 0x10de",
+        })
+}
+
+/// The last path component of a link, parsed (e.g. `iommu_group` → `42`, `physfn` → an address).
+fn link_as<T: std::str::FromStr>(host: &dyn Host, path: &Path) -> Result<Option<T>, DiscoverError> {
+    let Some(name) = host.link_name(path)? else {
+        return Ok(None);
+    };
+    name.parse()
+        .map(Some)
+        .map_err(|_| DiscoverError::Malformed {
+            path: path.to_path_buf(),
+            source: parse::ParseError::Invalid {
+                what: "link target",
+                text: name,
+                expected: "a target whose last component names the object",
+            },
+        })
+}
+
+/// Reads one PCI function.
+pub(super) fn read_pci_device(
+    host: &dyn Host,
+    addr: PciAddress,
+) -> Result<PciDevice, DiscoverError> {
+    let a = |name: &str| paths::pci_attr(&addr, name);
+    let numa = attr_opt(host, &a("numa_node"), parse::parse_i64)?;
+    let driver_override = host
+        .read_optional(&a("driver_override"))?
+        .filter(|s| s != "(null)" && !s.is_empty());
+    Ok(PciDevice {
+        address: addr,
+        vendor: attr(host, &a("vendor"), pci_id)?,
+        device: attr(host, &a("device"), pci_id)?,
+        subsystem_vendor: attr_opt(host, &a("subsystem_vendor"), pci_id)?,
+        subsystem_device: attr_opt(host, &a("subsystem_device"), pci_id)?,
+        class: attr(host, &a("class"), parse::parse_class)?,
+        driver: host.link_name(&a("driver"))?,
+        driver_override,
+        iommu_group: link_as::<IommuGroup>(host, &a("iommu_group"))?,
+        numa_node: numa.and_then(|n| u32::try_from(n).ok()),
+        boot_vga: attr_opt(host, &a("boot_vga"), parse::parse_bool01)?.unwrap_or(false),
+        sriov: read_sriov(host, &addr)?,
+        physfn: link_as::<PciAddress>(host, &a("physfn"))?,
+        nvidia_vf: read_nvidia_vf(host, &addr)?,
+    })
+}
+
+fn read_sriov(host: &dyn Host, addr: &PciAddress) -> Result<Option<SriovPf>, DiscoverError> {
+    let a = |name: &str| paths::pci_attr(addr, name);
+    let Some(total_vfs) = attr_opt(host, &a("sriov_totalvfs"), parse::parse_u32)? else {
+        return Ok(None);
+    };
+    let mut vfs: Vec<(u32, PciAddress)> = Vec::new();
+    for name in host.list(&paths::pci_device(addr))? {
+        let Some(index) = name
+            .strip_prefix("virtfn")
+            .and_then(|i| i.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if let Some(vf) = link_as::<PciAddress>(host, &a(&name))? {
+            vfs.push((index, vf));
+        }
+    }
+    vfs.sort();
+    Ok(Some(SriovPf {
+        total_vfs,
+        num_vfs: attr(host, &a("sriov_numvfs"), parse::parse_u32)?,
+        drivers_autoprobe: attr_opt(host, &a("sriov_drivers_autoprobe"), parse::parse_bool01)?
+            .unwrap_or(true),
+        vf_device: attr_opt(host, &a("sriov_vf_device"), pci_id)?,
+        vfs: vfs.into_iter().map(|(_, vf)| vf).collect(),
+    }))
+}
+
+fn read_nvidia_vf(
+    host: &dyn Host,
+    addr: &PciAddress,
+) -> Result<Option<NvidiaVfState>, DiscoverError> {
+    let dir: PathBuf = paths::pci_attr(addr, "nvidia");
+    let Some(creatable) = attr_opt(
+        host,
+        &dir.join("creatable_vgpu_types"),
+        parse::parse_creatable_vgpu_types,
+    )?
+    else {
+        return Ok(None);
+    };
+    let current = attr_opt(host, &dir.join("current_vgpu_type"), parse::parse_u32)?.unwrap_or(0);
+    Ok(Some(NvidiaVfState {
+        creatable,
+        current_type: (current != 0).then_some(current),
+    }))
+}

@@ -1,0 +1,63 @@
+//! mdev create and remove.
+
+use nix::errno::Errno;
+
+use super::LifecycleError;
+use crate::{Host, HostExt, paths};
+use mdev_types::ids::{MdevTypeId, MdevUuid};
+
+/// Creates an mdev of `type_id` on `parent` named `uuid` by writing the UUID to the type's `create`.
+///
+/// Kernel source: drivers/vfio/mdev/mdev_sysfs.c `create_store` (EINVAL for a malformed UUID) and
+/// mdev_core.c `mdev_device_create` (EEXIST for a duplicate UUID on any parent; EUSERS when a core-counted
+/// type is full; drivers that count themselves fail their probe with their own errno, e.g. ENOSPC).
+pub fn create_mdev(
+    host: &dyn Host,
+    parent: &str,
+    type_id: &MdevTypeId,
+    uuid: &MdevUuid,
+) -> Result<(), LifecycleError> {
+    let dir = paths::mdev_type_dir(parent, type_id);
+    let err = match host.write(&dir.join("create"), &uuid.to_string()) {
+        Ok(()) => return Ok(()),
+        Err(e) => e,
+    };
+    match err.errno {
+        Errno::EEXIST => Err(LifecycleError::DuplicateUuid { uuid: *uuid }),
+        Errno::ENOENT if !host.exists(&paths::mdev_parent(parent)) => {
+            Err(LifecycleError::UnknownParent {
+                parent: parent.to_string(),
+            })
+        }
+        Errno::ENOENT => Err(LifecycleError::UnknownType {
+            parent: parent.to_string(),
+            type_id: type_id.clone(),
+        }),
+        errno => {
+            // Which errno a full type gives depends on who counts instances; the type's own
+            // available_instances is the authority.
+            let available = host.read_trimmed(&dir.join("available_instances")).ok();
+            if available.as_deref() == Some("0") {
+                Err(LifecycleError::TypeFull {
+                    parent: parent.to_string(),
+                    type_id: type_id.clone(),
+                    errno,
+                })
+            } else {
+                Err(err.into())
+            }
+        }
+    }
+}
+
+/// Removes the mdev `uuid` by writing `1` to its `remove` attribute.
+///
+/// Kernel source: drivers/vfio/mdev/mdev_sysfs.c `remove_store`; once removed the device directory is gone,
+/// so a second remove fails with ENOENT.
+pub fn remove_mdev(host: &dyn Host, uuid: &MdevUuid) -> Result<(), LifecycleError> {
+    match host.write(&paths::mdev_device(uuid).join("remove"), "1") {
+        Ok(()) => Ok(()),
+        Err(e) if e.errno == Errno::ENOENT => Err(LifecycleError::NoSuchInstance { uuid: *uuid }),
+        Err(e) => Err(e.into()),
+    }
+}
