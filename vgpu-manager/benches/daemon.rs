@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use vgpu_host::Host;
 use vgpu_manager::client::Manager1Proxy;
 use vgpu_manager::daemon::api::{DefineInstance, InstanceSpec, InstanceTarget};
-use vgpu_manager::daemon::core::Core;
+use vgpu_manager::daemon::engine::Core;
 use vgpu_manager::profile::Catalog;
 use vgpu_sim::SimHost;
 

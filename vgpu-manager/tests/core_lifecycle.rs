@@ -13,7 +13,7 @@ use vgpu_manager::daemon::api::{
     Handle, InstanceSpec, InstanceState, InstanceTarget, InstanceView, ListInstances, Ownership,
     Reconcile, SetAutostart, StartInstance, StopInstance, UndefineInstance,
 };
-use vgpu_manager::daemon::core::Core;
+use vgpu_manager::daemon::engine::Core;
 use vgpu_manager::profile::Catalog;
 use vgpu_sim::SimHost;
 

@@ -11,7 +11,7 @@
 use std::path::{Path, PathBuf};
 
 use super::api::ApplyPool;
-use super::core::Core;
+use super::engine::Core;
 use crate::pool::Pool;
 use crate::profile::Catalog;
 

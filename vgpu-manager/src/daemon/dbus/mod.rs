@@ -61,20 +61,20 @@ pub trait Executor:
 {
     /// A receiver of every event sent from now on.
     fn subscribe(&self) -> broadcast::Receiver<Event>;
-    /// The generation of the instance list (see [`Core::views_generation`](crate::daemon::core::Core::views_generation)),
+    /// The generation of the instance list (see [`Core::views_generation`](crate::daemon::engine::Core::views_generation)),
     /// if this executor keeps one; `None` disables caching of the list.
     fn views_generation(&self) -> Option<u64> {
         None
     }
 }
 
-impl Executor for crate::daemon::core::Core {
+impl Executor for crate::daemon::engine::Core {
     fn subscribe(&self) -> broadcast::Receiver<Event> {
-        crate::daemon::core::Core::subscribe(self)
+        crate::daemon::engine::Core::subscribe(self)
     }
 
     fn views_generation(&self) -> Option<u64> {
-        Some(crate::daemon::core::Core::views_generation(self))
+        Some(crate::daemon::engine::Core::views_generation(self))
     }
 }
 

@@ -1,5 +1,7 @@
-//! [`Core`]: executes [`Command`]s against the host and the state directory. It knows nothing of D-Bus:
-//! transports call [`Core::execute`] and forward [`Core::subscribe`] events.
+//! The engine: [`Core`] executes [`Command`]s against the host and the state directory (the routing
+//! table is `routes.rs`: one `Handle` impl per command). It knows nothing of D-Bus: transports call
+//! [`Core::execute`] and forward [`Core::subscribe`] events. (Named `engine`, not `core`, so that it
+//! never shadows the `core` crate.)
 //!
 //! Semantics (close to mdevctl's, so libvirt users find what they know):
 //! * `Create` makes a transient instance now (ledger entry first, then the kernel's `create`).
