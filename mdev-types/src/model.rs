@@ -180,6 +180,15 @@ pub enum Vendor {
 }
 
 impl Vendor {
+    /// Every vendor, in declaration order.
+    pub const ALL: [Vendor; 5] = [
+        Vendor::Nvidia,
+        Vendor::Intel,
+        Vendor::Amd,
+        Vendor::Virtual,
+        Vendor::Other,
+    ];
+
     /// The vendor of a PCI vendor id.
     pub fn from_pci(id: PciId) -> Self {
         match id {

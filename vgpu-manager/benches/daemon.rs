@@ -18,8 +18,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use vgpu_client::Manager1Proxy;
 use vgpu_host::Host;
-use vgpu_manager::client::Manager1Proxy;
 use vgpu_manager::daemon::api::{DefineInstance, InstanceSpec, InstanceTarget};
 use vgpu_manager::daemon::engine::Core;
 use vgpu_manager::profile::Catalog;
@@ -247,7 +247,7 @@ async fn measure(daemon: &Vgpud, sock: &Path, bus: &str, latency: bool) {
             && let Ok(conn) = zbus::connection::Builder::address(bus).build().await
             && let Ok(dbus) = zbus::fdo::DBusProxy::new(&conn).await
             && dbus
-                .name_has_owner(vgpu_manager::client::SERVICE.try_into().unwrap())
+                .name_has_owner(vgpu_client::SERVICE.try_into().unwrap())
                 .await
                 == Ok(true)
             && let Ok(p) = Manager1Proxy::new(&conn).await
@@ -278,8 +278,8 @@ async fn measure(daemon: &Vgpud, sock: &Path, bus: &str, latency: bool) {
 
 async fn list_vs_ping(conn: &zbus::Connection, proxy: &Manager1Proxy<'_>, bus: &str) {
     let peer = zbus::fdo::PeerProxy::builder(conn)
-        .destination(vgpu_manager::client::SERVICE)
-        .path(vgpu_manager::client::MANAGER_PATH)
+        .destination(vgpu_client::SERVICE)
+        .path(vgpu_client::MANAGER_PATH)
         .build()
         .await
         .unwrap();
@@ -300,9 +300,9 @@ async fn list_vs_ping(conn: &zbus::Connection, proxy: &Manager1Proxy<'_>, bus: &
         let t = Instant::now();
         let reply = conn
             .call_method(
-                Some(vgpu_manager::client::SERVICE),
-                vgpu_manager::client::MANAGER_PATH,
-                Some(vgpu_manager::client::MANAGER_INTERFACE),
+                Some(vgpu_client::SERVICE),
+                vgpu_client::MANAGER_PATH,
+                Some(vgpu_client::MANAGER_INTERFACE),
                 "ListInstances",
                 &(),
             )
@@ -311,7 +311,7 @@ async fn list_vs_ping(conn: &zbus::Connection, proxy: &Manager1Proxy<'_>, bus: &
         wire_t.push(t.elapsed());
         size = reply.data().len();
         let t = Instant::now();
-        let list: Vec<vgpu_manager::client::InstanceInfo> = reply.body().deserialize().unwrap();
+        let list: Vec<vgpu_client::InstanceInfo> = reply.body().deserialize().unwrap();
         decode_t.push(t.elapsed());
         assert_eq!(list.len(), N);
     }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use vgpu_manager::placement::bound::upper_bound;
 use vgpu_manager::placement::mig::MigGeometry;
 use vgpu_manager::placement::{Choice, Cost, Demand, GpuCap, Policy, Problem, Rule, plan};
-use vgpu_manager::profile::Target;
+use vgpu_manager::profile::ProfileTarget;
 
 #[derive(Clone, Copy, PartialEq)]
 enum Kind {
@@ -25,8 +25,8 @@ enum Kind {
     A100,
 }
 
-fn target(key: &str) -> Target {
-    Target::Mdev {
+fn target(key: &str) -> ProfileTarget {
+    ProfileTarget::Mdev {
         parent: "bench".into(),
         type_id: key.parse().unwrap(),
         type_name: None,

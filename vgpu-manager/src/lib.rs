@@ -3,10 +3,11 @@
 
 pub mod backend;
 pub mod cli;
-pub mod client;
 pub mod daemon;
 pub mod hook;
 pub mod placement;
 pub mod pool;
 pub mod profile;
 pub mod sched;
+pub mod spelling;
+mod toml_file;

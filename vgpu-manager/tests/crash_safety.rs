@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use vgpu_client::{InstanceInfo, Manager1Proxy};
 use vgpu_host::{Host, paths};
-use vgpu_manager::client::{InstanceInfo, Manager1Proxy};
 use vgpu_sim::SimHost;
 
 const OPS: usize = 1000;
@@ -90,7 +90,7 @@ impl World {
                     tokio::time::timeout(short, zbus::fdo::DBusProxy::new(&conn)).await
                 && let Ok(Ok(true)) = tokio::time::timeout(
                     short,
-                    dbus.name_has_owner(vgpu_manager::client::SERVICE.try_into().unwrap()),
+                    dbus.name_has_owner(vgpu_client::SERVICE.try_into().unwrap()),
                 )
                 .await
                 && let Ok(Ok(p)) = tokio::time::timeout(short, Manager1Proxy::new(&conn)).await

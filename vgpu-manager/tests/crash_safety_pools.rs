@@ -19,7 +19,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use dbus_common::{Daemon, client};
-use vgpu_manager::client::{Manager1Proxy, PoolStatus};
+use vgpu_client::{Manager1Proxy, PoolStatus};
 use vgpu_sim::SimHost;
 
 const L40S: &str = "0000:85:00.0";

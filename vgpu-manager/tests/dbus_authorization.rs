@@ -40,7 +40,7 @@ async fn reconcile_as(uid: Option<u32>, bus: &str) -> Output {
 /// Calls `Instance1.Preflight` of `uuid` (vgpuctl's preflight runs locally, not over D-Bus) with
 /// `dbus-send`, optionally as `uid`.
 async fn preflight_as(uid: Option<u32>, bus: &str, uuid: &str) -> Output {
-    let path = vgpu_manager::client::instance_path(uuid);
+    let path = vgpu_client::instance_path(uuid);
     dbus_send_as(
         uid,
         bus,

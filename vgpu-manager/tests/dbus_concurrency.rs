@@ -7,8 +7,8 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use vgpu_client::{Manager1Proxy, SERVICE};
 use vgpu_host::{Host, HostExt, paths};
-use vgpu_manager::client::{Manager1Proxy, SERVICE};
 use vgpu_sim::SimHost;
 
 const CLIENTS: usize = 16;

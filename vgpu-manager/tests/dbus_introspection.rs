@@ -8,9 +8,7 @@ mod dbus_common;
 use std::path::PathBuf;
 
 use dbus_common::{Daemon, client, ok_json, vgpuctl};
-use vgpu_manager::client::{
-    GPU_INTERFACE, INSTANCE_INTERFACE, MANAGER_INTERFACE, MANAGER_PATH, SERVICE,
-};
+use vgpu_client::{GPU_INTERFACE, INSTANCE_INTERFACE, MANAGER_INTERFACE, MANAGER_PATH, SERVICE};
 
 fn shipped() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../data/org.vgpumanager.Manager1.xml")

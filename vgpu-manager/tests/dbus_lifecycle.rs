@@ -10,7 +10,7 @@ use std::time::Duration;
 use dbus_common::{Daemon, PATIENCE, Sig, Signals, assert_refused, client, ok, ok_json, vgpuctl};
 use futures_util::StreamExt;
 use serde_json::Value;
-use vgpu_manager::client::{
+use vgpu_client::{
     Gpu1Proxy, INSTANCE_INTERFACE, Instance1Proxy, MANAGER_PATH, SERVICE, instance_path,
 };
 

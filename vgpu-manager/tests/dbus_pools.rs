@@ -13,7 +13,7 @@ use std::time::Duration;
 use dbus_common::{Daemon, PATIENCE, client, ok, ok_json, vgpuctl};
 use futures_util::StreamExt;
 use serde_json::Value;
-use vgpu_manager::client::{
+use vgpu_client::{
     ClientError, Gpu1Proxy, Manager1Proxy, PoolStatus, PoolSummary, SchedulingView, gpu_path,
 };
 use vgpu_manager::pool::SlotId;

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use dbus_common::{Daemon, client, ok, ok_json, vgpuctl};
 use serde_json::Value;
-use vgpu_manager::client::{Gpu1Proxy, Manager1Proxy, PoolStatus, PoolSummary, gpu_path};
+use vgpu_client::{Gpu1Proxy, Manager1Proxy, PoolStatus, PoolSummary, gpu_path};
 use vgpu_manager::pool::SlotId;
 
 const L40S: &str = "0000:85:00.0";

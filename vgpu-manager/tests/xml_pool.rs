@@ -8,7 +8,7 @@ mod dbus_common;
 use std::path::PathBuf;
 
 use dbus_common::{Daemon, assert_refused, ok, validate_domain_file, vgpuctl};
-use vgpu_manager::client::PoolStatus;
+use vgpu_client::PoolStatus;
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

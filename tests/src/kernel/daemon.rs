@@ -11,8 +11,8 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use mdev_types::ids::MdevUuid;
+use vgpu_client::{InstanceInfo, instance_path};
 use vgpu_host::{Host, paths};
-use vgpu_manager::client::{InstanceInfo, instance_path};
 
 use super::daemon_events;
 use super::guest::{Guest, iommu_group_of};

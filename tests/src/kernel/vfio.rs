@@ -381,7 +381,7 @@ fn shared_group_refusal(g: &Guest) -> TestResult {
 /// `Health` property then holds it (with `checked_at`).
 fn dbus_preflight(g: &Guest) -> TestResult {
     use super::vgpud::{TargetKind, Vgpud, Workdir};
-    use vgpu_manager::client::{BusAddress, SERVICE, connect, instance_path};
+    use vgpu_client::{BusAddress, SERVICE, connect, instance_path};
 
     let work = Workdir::new("vfio_dbus")?;
     let d = Vgpud::spawn(work.path(), &work.path().join("state"))?;

@@ -1,6 +1,6 @@
 //! The real `vgpud` in the guest: started on the guest's sysfs (`--sysfs-root /`) with an embedded bus
 //! (`--listen unix:path=…`) and a state directory of the test's choosing, and driven over D-Bus through
-//! the client proxies of `vgpu_manager::client`, synchronously (the suite's tests are plain functions).
+//! the client proxies of `vgpu_client`, synchronously (the suite's tests are plain functions).
 //!
 //! scripts/vm-test ships the statically linked `vgpud` next to `kernel-tests` in the 9p share; the
 //! environment variable `VGPUD` overrides where it is looked for.
@@ -17,7 +17,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use thiserror::Error;
 use tokio::runtime::Runtime;
-use vgpu_manager::client::{
+use vgpu_client::{
     BusAddress, ClientError, Gpu1Proxy, GpuInfo, InstanceInfo, Manager1Proxy, SERVICE,
     TARGET_PROFILE, TARGET_TYPE, TypeSlot,
 };
@@ -399,7 +399,7 @@ impl Vgpud {
             .as_ref()
             .ok_or_else(|| self.call_error("Get Gpu1.Types", None, "not connected".into()))?;
         let conn = client.conn.clone();
-        let path = vgpu_manager::client::gpu_path(id);
+        let path = vgpu_client::gpu_path(id);
         self.call("Get Gpu1.Types", async move {
             Gpu1Proxy::builder(&conn)
                 .path(path)
@@ -421,7 +421,7 @@ impl Vgpud {
         self.call("Ping", async move {
             let peer = zbus::fdo::PeerProxy::builder(&conn)
                 .destination(SERVICE)
-                .path(vgpu_manager::client::MANAGER_PATH)
+                .path(vgpu_client::MANAGER_PATH)
                 .cache_properties(zbus::proxy::CacheProperties::No)
                 .build()
                 .await?;
@@ -466,7 +466,7 @@ impl Drop for Vgpud {
 async fn try_connect(bus: &str) -> Option<Client> {
     let short = Duration::from_secs(2);
     let addr = BusAddress::Address(bus.to_string());
-    let conn = tokio::time::timeout(short, vgpu_manager::client::connect(&addr))
+    let conn = tokio::time::timeout(short, vgpu_client::connect(&addr))
         .await
         .ok()?
         .ok()?;

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
-use vgpu_manager::client::InstanceInfo;
+use vgpu_client::InstanceInfo;
 use zbus::Type;
 use zbus::wire::{Endian, serialized::Context, to_bytes};
 
@@ -99,7 +99,7 @@ pub fn serve_if_asked() -> bool {
             .build()
             .await
             .unwrap();
-        let rows = vgpu_manager::client::Manager1Proxy::new(&conn)
+        let rows = vgpu_client::Manager1Proxy::new(&conn)
             .await
             .unwrap()
             .list_instances()

@@ -1,17 +1,15 @@
 //! Vendor-neutral pieces every backend uses: matching requests to slots, building slot plans,
-//! applying sysfs settings with read-back, and the mdev / VF lifecycle through `vgpu_host::ops`.
+//! applying sysfs settings with read-back, and detection and error helpers. The mdev and VF
+//! lifecycle lives in the two bases, [`super::mdev_parent`] and [`super::sriov_pf`].
 
 use std::path::Path;
 
-use mdev_types::ids::{MdevUuid, PciAddress};
-use mdev_types::model::{Inventory, PciDevice};
-use vgpu_host::ops::{
-    bind_driver, create_mdev, remove_mdev, restore_driver, set_sriov_autoprobe, set_sriov_numvfs,
-};
-use vgpu_host::{Errno, Host, HostExt, paths};
+use mdev_types::ids::PciAddress;
+use mdev_types::model::{Gpu, Inventory, PciDevice};
+use vgpu_host::{Errno, Host};
 
-use super::{Backend, BackendError, CreateRequest, Created};
-use crate::profile::{Priority, Target};
+use super::{Backend, BackendError};
+use crate::profile::Priority;
 use crate::sched::{
     ApplyReport, SchedPlan, SchedRefusal, SchedRequest, SettingTarget, SlotPlan, TakesEffect,
     share::requested_shares,
@@ -141,14 +139,6 @@ pub(crate) fn set_effective(slots: &mut [SlotPlan], effective: &[f64]) {
     }
 }
 
-/// The profile spelling of a priority.
-pub(crate) fn priority_name(p: Priority) -> &'static str {
-    Priority::ALL
-        .iter()
-        .find(|(q, _)| *q == p)
-        .map_or("normal", |(_, n)| n)
-}
-
 /// Refusals for every slot that asks for a priority other than normal, on schedulers without one.
 pub(crate) fn refuse_priorities(slots: &[SlotPlan], backend: &str) -> Vec<SchedRefusal> {
     slots
@@ -161,7 +151,7 @@ pub(crate) fn refuse_priorities(slots: &[SlotPlan], backend: &str) -> Vec<SchedR
                 format!(
                     "{} asks for priority {}, but {backend} has no priority knob: drop `priority` or use normal",
                     s.slot,
-                    priority_name(p)
+                    p.as_str()
                 ),
             ))
         })
@@ -253,51 +243,14 @@ pub(crate) fn apply_settings<B: Backend + ?Sized>(
     })
 }
 
+/// The PCI address of `gpu` when it is bound to `driver`: what every PCI detector checks first.
+pub(crate) fn pci_on(gpu: &Gpu, driver: &str) -> Option<PciAddress> {
+    gpu.pci.filter(|_| gpu.driver.as_deref() == Some(driver))
+}
+
 /// The PCI device at `addr` in the inventory.
 pub(crate) fn device<'a>(inv: &'a Inventory, addr: &PciAddress) -> Option<&'a PciDevice> {
     inv.pci_devices.iter().find(|d| d.address == *addr)
-}
-
-/// Creates an mdev for an mdev target on `parent`.
-pub(crate) fn create_mdev_target(
-    host: &dyn Host,
-    parent: &str,
-    req: &CreateRequest,
-    b: &dyn Backend,
-) -> Result<Created, BackendError> {
-    match &req.target {
-        Target::Mdev {
-            parent: p, type_id, ..
-        } if p == parent => {
-            let uuid = req.uuid.unwrap_or_else(MdevUuid::new_random);
-            create_mdev(host, parent, type_id, &uuid)?;
-            Ok(Created::Mdev {
-                parent: parent.to_string(),
-                uuid,
-            })
-        }
-        other => Err(unsupported(
-            b,
-            &format!("create {other}"),
-            "it only creates mdevs of its own parent; take the target from this backend's options",
-        )),
-    }
-}
-
-/// Removes an mdev this backend created.
-pub(crate) fn destroy_mdev(
-    host: &dyn Host,
-    created: &Created,
-    b: &dyn Backend,
-) -> Result<(), BackendError> {
-    match created {
-        Created::Mdev { uuid, .. } => Ok(remove_mdev(host, uuid)?),
-        other => Err(unsupported(
-            b,
-            &format!("destroy {other:?}"),
-            "it only destroys mdevs",
-        )),
-    }
 }
 
 /// An "unsupported" error for backend `b`.
@@ -307,106 +260,5 @@ pub(crate) fn unsupported(b: &dyn Backend, what: &str, why: &str) -> BackendErro
         backend: b.kind().to_string(),
         what: what.to_string(),
         why: why.to_string(),
-    }
-}
-
-/// How VFs come into existence on a PF.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum VfEnable {
-    /// Through `sriov_numvfs`, after `sriov_drivers_autoprobe=0` so no host driver grabs them.
-    Sysfs,
-    /// Only when the driver loads (a module parameter): enabling is refused with this advice.
-    AtModuleLoad(&'static str),
-}
-
-/// Creates an SR-IOV VF target: enables VFs when needed, then binds the VF to vfio-pci.
-pub(crate) fn create_vf_target(
-    host: &dyn Host,
-    pf: &PciAddress,
-    req: &CreateRequest,
-    enable: VfEnable,
-    b: &dyn Backend,
-) -> Result<Created, BackendError> {
-    let Target::SriovVf {
-        pf: tpf,
-        vf,
-        num_vfs,
-        enable_vfs,
-        ..
-    } = &req.target
-    else {
-        return Err(unsupported(
-            b,
-            &format!("create {}", req.target),
-            "it only assigns its SR-IOV VFs",
-        ));
-    };
-    if tpf != pf {
-        return Err(unsupported(
-            b,
-            &format!("create {}", req.target),
-            &format!("the target's PF is not {pf}"),
-        ));
-    }
-    if *enable_vfs {
-        self::enable_vfs(host, pf, *num_vfs, enable, b)?;
-    }
-    let vf = match vf {
-        Some(v) => *v,
-        None => first_vf(host, pf)
-            .map_err(|e| BackendError::host(b.gpu(), e))?
-            .ok_or_else(|| {
-                unsupported(
-                    b,
-                    "assign a VF",
-                    "no VF exists after enabling; check `dmesg` for the PF driver's error",
-                )
-            })?,
-    };
-    let bind = bind_driver(host, &vf, "vfio-pci")?;
-    Ok(Created::Vf { pf: *pf, vf, bind })
-}
-
-/// Enables `num_vfs` VFs on `pf` the way `enable` says, leaving them without a host driver. Writing the
-/// count that is already enabled changes nothing (drivers/pci/iov.c `sriov_numvfs_store`).
-pub(crate) fn enable_vfs(
-    host: &dyn Host,
-    pf: &PciAddress,
-    num_vfs: u32,
-    enable: VfEnable,
-    b: &dyn Backend,
-) -> Result<(), BackendError> {
-    match enable {
-        VfEnable::Sysfs => {
-            // Documentation/ABI/testing/sysfs-driver-intel-xe-sriov and the issue: set
-            // sriov_drivers_autoprobe=0 before sriov_numvfs so the VFs stay free for vfio-pci.
-            set_sriov_autoprobe(host, pf, false)?;
-            set_sriov_numvfs(host, pf, num_vfs)?;
-            Ok(())
-        }
-        VfEnable::AtModuleLoad(how) => Err(unsupported(b, "enable VFs", how)),
-    }
-}
-
-/// The first VF of `pf` (`virtfn0`), when enabled.
-fn first_vf(host: &dyn Host, pf: &PciAddress) -> Result<Option<PciAddress>, vgpu_host::HostError> {
-    Ok(host
-        .link_name(&paths::pci_attr(pf, "virtfn0"))?
-        .and_then(|n| n.parse().ok()))
-}
-
-/// Gives a VF back to the driver it had.
-pub(crate) fn destroy_vf(
-    host: &dyn Host,
-    created: &Created,
-    b: &dyn Backend,
-) -> Result<(), BackendError> {
-    match created {
-        Created::Vf { bind, .. } => Ok(restore_driver(host, bind)?),
-        other => Err(unsupported(
-            b,
-            &format!("destroy {other:?}"),
-            "it only releases VFs it assigned",
-        )),
     }
 }

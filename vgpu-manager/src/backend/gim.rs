@@ -1,7 +1,7 @@
 //! AMD GIM (GPU-IOV Module, MxGPU SR-IOV; github.com/amd/MxGPU-Virtualization): the PF is bound to
 //! `gim`, which enables its VFs when it loads and schedules them by world switch.
 //!
-//! Facts (GIM README and module parameters, as named in issue 6):
+//! Facts (the README and module parameters of github.com/amd/MxGPU-Virtualization):
 //! * the open GIM for MI300-class parts takes module parameters `vf_num` (1–31), `sch_policy`
 //!   (1 HW solid, 2 HW liquid, 3 SW fairness, 4 SW round-robin, 5 hybrid liquid) and
 //!   `fullaccess_timeout`;
@@ -15,16 +15,12 @@
 
 use std::path::Path;
 
-use mdev_types::ids::PciAddress;
 use mdev_types::model::{Gpu, Inventory};
 use vgpu_host::{Host, HostExt};
 
-use super::common::{self, Slot, VfEnable, assign, slot_plans};
-use super::{
-    Backend, BackendError, BackendKind, Capabilities, CreateRequest, Created, DetectResult,
-    SchedCaps,
-};
-use crate::profile;
+use super::common::{self, Slot, slot_plans};
+use super::sriov_pf::{PfVendor, SriovPfBackend, SriovPfBase, VfEnable};
+use super::{BackendError, BackendKind, DetectResult, SchedCaps};
 use crate::sched::{
     PlanOptions, SchedPlan, SchedRefusal, SchedRequest, SchedState, Setting, SettingTarget,
     SlotState, TakesEffect,
@@ -54,21 +50,17 @@ const SOLID: u32 = 1;
 
 /// An MxGPU PF on GIM.
 #[derive(Debug, Clone)]
-pub struct GimBackend {
-    gpu: String,
-    pf: PciAddress,
-    total_vfs: u32,
-    vfs: Vec<PciAddress>,
+pub(crate) struct Gim {
+    /// The module parameters readable at detection, `(name, value)`.
     params: Vec<(String, String)>,
 }
 
 /// A PF bound to `gim` with SR-IOV.
 pub(crate) fn detect(host: &dyn Host, inv: &Inventory, gpu: &Gpu) -> DetectResult {
-    let Some(pf) = gpu.pci else { return Ok(None) };
-    if gpu.driver.as_deref() != Some(DRIVER) {
+    let Some(pf) = common::pci_on(gpu, DRIVER) else {
         return Ok(None);
-    }
-    let Some(sriov) = common::device(inv, &pf).and_then(|d| d.sriov.clone()) else {
+    };
+    let Some(base) = SriovPfBase::of(inv, gpu, pf) else {
         return Ok(None);
     };
     let mut params = Vec::new();
@@ -77,13 +69,7 @@ pub(crate) fn detect(host: &dyn Host, inv: &Inventory, gpu: &Gpu) -> DetectResul
             params.push((name, v));
         }
     }
-    Ok(Some(Box::new(GimBackend {
-        gpu: gpu.id.clone(),
-        pf,
-        total_vfs: sriov.total_vfs,
-        vfs: sriov.vfs,
-        params,
-    })))
+    Ok(Some(SriovPfBackend::boxed(base, Gim { params })))
 }
 
 fn policy_name(p: u32) -> String {
@@ -93,7 +79,7 @@ fn policy_name(p: u32) -> String {
     )
 }
 
-impl GimBackend {
+impl Gim {
     fn param(&self, name: &str) -> Option<&str> {
         self.params
             .iter()
@@ -104,18 +90,6 @@ impl GimBackend {
     /// The older GIM: parameters visible, none of them `sch_policy`.
     fn legacy(&self) -> bool {
         !self.params.is_empty() && self.param("sch_policy").is_none()
-    }
-
-    fn slots(&self) -> Vec<Slot> {
-        (1..)
-            .zip(&self.vfs)
-            .map(|(i, a)| Slot::new(format!("vf{i}"), Some(a.to_string())))
-            .chain(
-                (u32::try_from(self.vfs.len()).unwrap_or(u32::MAX) + 1
-                    ..=self.total_vfs.min(MAX_VFS))
-                    .map(|i| Slot::new(format!("vf{i}"), None)),
-            )
-            .collect()
     }
 
     fn setting(&self, key: &str, value: String) -> Setting {
@@ -143,65 +117,62 @@ const GIM_VFS: VfEnable = VfEnable::AtModuleLoad(
     "GIM enables VFs only when it loads, from vf_num: set `options gim vf_num=N` (or vf_num in /etc/gim_config for the older GIM) and reload gim",
 );
 
-impl Backend for GimBackend {
-    fn kind(&self) -> BackendKind {
-        BackendKind::AmdGim
+impl PfVendor for Gim {
+    const KIND: BackendKind = BackendKind::AmdGim;
+
+    fn interface(&self, _base: &SriovPfBase) -> String {
+        "MxGPU SR-IOV VFs through vfio-pci, enabled by GIM at load (vf_num)".to_string()
     }
 
-    fn gpu(&self) -> &str {
-        &self.gpu
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            backend: self.kind(),
-            gpu: self.gpu.clone(),
-            interface: "MxGPU SR-IOV VFs through vfio-pci, enabled by GIM at load (vf_num)"
-                .to_string(),
-            offers: vec![profile::Backend::SriovVf],
-            slots: self
-                .slots()
-                .into_iter()
-                .take(self.vfs.len())
-                .map(|s| s.name)
-                .collect(),
-            max_slots: self.total_vfs.min(MAX_VFS),
-            scheduling: SchedCaps {
-                knob: if self.legacy() {
-                    "sched_interval in /etc/gim_config (equal slices)".to_string()
-                } else {
-                    "sch_policy module parameter (equal slices)".to_string()
-                },
-                per_slot_weights: false,
-                priorities: false,
-                reserve: true,
-                runtime: false,
+    fn scheduling(&self) -> SchedCaps {
+        SchedCaps {
+            knob: if self.legacy() {
+                "sched_interval in /etc/gim_config (equal slices)".to_string()
+            } else {
+                "sch_policy module parameter (equal slices)".to_string()
             },
+            per_slot_weights: false,
+            priorities: false,
+            reserve: true,
+            runtime: false,
         }
     }
 
-    fn create(&self, host: &dyn Host, req: &CreateRequest) -> Result<Created, BackendError> {
-        common::create_vf_target(host, &self.pf, req, GIM_VFS, self)
+    /// The enabled VFs, then the ones `vf_num` could add up to GIM's limit.
+    fn slots(&self, base: &SriovPfBase) -> Vec<Slot> {
+        base.enabled_slots()
+            .chain(
+                (u32::try_from(base.vfs.len()).unwrap_or(u32::MAX) + 1
+                    ..=base.total_vfs.min(MAX_VFS))
+                    .map(|i| Slot::new(format!("vf{i}"), None)),
+            )
+            .collect()
     }
 
-    fn enable_vfs(&self, host: &dyn Host, num_vfs: u32) -> Result<(), BackendError> {
-        common::enable_vfs(host, &self.pf, num_vfs, GIM_VFS, self)
+    fn max_slots(&self, base: &SriovPfBase) -> u32 {
+        base.total_vfs.min(MAX_VFS)
     }
 
-    fn destroy(&self, host: &dyn Host, created: &Created) -> Result<(), BackendError> {
-        common::destroy_vf(host, created, self)
+    fn vf_enable(&self) -> VfEnable {
+        GIM_VFS
     }
 
-    fn plan(&self, requests: &[SchedRequest], opts: &PlanOptions) -> SchedPlan {
-        let (pairs, refusals) = assign(requests, &self.slots(), "VF");
+    fn plan(
+        &self,
+        base: &SriovPfBase,
+        _slots: &[Slot],
+        pairs: &[(Slot, &SchedRequest)],
+        refusals: Vec<SchedRefusal>,
+        opts: &PlanOptions,
+    ) -> SchedPlan {
         let policy = if opts.reserve { SOLID } else { ROUND_ROBIN };
         let mut plan = SchedPlan::new(
-            &self.gpu,
-            self.kind().as_str(),
+            &base.gpu,
+            Self::KIND.as_str(),
             &policy_name(policy),
             opts.tolerance,
         );
-        plan.slots = slot_plans(&pairs);
+        plan.slots = slot_plans(pairs);
         plan.refusals = refusals;
         plan.refusals
             .extend(common::refuse_priorities(&plan.slots, "GIM"));
@@ -217,7 +188,7 @@ impl Backend for GimBackend {
         }
         let eff = vec![1.0 / f64::from(n); plan.slots.len()];
         common::set_effective(&mut plan.slots, &eff);
-        let current = u32::try_from(self.vfs.len()).unwrap_or(u32::MAX);
+        let current = u32::try_from(base.vfs.len()).unwrap_or(u32::MAX);
         let vf_num = n.max(current);
         plan.settings
             .push(self.setting("vf_num", vf_num.to_string()));
@@ -268,16 +239,16 @@ impl Backend for GimBackend {
         plan
     }
 
-    fn read_back(&self, host: &dyn Host) -> Result<SchedState, BackendError> {
-        let mut st = SchedState::new(&self.gpu, self.kind().as_str(), "unknown");
+    fn read_back(&self, base: &SriovPfBase, host: &dyn Host) -> Result<SchedState, BackendError> {
+        let mut st = SchedState::new(&base.gpu, Self::KIND.as_str(), "unknown");
         for name in host
             .list_optional(Path::new(PARAMS_DIR))
-            .map_err(|e| BackendError::host(&self.gpu, e))?
+            .map_err(|e| BackendError::host(&base.gpu, e))?
         {
             let path = Path::new(PARAMS_DIR).join(&name);
             if let Some(v) = host
                 .read_optional(&path)
-                .map_err(|e| BackendError::host(&self.gpu, e))?
+                .map_err(|e| BackendError::host(&base.gpu, e))?
             {
                 st.raw.push((path.display().to_string(), v));
             }
@@ -294,8 +265,8 @@ impl Backend for GimBackend {
             }
             None => "unknown (no sch_policy parameter visible)".to_string(),
         };
-        let n = self.vfs.len();
-        for s in self.slots().into_iter().take(n) {
+        let n = base.vfs.len();
+        for s in base.enabled_slots() {
             st.slots.push(SlotState {
                 slot: s.name,
                 device: s.device,

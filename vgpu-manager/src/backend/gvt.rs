@@ -7,17 +7,13 @@
 //! for each vGPU still to be created, the type whose fixed weight brings the shares closest to the
 //! requested ones; existing vGPUs keep their type.
 
-use mdev_types::model::{Gpu, Inventory, MdevParent};
+use mdev_types::model::{Gpu, Inventory};
 use mdev_types::parse::TypeDescription;
 use vgpu_host::Host;
 
-use super::common::{self, assign, slot_plans};
-use super::generic_mdev::{instance_slots, parent_of};
-use super::{
-    Backend, BackendError, BackendKind, Capabilities, CreateRequest, Created, DetectResult,
-    SchedCaps,
-};
-use crate::profile;
+use super::common::{self, Slot, slot_plans};
+use super::mdev_parent::{MdevParentBackend, MdevParentBase, MdevVendor, parent_of};
+use super::{BackendError, BackendKind, DetectResult, SchedCaps};
 use crate::sched::{PlanOptions, SchedPlan, SchedRefusal, SchedRequest, SchedState, SlotState};
 
 /// `GVT_TS_BALANCE_PERIOD_MS`.
@@ -35,11 +31,9 @@ struct GvtType {
     available: u32,
 }
 
-/// An i915 mdev parent with GVT-g types.
+/// The GVT-g types of an i915 mdev parent.
 #[derive(Debug, Clone)]
-pub struct GvtBackend {
-    gpu: String,
-    parent: MdevParent,
+pub(crate) struct Gvt {
     types: Vec<GvtType>,
 }
 
@@ -67,18 +61,10 @@ pub(crate) fn detect(_host: &dyn Host, inv: &Inventory, gpu: &Gpu) -> DetectResu
     if types.is_empty() {
         return Ok(None);
     }
-    Ok(Some(Box::new(GvtBackend {
-        gpu: gpu.id.clone(),
-        parent: parent.clone(),
-        types,
-    })))
+    Ok(Some(MdevParentBackend::boxed(gpu, parent, Gvt { types })))
 }
 
-impl GvtBackend {
-    fn free(&self) -> u32 {
-        self.types.iter().map(|t| t.available).max().unwrap_or(0)
-    }
-
+impl Gvt {
     fn weight_of(&self, type_id: &str) -> Option<u32> {
         self.types
             .iter()
@@ -87,8 +73,8 @@ impl GvtBackend {
     }
 
     /// The type of an existing instance.
-    fn instance_type(&self, uuid: &str) -> Option<String> {
-        self.parent
+    fn instance_type(base: &MdevParentBase, uuid: &str) -> Option<String> {
+        base.parent
             .types
             .iter()
             .find(|t| t.instances.iter().any(|u| u.to_string() == uuid))
@@ -190,56 +176,47 @@ impl GvtBackend {
     }
 }
 
-impl Backend for GvtBackend {
-    fn kind(&self) -> BackendKind {
-        BackendKind::IntelGvtG
+impl MdevVendor for Gvt {
+    const KIND: BackendKind = BackendKind::IntelGvtG;
+    const SLOT_NOUN: &'static str = "vGPU";
+
+    fn interface(&self, base: &MdevParentBase) -> String {
+        format!(
+            "GVT-g mdev parent {} ({} types)",
+            base.parent.name,
+            self.types.len()
+        )
     }
 
-    fn gpu(&self) -> &str {
-        &self.gpu
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        let slots = instance_slots(&self.parent, 0);
-        Capabilities {
-            backend: self.kind(),
-            gpu: self.gpu.clone(),
-            interface: format!(
-                "GVT-g mdev parent {} ({} types)",
-                self.parent.name,
-                self.types.len()
-            ),
-            offers: vec![profile::Backend::Mdev],
-            max_slots: u32::try_from(slots.len()).unwrap_or(u32::MAX) + self.free(),
-            slots: slots.into_iter().map(|s| s.name).collect(),
-            scheduling: SchedCaps {
-                knob: "the type's fixed weight (16 / instances), chosen at create".to_string(),
-                per_slot_weights: true,
-                priorities: false,
-                reserve: false,
-                runtime: false,
-            },
+    fn scheduling(&self) -> SchedCaps {
+        SchedCaps {
+            knob: "the type's fixed weight (16 / instances), chosen at create".to_string(),
+            per_slot_weights: true,
+            priorities: false,
+            reserve: false,
+            runtime: false,
         }
     }
 
-    fn create(&self, host: &dyn Host, req: &CreateRequest) -> Result<Created, BackendError> {
-        common::create_mdev_target(host, &self.parent.name, req, self)
+    /// Only the GVT-g types count: the most any of them has left.
+    fn free(&self, _base: &MdevParentBase) -> u32 {
+        self.types.iter().map(|t| t.available).max().unwrap_or(0)
     }
 
-    fn destroy(&self, host: &dyn Host, created: &Created) -> Result<(), BackendError> {
-        common::destroy_mdev(host, created, self)
-    }
-
-    fn plan(&self, requests: &[SchedRequest], opts: &PlanOptions) -> SchedPlan {
-        let slots = instance_slots(&self.parent, self.free());
-        let (pairs, refusals) = assign(requests, &slots, "vGPU");
+    fn plan(
+        &self,
+        base: &MdevParentBase,
+        pairs: &[(Slot, &SchedRequest)],
+        refusals: Vec<SchedRefusal>,
+        opts: &PlanOptions,
+    ) -> SchedPlan {
         let mut plan = SchedPlan::new(
-            &self.gpu,
-            self.kind().as_str(),
+            &base.gpu,
+            Self::KIND.as_str(),
             "weighted time slices (type weights)",
             opts.tolerance,
         );
-        plan.slots = slot_plans(&pairs);
+        plan.slots = slot_plans(pairs);
         plan.refusals = refusals;
         plan.refusals
             .extend(common::refuse_priorities(&plan.slots, "GVT-g"));
@@ -256,7 +233,7 @@ impl Backend for GvtBackend {
             .iter()
             .map_while(|i| plan.slots[*i].device.as_deref())
             .map(|u| {
-                self.instance_type(u)
+                Self::instance_type(base, u)
                     .and_then(|t| self.weight_of(&t))
                     .unwrap_or(0)
             })
@@ -272,7 +249,7 @@ impl Backend for GvtBackend {
                 format!(
                     "no combination of {} new GVT-g vGPUs fits what is left on {} (available: {})",
                     new,
-                    self.parent.name,
+                    base.parent.name,
                     self.types
                         .iter()
                         .map(|t| format!("{} {}", t.id, t.available))
@@ -285,7 +262,7 @@ impl Backend for GvtBackend {
         let mut types: Vec<Option<String>> = vec![None; plan.slots.len()];
         for (k, i) in order.iter().enumerate() {
             types[*i] = match plan.slots[*i].device.as_deref() {
-                Some(u) => self.instance_type(u),
+                Some(u) => Self::instance_type(base, u),
                 None => choice
                     .get(k - fixed.len())
                     .map(|c| self.types[*c].id.clone()),
@@ -319,17 +296,21 @@ impl Backend for GvtBackend {
         plan
     }
 
-    fn read_back(&self, _host: &dyn Host) -> Result<SchedState, BackendError> {
+    fn read_back(
+        &self,
+        base: &MdevParentBase,
+        _host: &dyn Host,
+    ) -> Result<SchedState, BackendError> {
         let mut st = SchedState::new(
-            &self.gpu,
-            self.kind().as_str(),
+            &base.gpu,
+            Self::KIND.as_str(),
             "weighted time slices (type weights)",
         );
-        let slots = instance_slots(&self.parent, 0);
+        let slots = base.instance_slots(0);
         let weights: Vec<u32> = slots
             .iter()
             .map(|s| {
-                self.instance_type(&s.name)
+                Self::instance_type(base, &s.name)
                     .and_then(|t| self.weight_of(&t))
                     .unwrap_or(0)
             })

@@ -9,11 +9,20 @@
 //! * drivers/gpu/drm/xe/abi/guc_klvs_abi.h: `GUC_KLV_VF_CFG_EXEC_QUANTUM_MAX_VALUE` 100000 ms; 0 means
 //!   unlimited ("infinite") for both knobs, so a quantum is never programmed as 0.
 
+use vgpu_host::{Host, HostExt};
+
+use super::common::{Slot, selected_choice, slot_plans};
+use super::sriov_pf::SriovPfBase;
+use super::{BackendError, BackendKind};
 use crate::sched::rr::{RrSlot, wait_bound_us};
 use crate::sched::share::{QuantaLimits, proportional_quanta};
 use crate::sched::{
-    PlanOptions, SchedPlan, SchedRefusal, Setting, SettingTarget, SlotPlan, TakesEffect, pct,
+    PlanOptions, SchedPlan, SchedRefusal, SchedRequest, SchedState, Setting, SettingTarget,
+    SlotState, TakesEffect, pct,
 };
+
+/// The policy both interfaces report.
+pub(crate) const POLICY: &str = "proportional exec quanta (GuC VF scheduling)";
 
 /// Round length of Intel's Flex profiles: 32 ms split over the VFs.
 pub(crate) const FLEX_ROUND_MS: u32 = 32;
@@ -35,19 +44,51 @@ pub(crate) fn vf_preempt_timeout_us(vfs: u32) -> u32 {
     }
 }
 
+/// The directory of function `func` under the interface's VF tree: `pf` for 0, else `vfN`.
+pub(crate) fn function_dir(func: u32) -> String {
+    if func == 0 {
+        "pf".to_string()
+    } else {
+        format!("vf{func}")
+    }
+}
+
+/// A plan of [`POLICY`] for requests matched to VFs (`pairs`), with the refusals of matching and no
+/// quanta yet.
+pub(crate) fn new_plan(
+    base: &SriovPfBase,
+    kind: BackendKind,
+    pairs: &[(Slot, &SchedRequest)],
+    refusals: Vec<SchedRefusal>,
+    opts: &PlanOptions,
+) -> SchedPlan {
+    let mut plan = SchedPlan::new(&base.gpu, kind.as_str(), POLICY, opts.tolerance);
+    plan.slots = slot_plans(pairs);
+    plan.refusals = refusals;
+    plan
+}
+
 /// Fills quanta, preemption timeouts, effective shares, period and worst-case wait into `plan` for the
-/// slots already in it, and emits one setting per knob through `knob_path(function, knob)` (function 0
-/// is the PF). `vfs` is the number of VFs the timeouts are sized for.
+/// slots already in it (named `vfN`), and emits one setting per knob through `knob_path(function,
+/// knob)` (function 0 is the PF). The timeouts are sized for the enabled VFs, or for the planned ones
+/// while none is enabled.
 pub(crate) fn plan_quanta(
     plan: &mut SchedPlan,
     opts: &PlanOptions,
-    vfs: u32,
+    base: &SriovPfBase,
     knob_path: &dyn Fn(u32, &str) -> String,
-    func_of: &dyn Fn(&SlotPlan) -> Option<u32>,
 ) {
     if plan.slots.is_empty() {
         return;
     }
+    let vfs = if base.num_vfs > 0 {
+        base.num_vfs
+    } else {
+        u32::try_from(plan.slots.len()).unwrap_or(u32::MAX)
+    };
+    let func_of = |s: &crate::sched::SlotPlan| -> Option<u32> {
+        s.slot.strip_prefix("vf").and_then(|n| n.parse().ok())
+    };
     if opts.reserve {
         plan.refusals.push(SchedRefusal::gpu(
             "reserve-unsupported",
@@ -152,7 +193,7 @@ fn rr_slot(quantum_ms: u32, pt_us: u32) -> RrSlot {
 }
 
 /// A note naming enabled VFs (`slots` with a device) that the plan leaves out, if any.
-pub(crate) fn uncovered_note(plan: &SchedPlan, slots: &[super::common::Slot]) -> Option<String> {
+pub(crate) fn uncovered_note(plan: &SchedPlan, slots: &[Slot]) -> Option<String> {
     let left: Vec<&str> = slots
         .iter()
         .filter(|s| s.device.is_some() && !plan.slots.iter().any(|p| p.slot == s.name))
@@ -176,24 +217,22 @@ pub(crate) fn shares_from_quanta(quanta: &[u32]) -> Option<Vec<f64>> {
 }
 
 /// Reads `exec_quantum_ms`, `preempt_timeout_us` (and, with `priority`, `sched_priority`) of the PF
-/// (function 0) and the given VFs `(function, slot name, device)` into a state with shares.
+/// (function 0) and the enabled VFs into a state of [`POLICY`] with shares.
 pub(crate) fn read_state(
-    host: &dyn vgpu_host::Host,
-    mut st: crate::sched::SchedState,
-    vfs: Vec<(u32, String, Option<String>)>,
+    host: &dyn Host,
+    base: &SriovPfBase,
+    kind: BackendKind,
     knob_path: &dyn Fn(u32, &str) -> String,
     priority: bool,
-) -> Result<crate::sched::SchedState, super::BackendError> {
-    use vgpu_host::HostExt;
-    let gpu = st.gpu.clone();
+) -> Result<SchedState, BackendError> {
+    let mut st = SchedState::new(&base.gpu, kind.as_str(), POLICY);
     let read = |path: &str| {
         host.read_optional(std::path::Path::new(path))
-            .map_err(|e| super::BackendError::host(&gpu, e))
+            .map_err(|e| BackendError::host(&base.gpu, e))
     };
-    let mut funcs: Vec<(u32, String, Option<String>)> = vec![(0, "pf".into(), None)];
-    funcs.extend(vfs);
-    for (f, name, device) in funcs {
-        let mut num = |knob: &str| -> Result<Option<u32>, super::BackendError> {
+    let funcs = std::iter::once(Slot::new("pf", None)).chain(base.enabled_slots());
+    for (f, Slot { name, device }) in (0..).zip(funcs) {
+        let mut num = |knob: &str| -> Result<Option<u32>, BackendError> {
             let path = knob_path(f, knob);
             let v = read(&path)?;
             if let Some(v) = &v {
@@ -204,11 +243,11 @@ pub(crate) fn read_state(
         let q = num("exec_quantum_ms")?;
         let t = num("preempt_timeout_us")?;
         let p = if priority {
-            read(&knob_path(f, "sched_priority"))?.map(|t| super::common::selected_choice(&t))
+            read(&knob_path(f, "sched_priority"))?.map(|t| selected_choice(&t))
         } else {
             None
         };
-        st.slots.push(crate::sched::SlotState {
+        st.slots.push(SlotState {
             slot: name,
             device,
             quantum_ms: q,

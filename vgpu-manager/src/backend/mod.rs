@@ -12,6 +12,11 @@
 //! | [`gim`] | AMD GIM (MxGPU SR-IOV) | `sch_policy`, `sched_interval` |
 //! | [`generic_mdev`] | any other mdev parent (kernel samples) | none |
 //!
+//! Two bases hold what every backend of one kind does the same way, so a vendor module holds only
+//! what is its own: `mdev_parent` (instances as slots, create and remove through the parent) and
+//! `sriov_pf` (VFs as slots, assignment through vfio-pci); a vendor module implements their
+//! `MdevVendor` or `PfVendor` trait.
+//!
 //! The daemon calls [`detect`] (or [`detect_gpu`]) on a discovered [`Inventory`], then per GPU
 //! [`Backend::plan`] with the weights of the vGPUs that run there, [`Backend::apply`] and
 //! [`Backend::read_back`]; every result is plain serializable data ([`crate::sched`]).
@@ -38,8 +43,9 @@ use serde::{Deserialize, Serialize};
 use vgpu_host::Host;
 use vgpu_host::ops::BindRecord;
 
-use crate::profile::{MatchOption, Profile, Target, match_profile};
+use crate::profile::{MatchOption, Profile, ProfileTarget, match_profile};
 use crate::sched::{ApplyReport, PlanOptions, SchedPlan, SchedRequest, SchedState};
+use crate::spelling::spelled;
 
 mod common;
 mod error;
@@ -48,9 +54,11 @@ pub mod gim;
 pub mod gvt;
 pub mod i915_iov;
 mod intel_quanta;
+mod mdev_parent;
 pub mod nvidia_mdev;
 pub mod nvidia_sched;
 pub mod nvidia_vfio;
+mod sriov_pf;
 pub mod xe;
 
 #[cfg(test)]
@@ -78,32 +86,15 @@ pub enum BackendKind {
     GenericMdev,
 }
 
-impl BackendKind {
-    /// Every kind with its spelling.
-    pub const ALL: [(BackendKind, &'static str); 7] = [
-        (BackendKind::NvidiaMdev, "nvidia-mdev"),
-        (BackendKind::NvidiaVfio, "nvidia-vfio"),
-        (BackendKind::IntelXeSriov, "intel-xe-sriov"),
-        (BackendKind::IntelI915Iov, "intel-i915-iov"),
-        (BackendKind::IntelGvtG, "intel-gvt-g"),
-        (BackendKind::AmdGim, "amd-gim"),
-        (BackendKind::GenericMdev, "generic-mdev"),
-    ];
-
-    /// The spelling (`intel-xe-sriov`, …).
-    pub fn as_str(self) -> &'static str {
-        Self::ALL
-            .iter()
-            .find(|(k, _)| *k == self)
-            .map_or("?", |(_, n)| n)
-    }
-}
-
-impl fmt::Display for BackendKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+spelled!("backend kind", BackendKind {
+    NvidiaMdev => "nvidia-mdev",
+    NvidiaVfio => "nvidia-vfio",
+    IntelXeSriov => "intel-xe-sriov",
+    IntelI915Iov => "intel-i915-iov",
+    IntelGvtG => "intel-gvt-g",
+    AmdGim => "amd-gim",
+    GenericMdev => "generic-mdev",
+});
 
 /// What a backend's scheduler can do.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -130,7 +121,7 @@ pub struct Capabilities {
     /// The interface, in a line (`SR-IOV VFs through vfio-pci, provisioned in sriov_admin`).
     pub interface: String,
     /// The profile backends its options fall under.
-    pub offers: Vec<crate::profile::Backend>,
+    pub offers: Vec<crate::profile::Delivery>,
     /// The slots it has now (VF names, vGPU instances), in order.
     pub slots: Vec<String>,
     /// How many slots it could have at most.
@@ -141,9 +132,9 @@ pub struct Capabilities {
 
 /// What to create: an option [`Backend::options`] returned, and the UUID for an mdev.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CreateRequest {
+pub struct NewVgpu {
     /// The option's target.
-    pub target: Target,
+    pub target: ProfileTarget,
     /// The mdev's UUID (mdev targets; a random one when `None`).
     pub uuid: Option<MdevUuid>,
     /// A placement id for NVIDIA heterogeneous mode (`vgpu-placement-id=<id>` in `vgpu_params`).
@@ -211,7 +202,7 @@ pub trait Backend: fmt::Debug + Send + Sync {
     }
 
     /// Creates a vGPU for `req`.
-    fn create(&self, host: &dyn Host, req: &CreateRequest) -> Result<Created, BackendError>;
+    fn create(&self, host: &dyn Host, req: &NewVgpu) -> Result<Created, BackendError>;
 
     /// Undoes [`Backend::create`].
     fn destroy(&self, host: &dyn Host, created: &Created) -> Result<(), BackendError>;

@@ -5,19 +5,15 @@
 //! Scheduling is the GPU-wide `RmPVMRL` policy ([`super::nvidia_sched`]).
 
 use mdev_types::ids::PciAddress;
-use mdev_types::model::{Gpu, Inventory, MdevParent, MdevType};
+use mdev_types::model::{Gpu, Inventory, MdevType};
 use mdev_types::parse::TypeDescription;
 use vgpu_host::Host;
 
-use super::common::{self, Slot, assign};
-use super::generic_mdev::{instance_slots, parent_of};
+use super::common::{self, Slot};
+use super::mdev_parent::{MdevParentBackend, MdevParentBase, MdevVendor, parent_of};
 use super::nvidia_sched::{self, NvGpu, NvSlotInfo};
-use super::{
-    Backend, BackendError, BackendKind, Capabilities, CreateRequest, Created, DetectResult,
-    SchedCaps,
-};
-use crate::profile;
-use crate::sched::{PlanOptions, SchedPlan, SchedRequest, SchedState};
+use super::{BackendError, BackendKind, DetectResult, SchedCaps};
+use crate::sched::{PlanOptions, SchedPlan, SchedRefusal, SchedRequest, SchedState};
 
 /// NVIDIA's host driver (binds the GPU; nvidia-vgpu-vfio registers its mdev parent).
 const DRIVER: &str = "nvidia";
@@ -26,18 +22,15 @@ const TYPE_PREFIX: &str = "nvidia-";
 
 /// An NVIDIA GPU with classic mdev types.
 #[derive(Debug, Clone)]
-pub struct NvidiaMdevBackend {
-    gpu: String,
+pub(crate) struct NvidiaMdev {
     pci: PciAddress,
-    parent: MdevParent,
 }
 
 /// A GPU on `nvidia` whose mdev parent offers `nvidia-NNN` types.
 pub(crate) fn detect(_host: &dyn Host, inv: &Inventory, gpu: &Gpu) -> DetectResult {
-    let Some(pci) = gpu.pci else { return Ok(None) };
-    if gpu.driver.as_deref() != Some(DRIVER) {
+    let Some(pci) = common::pci_on(gpu, DRIVER) else {
         return Ok(None);
-    }
+    };
     let Some(parent) = parent_of(inv, gpu) else {
         return Ok(None);
     };
@@ -48,11 +41,11 @@ pub(crate) fn detect(_host: &dyn Host, inv: &Inventory, gpu: &Gpu) -> DetectResu
     {
         return Ok(None);
     }
-    Ok(Some(Box::new(NvidiaMdevBackend {
-        gpu: gpu.id.clone(),
-        pci,
-        parent: parent.clone(),
-    })))
+    Ok(Some(MdevParentBackend::boxed(
+        gpu,
+        parent,
+        NvidiaMdev { pci },
+    )))
 }
 
 fn info(t: &MdevType) -> NvSlotInfo {
@@ -65,48 +58,34 @@ fn info(t: &MdevType) -> NvSlotInfo {
     }
 }
 
-impl NvidiaMdevBackend {
-    fn existing(&self) -> usize {
-        self.parent.types.iter().map(|t| t.instances.len()).sum()
-    }
-
-    fn free(&self) -> u32 {
-        self.parent
-            .types
-            .iter()
-            .map(|t| t.available_instances)
-            .max()
-            .unwrap_or(0)
-    }
-
-    fn nv(&self) -> NvGpu<'_> {
+impl NvidiaMdev {
+    fn nv<'a>(&self, base: &'a MdevParentBase) -> NvGpu<'a> {
         NvGpu {
-            gpu: &self.gpu,
-            kind: self.kind(),
+            gpu: &base.gpu,
+            kind: Self::KIND,
             pci: self.pci,
-            existing: self.existing(),
+            existing: base.existing(),
         }
     }
 
     /// What the scheduler knows of a slot: an instance's type, or for a new vGPU the type already on
     /// the GPU (homogeneous rule) or the one matching the requested framebuffer.
-    fn slot_info(&self, slot: &Slot, req: &SchedRequest) -> NvSlotInfo {
+    fn slot_info(base: &MdevParentBase, slot: &Slot, req: &SchedRequest) -> NvSlotInfo {
+        let types = &base.parent.types;
         let of_instance = |u: &str| {
-            self.parent
-                .types
+            types
                 .iter()
                 .find(|t| t.instances.iter().any(|i| i.to_string() == u))
         };
         if let Some(t) = slot.device.as_deref().and_then(of_instance) {
             return info(t);
         }
-        if let Some(t) = self.parent.types.iter().find(|t| !t.instances.is_empty()) {
+        if let Some(t) = types.iter().find(|t| !t.instances.is_empty()) {
             return info(t);
         }
         req.framebuffer_mib
             .and_then(|fb| {
-                self.parent
-                    .types
+                types
                     .iter()
                     .map(info)
                     .find(|i| i.framebuffer_mib == Some(fb))
@@ -118,54 +97,47 @@ impl NvidiaMdevBackend {
     }
 }
 
-impl Backend for NvidiaMdevBackend {
-    fn kind(&self) -> BackendKind {
-        BackendKind::NvidiaMdev
+impl MdevVendor for NvidiaMdev {
+    const KIND: BackendKind = BackendKind::NvidiaMdev;
+    const SLOT_NOUN: &'static str = "vGPU";
+
+    fn interface(&self, base: &MdevParentBase) -> String {
+        format!(
+            "NVIDIA classic mdev parent {} ({} types, one type at a time)",
+            base.parent.name,
+            base.parent.types.len()
+        )
     }
 
-    fn gpu(&self) -> &str {
-        &self.gpu
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        let slots = instance_slots(&self.parent, 0);
-        Capabilities {
-            backend: self.kind(),
-            gpu: self.gpu.clone(),
-            interface: format!(
-                "NVIDIA classic mdev parent {} ({} types, one type at a time)",
-                self.parent.name,
-                self.parent.types.len()
-            ),
-            offers: vec![profile::Backend::Mdev],
-            max_slots: u32::try_from(slots.len()).unwrap_or(u32::MAX) + self.free(),
-            slots: slots.into_iter().map(|s| s.name).collect(),
-            scheduling: SchedCaps {
-                knob: "RmPVMRL policy and time slice (NVreg_RegistryDwordsPerDevice)".to_string(),
-                per_slot_weights: false,
-                priorities: false,
-                reserve: true,
-                runtime: false,
-            },
+    fn scheduling(&self) -> SchedCaps {
+        SchedCaps {
+            knob: "RmPVMRL policy and time slice (NVreg_RegistryDwordsPerDevice)".to_string(),
+            per_slot_weights: false,
+            priorities: false,
+            reserve: true,
+            runtime: false,
         }
     }
 
-    fn create(&self, host: &dyn Host, req: &CreateRequest) -> Result<Created, BackendError> {
-        common::create_mdev_target(host, &self.parent.name, req, self)
+    fn plan(
+        &self,
+        base: &MdevParentBase,
+        pairs: &[(Slot, &SchedRequest)],
+        refusals: Vec<SchedRefusal>,
+        opts: &PlanOptions,
+    ) -> SchedPlan {
+        let infos: Vec<NvSlotInfo> = pairs
+            .iter()
+            .map(|(s, r)| Self::slot_info(base, s, r))
+            .collect();
+        nvidia_sched::plan(&self.nv(base), pairs, &infos, refusals, opts)
     }
 
-    fn destroy(&self, host: &dyn Host, created: &Created) -> Result<(), BackendError> {
-        common::destroy_mdev(host, created, self)
-    }
-
-    fn plan(&self, requests: &[SchedRequest], opts: &PlanOptions) -> SchedPlan {
-        let slots = instance_slots(&self.parent, self.free());
-        let (pairs, refusals) = assign(requests, &slots, "vGPU");
-        let infos: Vec<NvSlotInfo> = pairs.iter().map(|(s, r)| self.slot_info(s, r)).collect();
-        nvidia_sched::plan(&self.nv(), &pairs, &infos, refusals, opts)
-    }
-
-    fn read_back(&self, host: &dyn Host) -> Result<SchedState, BackendError> {
-        nvidia_sched::read_back(host, &self.nv(), instance_slots(&self.parent, 0))
+    fn read_back(
+        &self,
+        base: &MdevParentBase,
+        host: &dyn Host,
+    ) -> Result<SchedState, BackendError> {
+        nvidia_sched::read_back(host, &self.nv(base), base.instance_slots(0))
     }
 }

@@ -12,15 +12,13 @@ use mdev_types::model::{Gpu, Inventory, NvidiaVfState};
 use mdev_types::parse::parse_nvidia_vgpu_name;
 use vgpu_host::{Host, paths};
 
-use super::common::{self, Slot, assign, unsupported};
+use super::common::{self, Slot, unsupported};
 use super::nvidia_sched::{self, NvGpu, NvSlotInfo};
-use super::{
-    Backend, BackendError, BackendKind, Capabilities, CreateRequest, Created, DetectResult,
-    SchedCaps,
-};
-use crate::profile::facts::{device_facts, nvidia_name_framebuffer_mib};
-use crate::profile::{self, Target};
-use crate::sched::{PlanOptions, SchedPlan, SchedRequest, SchedState};
+use super::sriov_pf::{PfVendor, SriovPfBackend, SriovPfBase};
+use super::{Backend, BackendError, BackendKind, Created, DetectResult, NewVgpu, SchedCaps};
+use crate::profile::facts::{NVIDIA_SRIOV_MANAGE, device_facts, nvidia_name_framebuffer_mib};
+use crate::profile::{self, ProfileTarget};
+use crate::sched::{PlanOptions, SchedPlan, SchedRefusal, SchedRequest, SchedState};
 
 /// NVIDIA's host driver; the VFs stay bound to it.
 const DRIVER: &str = "nvidia";
@@ -35,11 +33,10 @@ struct Vf {
 
 /// An NVIDIA SR-IOV PF whose VFs carry the vendor-specific VFIO interface.
 #[derive(Debug, Clone)]
-pub struct NvidiaVfioBackend {
-    gpu: String,
-    pf: PciAddress,
-    total_vfs: u32,
+pub(crate) struct NvidiaVfio {
+    /// The GPU's memory, when known ([`device_facts`]).
     memory_mib: Option<u64>,
+    /// The enabled VFs that have the vendor interface.
     vfs: Vec<Vf>,
     /// Type id → name, from every VF's `creatable_vgpu_types`.
     names: Vec<(u32, String)>,
@@ -47,18 +44,17 @@ pub struct NvidiaVfioBackend {
 
 /// A PF on `nvidia` with SR-IOV whose VFs have `nvidia/` (or none enabled yet, and no mdev parent).
 pub(crate) fn detect(_host: &dyn Host, inv: &Inventory, gpu: &Gpu) -> DetectResult {
-    let Some(pf) = gpu.pci else { return Ok(None) };
-    if gpu.driver.as_deref() != Some(DRIVER) {
+    let Some(pf) = common::pci_on(gpu, DRIVER) else {
         return Ok(None);
-    }
+    };
     let Some(dev) = common::device(inv, &pf) else {
         return Ok(None);
     };
-    let Some(sriov) = dev.sriov.as_ref().filter(|s| s.total_vfs > 0) else {
+    let Some(base) = SriovPfBase::of(inv, gpu, pf).filter(|b| b.total_vfs > 0) else {
         return Ok(None);
     };
     let vfs: Vec<Vf> = (0u32..)
-        .zip(&sriov.vfs)
+        .zip(&base.vfs)
         .filter_map(|(i, a)| {
             let d = common::device(inv, a)?;
             Some(Vf {
@@ -69,7 +65,7 @@ pub(crate) fn detect(_host: &dyn Host, inv: &Inventory, gpu: &Gpu) -> DetectResu
         })
         .collect();
     let has_parent = inv.mdev_parents.iter().any(|p| p.pci == Some(pf));
-    if vfs.is_empty() && (sriov.num_vfs > 0 || has_parent) {
+    if vfs.is_empty() && (base.num_vfs > 0 || has_parent) {
         return Ok(None);
     }
     let mut names: Vec<(u32, String)> = Vec::new();
@@ -78,22 +74,22 @@ pub(crate) fn detect(_host: &dyn Host, inv: &Inventory, gpu: &Gpu) -> DetectResu
             names.push((t.id, t.name.clone()));
         }
     }
-    Ok(Some(Box::new(NvidiaVfioBackend {
-        gpu: gpu.id.clone(),
-        pf,
-        total_vfs: sriov.total_vfs,
-        memory_mib: device_facts(dev.vendor, dev.device).and_then(|f| f.memory_mib),
-        vfs,
-        names,
-    })))
+    Ok(Some(SriovPfBackend::boxed(
+        base,
+        NvidiaVfio {
+            memory_mib: device_facts(dev.vendor, dev.device).and_then(|f| f.memory_mib),
+            vfs,
+            names,
+        },
+    )))
 }
 
-impl NvidiaVfioBackend {
-    fn nv(&self) -> NvGpu<'_> {
+impl NvidiaVfio {
+    fn nv<'a>(&self, base: &'a SriovPfBase) -> NvGpu<'a> {
         NvGpu {
-            gpu: &self.gpu,
-            kind: self.kind(),
-            pci: self.pf,
+            gpu: &base.gpu,
+            kind: Self::KIND,
+            pci: base.pf,
             existing: self
                 .vfs
                 .iter()
@@ -103,7 +99,7 @@ impl NvidiaVfioBackend {
     }
 
     /// VFs with a vGPU first, then the free ones, each as `vfN`.
-    fn slots(&self) -> Vec<Slot> {
+    fn vf_slots(&self) -> Vec<Slot> {
         let (mut used, free): (Vec<&Vf>, Vec<&Vf>) = self
             .vfs
             .iter()
@@ -116,7 +112,7 @@ impl NvidiaVfioBackend {
 
     /// The VFs that carry a vGPU.
     fn used_slots(&self) -> Vec<Slot> {
-        self.slots()
+        self.vf_slots()
             .into_iter()
             .filter(|s| {
                 self.vfs
@@ -133,7 +129,7 @@ impl NvidiaVfioBackend {
         Some(nvidia_name_framebuffer_mib(parsed.framebuffer_gib))
     }
 
-    fn info(&self, slot: &Slot, req: &SchedRequest) -> NvSlotInfo {
+    fn info(&self, base: &SriovPfBase, slot: &Slot, req: &SchedRequest) -> NvSlotInfo {
         let current = self
             .vfs
             .iter()
@@ -147,7 +143,7 @@ impl NvidiaVfioBackend {
             max_instances: fb
                 .zip(self.memory_mib)
                 .and_then(|(f, m)| u32::try_from(m / f.max(1)).ok())
-                .map(|m| m.min(self.total_vfs)),
+                .map(|m| m.min(base.total_vfs)),
         }
     }
 
@@ -156,52 +152,55 @@ impl NvidiaVfioBackend {
     }
 }
 
-impl Backend for NvidiaVfioBackend {
-    fn kind(&self) -> BackendKind {
-        BackendKind::NvidiaVfio
+impl PfVendor for NvidiaVfio {
+    const KIND: BackendKind = BackendKind::NvidiaVfio;
+    const OFFERS: profile::Delivery = profile::Delivery::NvidiaVendorVfio;
+
+    fn interface(&self, _base: &SriovPfBase) -> String {
+        "NVIDIA vendor-specific VFIO: one vGPU per SR-IOV VF (nvidia/current_vgpu_type)".to_string()
     }
 
-    fn gpu(&self) -> &str {
-        &self.gpu
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            backend: self.kind(),
-            gpu: self.gpu.clone(),
-            interface:
-                "NVIDIA vendor-specific VFIO: one vGPU per SR-IOV VF (nvidia/current_vgpu_type)"
-                    .to_string(),
-            offers: vec![profile::Backend::NvidiaVendorVfio],
-            // The VFs with a vGPU; a plan may also name free VFs.
-            slots: self.used_slots().into_iter().map(|s| s.name).collect(),
-            max_slots: self.total_vfs,
-            scheduling: SchedCaps {
-                knob: "RmPVMRL policy and time slice (NVreg_RegistryDwordsPerDevice)".to_string(),
-                per_slot_weights: false,
-                priorities: false,
-                reserve: true,
-                runtime: false,
-            },
+    fn scheduling(&self) -> SchedCaps {
+        SchedCaps {
+            knob: "RmPVMRL policy and time slice (NVreg_RegistryDwordsPerDevice)".to_string(),
+            per_slot_weights: false,
+            priorities: false,
+            reserve: true,
+            runtime: false,
         }
     }
 
-    fn create(&self, host: &dyn Host, req: &CreateRequest) -> Result<Created, BackendError> {
-        let Target::NvidiaVendorVfio {
+    fn slots(&self, _base: &SriovPfBase) -> Vec<Slot> {
+        self.vf_slots()
+    }
+
+    /// The VFs with a vGPU; a plan may also name free VFs.
+    fn current_slots(&self, _base: &SriovPfBase) -> Vec<Slot> {
+        self.used_slots()
+    }
+
+    fn create(
+        &self,
+        b: &dyn Backend,
+        base: &SriovPfBase,
+        host: &dyn Host,
+        req: &NewVgpu,
+    ) -> Result<Created, BackendError> {
+        let ProfileTarget::NvidiaVendorVfio {
             pf, vf, type_id, ..
         } = &req.target
         else {
             return Err(unsupported(
-                self,
+                b,
                 &format!("create {}", req.target),
                 "it only sets vGPU types on its VFs",
             ));
         };
-        if *pf != self.pf {
+        if *pf != base.pf {
             return Err(unsupported(
-                self,
+                b,
                 &format!("create {}", req.target),
-                &format!("the target's PF is not {}", self.pf),
+                &format!("the target's PF is not {}", base.pf),
             ));
         }
         if let Some(id) = req.placement_id {
@@ -209,66 +208,81 @@ impl Backend for NvidiaVfioBackend {
                 &Self::nvidia_attr(vf, "vgpu_params"),
                 &format!("vgpu-placement-id={id}"),
             )
-            .map_err(|e| BackendError::host(&self.gpu, e))?;
+            .map_err(|e| BackendError::host(&base.gpu, e))?;
         }
         host.write(
             &Self::nvidia_attr(vf, "current_vgpu_type"),
             &type_id.to_string(),
         )
         .map_err(|e| BackendError::Unsupported {
-            gpu: self.gpu.clone(),
-            backend: self.kind().to_string(),
+            gpu: base.gpu.clone(),
+            backend: Self::KIND.to_string(),
             what: format!("create vGPU type {type_id} on VF {vf}"),
             why: format!(
                 "{e}; EPERM: the VF already has a vGPU; EIO: the type is not creatable now (framebuffer used up, or another size in homogeneous mode — see nvidia/creatable_vgpu_types)"
             ),
         })?;
         Ok(Created::NvidiaVgpu {
-            pf: self.pf,
+            pf: base.pf,
             vf: *vf,
             type_id: *type_id,
         })
     }
 
-    fn enable_vfs(&self, _host: &dyn Host, num_vfs: u32) -> Result<(), BackendError> {
+    fn enable_vfs(
+        &self,
+        b: &dyn Backend,
+        _base: &SriovPfBase,
+        _host: &dyn Host,
+        num_vfs: u32,
+    ) -> Result<(), BackendError> {
         Err(unsupported(
-            self,
+            b,
             &format!("enable {num_vfs} VFs"),
             &format!(
-                "NVIDIA's VFs are enabled by the vGPU host driver's tool: `{}`",
-                crate::profile::facts::NVIDIA_SRIOV_MANAGE
+                "NVIDIA's VFs are enabled by the vGPU host driver's tool: `{NVIDIA_SRIOV_MANAGE}`"
             ),
         ))
     }
 
-    fn destroy(&self, host: &dyn Host, created: &Created) -> Result<(), BackendError> {
+    fn destroy(
+        &self,
+        b: &dyn Backend,
+        host: &dyn Host,
+        created: &Created,
+    ) -> Result<(), BackendError> {
         match created {
             Created::NvidiaVgpu { vf, .. } => host
                 .write(&Self::nvidia_attr(vf, "current_vgpu_type"), "0")
-                .map_err(|e| BackendError::host(&self.gpu, e)),
+                .map_err(|e| BackendError::host(b.gpu(), e)),
             other => Err(unsupported(
-                self,
+                b,
                 &format!("destroy {other:?}"),
                 "it only clears vGPUs on its VFs",
             )),
         }
     }
 
-    fn plan(&self, requests: &[SchedRequest], opts: &PlanOptions) -> SchedPlan {
-        let (pairs, refusals) = assign(requests, &self.slots(), "VF");
-        let infos: Vec<NvSlotInfo> = pairs.iter().map(|(s, r)| self.info(s, r)).collect();
-        let mut plan = nvidia_sched::plan(&self.nv(), &pairs, &infos, refusals, opts);
+    fn plan(
+        &self,
+        base: &SriovPfBase,
+        _slots: &[Slot],
+        pairs: &[(Slot, &SchedRequest)],
+        refusals: Vec<SchedRefusal>,
+        opts: &PlanOptions,
+    ) -> SchedPlan {
+        let infos: Vec<NvSlotInfo> = pairs.iter().map(|(s, r)| self.info(base, s, r)).collect();
+        let mut plan = nvidia_sched::plan(&self.nv(base), pairs, &infos, refusals, opts);
         if self.vfs.is_empty() {
             plan.notes.push(format!(
-                "no VF of {} is enabled yet (NVIDIA: `{}`)",
-                self.pf,
-                crate::profile::facts::NVIDIA_SRIOV_MANAGE
+                "no VF of {} is enabled yet (NVIDIA: `{NVIDIA_SRIOV_MANAGE}`)",
+                base.pf
             ));
         }
         plan
     }
 
-    fn read_back(&self, host: &dyn Host) -> Result<SchedState, BackendError> {
-        nvidia_sched::read_back(host, &self.nv(), self.used_slots())
+    fn read_back(&self, base: &SriovPfBase, host: &dyn Host) -> Result<SchedState, BackendError> {
+        nvidia_sched::read_back(host, &self.nv(base), self.used_slots())
     }
 }

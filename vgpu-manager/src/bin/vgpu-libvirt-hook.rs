@@ -6,9 +6,8 @@
 use std::io::Read;
 use std::process::ExitCode;
 
+use vgpu_client::{BusAddress, blocking};
 use vgpu_host::{Host, SysfsHost, paths};
-use vgpu_manager::client::BusAddress;
-use vgpu_manager::hook::daemon::DbusDaemon;
 use vgpu_manager::hook::{HOOK_NAME, Invocation, run};
 
 fn main() -> ExitCode {
@@ -25,7 +24,7 @@ fn main() -> ExitCode {
         let mut s = String::new();
         std::io::stdin().read_to_string(&mut s).map(|_| s)
     };
-    let connect = || DbusDaemon::connect(&bus.parse::<BusAddress>()?);
+    let connect = || blocking::Client::connect_unchecked(&bus.parse::<BusAddress>()?);
     // Only asked when vgpud is unreachable: are the domain's mdevs there anyway (made by mdevctl)?
     let sysfs = SysfsHost::new("/").ok();
     let exists = |u: &mdev_types::ids::MdevUuid| {

@@ -12,8 +12,8 @@ use thiserror::Error;
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::{error, info, warn};
 
+use vgpu_client::{BusAddress, ClientError, SERVICE};
 use vgpu_manager::cli::HostArgs;
-use vgpu_manager::client::{BusAddress, ClientError, SERVICE};
 use vgpu_manager::daemon::api::CoreError;
 use vgpu_manager::daemon::dbus::embedded_bus::{self, EmbeddedBus, EmbeddedBusError};
 use vgpu_manager::daemon::dbus::{self, Executor, ServeError};
@@ -39,7 +39,7 @@ struct Args {
     listen: Option<String>,
     /// Members of this group (besides root) may make changes. The shipped bus policy names
     /// vgpu-admin; change it to match when using another group.
-    #[arg(long, value_name = "GROUP", default_value = vgpu_manager::client::ADMIN_GROUP)]
+    #[arg(long, value_name = "GROUP", default_value = vgpu_client::ADMIN_GROUP)]
     admin_group: String,
     /// Pool files applied once the daemon is ready and again on SIGHUP (`*.toml`; a missing directory
     /// is fine).
@@ -202,7 +202,7 @@ async fn run(args: Args) -> Result<(), DaemonError> {
         }
         None => (None, args.bus.as_deref().unwrap_or("system").parse()?),
     };
-    let conn = vgpu_manager::client::connect(&bus).await?;
+    let conn = vgpu_client::connect(&bus).await?;
     let exec: Arc<dyn Executor> = core.clone();
     let auth = dbus::Authorizer::with_admin_group(&args.admin_group);
     let service = dbus::serve_with(&conn, exec, auth).await?;

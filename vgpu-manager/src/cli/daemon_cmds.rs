@@ -2,18 +2,14 @@
 //! undefine, autostart, status. Human tables by default, `--json` for scripts; a daemon refusal is one
 //! line (`vgpuctl: <message>`) with exit code 2.
 
-use std::collections::HashMap;
 use std::io::Write;
 
 use clap::{ArgGroup, Args, Subcommand};
 use serde::Serialize;
-use zbus::{Connection, OwnedObjectPath, Variant};
+use vgpu_client::{BusAddress, Client, GpuInfo, InstanceInfo, NewInstance};
+use zbus::OwnedObjectPath;
 
 use super::{CliError, Table, write_json};
-use crate::client::{
-    BusAddress, ClientError, GpuInfo, InstanceInfo, Manager1Proxy, TARGET_PROFILE, TARGET_TYPE,
-    connect_daemon,
-};
 
 /// Which bus vgpud is on.
 #[derive(Debug, Clone, Args)]
@@ -120,18 +116,11 @@ pub enum DaemonCommand {
 /// Runs one daemon command against the bus in `bus`.
 pub fn run(cmd: &DaemonCommand, bus: &BusArgs, out: &mut dyn Write) -> Result<(), CliError> {
     let bus: BusAddress = bus.bus.parse()?;
-    let rt = crate::client::runtime()?;
+    let rt = vgpu_client::runtime()?;
     rt.block_on(async {
-        let conn = connect_daemon(&bus).await?;
-        let client = Client { bus: &bus, conn };
-        client.dispatch(cmd, out).await
+        let client = Client::connect(&bus).await?;
+        dispatch(&client, cmd, out).await
     })
-}
-
-/// One connection to vgpud.
-struct Client<'a> {
-    bus: &'a BusAddress,
-    conn: Connection,
 }
 
 /// The stable JSON form of an instance (absent values are `null`).
@@ -308,214 +297,145 @@ fn describe(i: &InstanceInfo) -> String {
     s
 }
 
-impl Client<'_> {
-    fn call_err(&self, method: &str) -> impl Fn(zbus::Error) -> ClientError + '_ {
-        let method = method.to_string();
-        move |e| ClientError::from_call(&method, &self.bus.to_string(), e)
-    }
-
-    async fn manager(&self) -> Result<Manager1Proxy<'static>, ClientError> {
-        Manager1Proxy::new(&self.conn)
-            .await
-            .map_err(self.call_err("(connect)"))
-    }
-
-    async fn instance(&self, uuid: &str) -> Result<InstanceInfo, ClientError> {
-        self.manager()
-            .await?
-            .get_instance(uuid)
-            .await
-            .map_err(self.call_err("GetInstance"))
-    }
-
-    async fn create_or_define(
-        &self,
-        method: &str,
-        t: &TargetArgs,
-        autostart: Option<bool>,
-    ) -> Result<InstanceInfo, ClientError> {
-        let (kind, target) = match (&t.profile, &t.type_id) {
-            (Some(p), _) => (TARGET_PROFILE, p.as_str()),
-            (None, Some(ty)) => (TARGET_TYPE, ty.as_str()),
+impl TargetArgs {
+    /// The request these options describe.
+    fn request(&self) -> NewInstance {
+        let mut req = match (&self.profile, &self.type_id) {
+            (Some(p), _) => NewInstance::of_profile(p),
+            (None, Some(ty)) => NewInstance::of_type(ty),
             // clap's required group makes this unreachable; an empty profile gets the daemon's message.
-            (None, None) => (TARGET_PROFILE, ""),
+            (None, None) => NewInstance::of_profile(""),
         };
-        let mut options: HashMap<&str, Variant<'_>> = HashMap::new();
-        if let Some(l) = &t.label {
-            options.insert("label", Variant::from(l.as_str()));
-        }
-        if let Some(a) = autostart {
-            options.insert("autostart", Variant::from(a));
-        }
-        let gpu = t.gpu.as_deref().unwrap_or("");
-        let uuid = t.uuid.as_deref().unwrap_or("");
-        let m = self.manager().await?;
-        let path = if method == "Define" {
-            m.define(kind, target, gpu, uuid, options).await
-        } else {
-            m.create(kind, target, gpu, uuid, options).await
-        }
-        .map_err(self.call_err(method))?;
-        // The path ends in the UUID with '_' for '-'.
-        let uuid = path
-            .as_str()
-            .rsplit('/')
-            .next()
-            .unwrap_or_default()
-            .replace('_', "-");
-        self.instance(&uuid).await
+        req.gpu = self.gpu.clone();
+        req.uuid = self.uuid.clone();
+        req.label = self.label.clone();
+        req
     }
+}
 
-    async fn dispatch(&self, cmd: &DaemonCommand, out: &mut dyn Write) -> Result<(), CliError> {
-        match cmd {
-            DaemonCommand::List { json } => {
-                let list = self
-                    .manager()
-                    .await?
-                    .list_instances()
-                    .await
-                    .map_err(self.call_err("ListInstances"))?;
-                if *json {
-                    let j: Vec<InstanceJson<'_>> = list.iter().map(InstanceJson::from).collect();
-                    return write_json(out, &j);
-                }
-                if list.is_empty() {
-                    writeln!(
-                        out,
-                        "no instances (create one with `vgpuctl create --profile NAME`)"
-                    )?;
-                } else {
-                    write!(out, "{}", instance_table(&list).render())?;
-                }
+/// Runs `cmd` through `client`, writing its output to `out`.
+async fn dispatch(
+    client: &Client,
+    cmd: &DaemonCommand,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    match cmd {
+        DaemonCommand::List { json } => {
+            let list = client.list_instances().await?;
+            if *json {
+                let j: Vec<InstanceJson<'_>> = list.iter().map(InstanceJson::from).collect();
+                return write_json(out, &j);
             }
-            DaemonCommand::Create { target, json } => {
-                let i = self.create_or_define("Create", target, None).await?;
-                if *json {
-                    return write_json(out, &InstanceJson::from(&i));
-                }
-                writeln!(out, "created {} ({})", i.uuid, describe(&i))?;
-            }
-            DaemonCommand::Define {
-                target,
-                autostart,
-                json,
-            } => {
-                let i = self
-                    .create_or_define("Define", target, Some(*autostart))
-                    .await?;
-                if *json {
-                    return write_json(out, &InstanceJson::from(&i));
-                }
-                writeln!(out, "defined {} ({})", i.uuid, describe(&i))?;
-            }
-            DaemonCommand::Destroy { uuid } => {
-                self.manager()
-                    .await?
-                    .destroy(uuid)
-                    .await
-                    .map_err(self.call_err("Destroy"))?;
-                writeln!(out, "destroyed {uuid}")?;
-            }
-            DaemonCommand::Start { uuid } => {
-                self.manager()
-                    .await?
-                    .start(uuid)
-                    .await
-                    .map_err(self.call_err("Start"))?;
-                writeln!(out, "started {uuid}")?;
-            }
-            DaemonCommand::Stop { uuid } => {
-                self.manager()
-                    .await?
-                    .stop(uuid)
-                    .await
-                    .map_err(self.call_err("Stop"))?;
-                writeln!(out, "stopped {uuid}")?;
-            }
-            DaemonCommand::Undefine { uuid } => {
-                self.manager()
-                    .await?
-                    .undefine(uuid)
-                    .await
-                    .map_err(self.call_err("Undefine"))?;
-                writeln!(out, "undefined {uuid}")?;
-            }
-            DaemonCommand::Autostart { uuid, disable } => {
-                self.manager()
-                    .await?
-                    .set_autostart(uuid, !*disable)
-                    .await
-                    .map_err(self.call_err("SetAutostart"))?;
+            if list.is_empty() {
                 writeln!(
                     out,
-                    "autostart {} for {uuid}",
-                    if *disable { "off" } else { "on" }
+                    "no instances (create one with `vgpuctl create --profile NAME`)"
                 )?;
-            }
-            DaemonCommand::Status {
-                uuid: Some(uuid),
-                json,
-            } => {
-                let i = self.instance(uuid).await?;
-                if *json {
-                    return write_json(out, &InstanceJson::from(&i));
-                }
-                let rows = [
-                    ("uuid", i.uuid.clone()),
-                    ("state", i.state.clone()),
-                    ("gpu", i.gpu.clone()),
-                    ("parent", i.parent.clone()),
-                    ("type", i.type_id.clone()),
-                    ("profile", dash(&i.profile)),
-                    ("defined", yes_no(i.defined)),
-                    ("autostart", yes_no(i.autostart)),
-                    ("owner", i.owner.clone()),
-                    ("label", dash(&i.label)),
-                    (
-                        "iommu group",
-                        i.iommu_group()
-                            .map(|g| g.to_string())
-                            .unwrap_or_else(|| "-".into()),
-                    ),
-                    ("created at", i.created_at.to_string()),
-                    ("object", i.path().to_string()),
-                ];
-                for (k, v) in rows {
-                    writeln!(out, "{:<12} {v}", format!("{k}:"))?;
-                }
-            }
-            DaemonCommand::Status { uuid: None, json } => {
-                let m = self.manager().await?;
-                let version = m.version().await.map_err(self.call_err("Version"))?;
-                let gpus = m.list_gpus().await.map_err(self.call_err("ListGpus"))?;
-                let instances = m
-                    .list_instances()
-                    .await
-                    .map_err(self.call_err("ListInstances"))?;
-                if *json {
-                    let j = StatusJson {
-                        version,
-                        gpus: gpus.iter().map(GpuJson::from).collect(),
-                        instances: instances.iter().map(InstanceJson::from).collect(),
-                    };
-                    return write_json(out, &j);
-                }
-                let running = instances.iter().filter(|i| i.state == "running").count();
-                let defined = instances.iter().filter(|i| i.defined).count();
-                writeln!(
-                    out,
-                    "vgpud {version} on {}: {} GPUs, {} instances ({running} running, {defined} defined)\n",
-                    self.bus,
-                    gpus.len(),
-                    instances.len()
-                )?;
-                if gpus.is_empty() {
-                    writeln!(out, "no GPUs with mdev support")?;
-                } else {
-                    write!(out, "{}", gpu_table(&gpus).render())?;
-                }
+            } else {
+                write!(out, "{}", instance_table(&list).render())?;
             }
         }
-        Ok(())
+        DaemonCommand::Create { target, json } => {
+            let i = client.create(&target.request()).await?;
+            if *json {
+                return write_json(out, &InstanceJson::from(&i));
+            }
+            writeln!(out, "created {} ({})", i.uuid, describe(&i))?;
+        }
+        DaemonCommand::Define {
+            target,
+            autostart,
+            json,
+        } => {
+            let i = client.define(&target.request(), *autostart).await?;
+            if *json {
+                return write_json(out, &InstanceJson::from(&i));
+            }
+            writeln!(out, "defined {} ({})", i.uuid, describe(&i))?;
+        }
+        DaemonCommand::Destroy { uuid } => {
+            client.destroy(uuid).await?;
+            writeln!(out, "destroyed {uuid}")?;
+        }
+        DaemonCommand::Start { uuid } => {
+            client.start(uuid).await?;
+            writeln!(out, "started {uuid}")?;
+        }
+        DaemonCommand::Stop { uuid } => {
+            client.stop(uuid).await?;
+            writeln!(out, "stopped {uuid}")?;
+        }
+        DaemonCommand::Undefine { uuid } => {
+            client.undefine(uuid).await?;
+            writeln!(out, "undefined {uuid}")?;
+        }
+        DaemonCommand::Autostart { uuid, disable } => {
+            client.set_autostart(uuid, !*disable).await?;
+            writeln!(
+                out,
+                "autostart {} for {uuid}",
+                if *disable { "off" } else { "on" }
+            )?;
+        }
+        DaemonCommand::Status {
+            uuid: Some(uuid),
+            json,
+        } => {
+            let i = client.get_instance(uuid).await?;
+            if *json {
+                return write_json(out, &InstanceJson::from(&i));
+            }
+            let rows = [
+                ("uuid", i.uuid.clone()),
+                ("state", i.state.clone()),
+                ("gpu", i.gpu.clone()),
+                ("parent", i.parent.clone()),
+                ("type", i.type_id.clone()),
+                ("profile", dash(&i.profile)),
+                ("defined", yes_no(i.defined)),
+                ("autostart", yes_no(i.autostart)),
+                ("owner", i.owner.clone()),
+                ("label", dash(&i.label)),
+                (
+                    "iommu group",
+                    i.iommu_group()
+                        .map(|g| g.to_string())
+                        .unwrap_or_else(|| "-".into()),
+                ),
+                ("created at", i.created_at.to_string()),
+                ("object", i.path().to_string()),
+            ];
+            for (k, v) in rows {
+                writeln!(out, "{:<12} {v}", format!("{k}:"))?;
+            }
+        }
+        DaemonCommand::Status { uuid: None, json } => {
+            let version = client.version().await?;
+            let gpus = client.list_gpus().await?;
+            let instances = client.list_instances().await?;
+            if *json {
+                let j = StatusJson {
+                    version,
+                    gpus: gpus.iter().map(GpuJson::from).collect(),
+                    instances: instances.iter().map(InstanceJson::from).collect(),
+                };
+                return write_json(out, &j);
+            }
+            let running = instances.iter().filter(|i| i.state == "running").count();
+            let defined = instances.iter().filter(|i| i.defined).count();
+            writeln!(
+                out,
+                "vgpud {version} on {}: {} GPUs, {} instances ({running} running, {defined} defined)\n",
+                client.bus(),
+                gpus.len(),
+                instances.len()
+            )?;
+            if gpus.is_empty() {
+                writeln!(out, "no GPUs with mdev support")?;
+            } else {
+                write!(out, "{}", gpu_table(&gpus).render())?;
+            }
+        }
     }
+    Ok(())
 }

@@ -44,7 +44,7 @@ pub enum CliError {
     Profile(String),
     /// vgpud refused, or could not be reached.
     #[error(transparent)]
-    Daemon(#[from] crate::client::ClientError),
+    Daemon(#[from] vgpu_client::ClientError),
     /// Writing the output failed (e.g. a closed pipe).
     #[error("cannot write output: {0}")]
     Output(#[from] std::io::Error),

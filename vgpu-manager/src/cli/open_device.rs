@@ -15,12 +15,12 @@ use std::os::unix::process::CommandExt;
 
 use mdev_types::ids::MdevUuid;
 use nix::fcntl::{FcntlArg, FdFlag, fcntl};
+use vgpu_client::{BusAddress, Client};
 use vgpu_vfio::{OpenedDevice, OpenedDeviceExt};
 
 use super::CliError;
 use super::daemon_cmds::BusArgs;
 use super::preflight::{BackendArg, print_report};
-use crate::client::{BusAddress, connect_daemon, open_device};
 
 /// The options of `vgpuctl open-device`.
 #[derive(Debug, Clone, clap::Args)]
@@ -57,17 +57,12 @@ pub(super) fn run(
         .parse()
         .map_err(|e: mdev_types::ids::IdError| CliError::BadArgument(e.to_string()))?;
     let address: BusAddress = bus.bus.parse()?;
-    let rt = crate::client::runtime()?;
+    let rt = vgpu_client::runtime()?;
     let mut opened = rt.block_on(async {
-        let conn = connect_daemon(&address).await?;
-        open_device(
-            &conn,
-            &address.to_string(),
-            &uuid,
-            args.backend.forced(),
-            !args.unbound,
-        )
-        .await
+        let client = Client::connect(&address).await?;
+        client
+            .open_device(&uuid, args.backend.forced(), !args.unbound)
+            .await
     })?;
     drop(rt);
     if args.command.is_empty() {

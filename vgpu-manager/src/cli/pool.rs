@@ -9,17 +9,13 @@
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
-use futures_util::StreamExt;
+use vgpu_client::{BusAddress, Client, PoolGpu, PoolProgress, PoolStatus, PoolSummary, SlotRow};
 use vgpu_host::discover::discover as discover_host;
 
 use super::daemon_cmds::BusArgs;
 use super::profiles::catalog;
 use super::{CliError, HostArgs, Table, write_json};
-use crate::client::{
-    BusAddress, ClientError, Manager1Proxy, PoolGpu, PoolStatus, PoolSummary, SlotRow,
-    connect_daemon,
-};
-use crate::pool::{PoolPlan, Step, load_file, plan_pool};
+use crate::pool::{PoolPlan, PoolStep, load_file, plan_pool};
 
 /// `vgpuctl pool …`.
 #[derive(Debug, clap::Subcommand)]
@@ -68,8 +64,8 @@ pub(super) fn run(
             let text = std::fs::read_to_string(file).map_err(|e| {
                 CliError::BadArgument(format!("{}: cannot read pool file: {e}", file.display()))
             })?;
-            with_daemon(bus, |m, bus| async move {
-                let summary = apply(&m, &bus, &text, *json, out).await?;
+            with_daemon(bus, |client| async move {
+                let summary = apply(&client, &text, *json, out).await?;
                 if *json {
                     write_json(out, &summary)
                 } else {
@@ -78,12 +74,8 @@ pub(super) fn run(
                 }
             })
         }
-        PoolCommand::Status { json } => with_daemon(bus, |m, bus| async move {
-            let text = m
-                .pool_status()
-                .await
-                .map_err(|e| ClientError::from_call("PoolStatus", &bus.to_string(), e))?;
-            let status: Vec<PoolStatus> = decode("PoolStatus", &text)?;
+        PoolCommand::Status { json } => with_daemon(bus, |client| async move {
+            let status: Vec<PoolStatus> = client.pool_status().await?;
             if *json {
                 write_json(out, &status)
             } else {
@@ -94,30 +86,15 @@ pub(super) fn run(
     }
 }
 
-/// Runs `f` with a Manager1 proxy on `bus` in a one-thread runtime.
+/// Runs `f` with a client of vgpud on `bus` in a one-thread runtime.
 fn with_daemon<'a, F, Fut>(bus: &BusArgs, f: F) -> Result<(), CliError>
 where
-    F: FnOnce(Manager1Proxy<'static>, BusAddress) -> Fut,
+    F: FnOnce(Client) -> Fut,
     Fut: std::future::Future<Output = Result<(), CliError>> + 'a,
 {
     let bus: BusAddress = bus.bus.parse()?;
-    let rt = crate::client::runtime()?;
-    rt.block_on(async {
-        let conn = connect_daemon(&bus).await?;
-        let m = Manager1Proxy::new(&conn)
-            .await
-            .map_err(|e| ClientError::from_call("(connect)", &bus.to_string(), e))?;
-        f(m, bus).await
-    })
-}
-
-/// Parses a JSON report of `method`.
-fn decode<T: serde::de::DeserializeOwned>(method: &str, text: &str) -> Result<T, CliError> {
-    serde_json::from_str(text).map_err(|e| {
-        CliError::BadArgument(format!(
-            "vgpud's {method} answer is not the documented JSON ({e}): are vgpuctl and vgpud the same version?"
-        ))
-    })
+    let rt = vgpu_client::runtime()?;
+    rt.block_on(async { f(Client::connect(&bus).await?).await })
 }
 
 /// One progress line (or bar) for step `done` of `total`.
@@ -142,54 +119,28 @@ fn progress_line(done: u32, total: u32, step: &str, bar: bool) -> String {
 
 /// Calls `Apply` with `text`, showing the `PoolProgress` signals as they come (unless `quiet`).
 async fn apply(
-    m: &Manager1Proxy<'static>,
-    bus: &BusAddress,
+    client: &Client,
     text: &str,
     quiet: bool,
     out: &mut dyn Write,
 ) -> Result<PoolSummary, CliError> {
-    let err = |method: &str| {
-        let bus = bus.to_string();
-        let method = method.to_string();
-        move |e| ClientError::from_call(&method, &bus, e)
-    };
-    // Subscribed before the call, so no step is missed.
-    let mut progress = m
-        .receive_pool_progress()
-        .await
-        .map_err(err("PoolProgress"))?;
     let bar = !quiet && std::io::stdout().is_terminal();
     let mut shown = false;
-    let mut show = |s: crate::client::proxy::PoolProgress, out: &mut dyn Write| {
-        if quiet {
-            return Ok::<(), CliError>(());
-        }
-        if let Ok(a) = s.args() {
-            write!(out, "{}", progress_line(a.done, a.total, a.step, bar))?;
+    let summary = client
+        .apply_pool(text, |p: PoolProgress<'_>| {
+            if quiet {
+                return Ok::<(), CliError>(());
+            }
+            write!(out, "{}", progress_line(p.done, p.total, p.step, bar))?;
             out.flush()?;
             shown = true;
-        }
-        Ok(())
-    };
-    let call = m.apply(text);
-    tokio::pin!(call);
-    let result = loop {
-        tokio::select! {
-            r = &mut call => break r,
-            Some(s) = progress.next() => show(s, out)?,
-        }
-    };
-    // The daemon sends every signal before its reply; take those not yet read.
-    while let Ok(Some(s)) =
-        tokio::time::timeout(std::time::Duration::from_millis(20), progress.next()).await
-    {
-        show(s, out)?;
-    }
+            Ok(())
+        })
+        .await;
     if bar && shown {
         writeln!(out)?;
     }
-    let text = result.map_err(err("Apply"))?;
-    decode("Apply", &text)
+    summary
 }
 
 fn opt(s: Option<&str>) -> String {
@@ -332,7 +283,7 @@ pub(super) fn render(p: &PoolPlan) -> String {
     let mut t = Table::new(&["ACTION", "SLOT", "UUID", "GPU", "NUMA", "WHAT"]);
     for step in &p.steps {
         match step {
-            Step::Remove { slot, gpu, holds } => t.row(vec![
+            PoolStep::Remove { slot, gpu, holds } => t.row(vec![
                 "remove".into(),
                 format!("{}/{}", slot.profile, slot.index),
                 slot.uuid.to_string(),
@@ -340,7 +291,7 @@ pub(super) fn render(p: &PoolPlan) -> String {
                 "-".into(),
                 holds.clone(),
             ]),
-            Step::EnableVfs { gpu, num_vfs, .. } => t.row(vec![
+            PoolStep::EnableVfs { gpu, num_vfs, .. } => t.row(vec![
                 "enable-vfs".into(),
                 "-".into(),
                 "-".into(),
@@ -348,7 +299,7 @@ pub(super) fn render(p: &PoolPlan) -> String {
                 "-".into(),
                 format!("enable {num_vfs} SR-IOV VFs"),
             ]),
-            Step::Create {
+            PoolStep::Create {
                 slot,
                 gpu,
                 numa_node,

@@ -102,13 +102,7 @@ fn parse_weight(item: &str) -> Result<SchedRequest, CliError> {
         .ok_or_else(|| bad("the weight is not a whole number from 1 to 100"))?;
     let priority = match prio {
         None => None,
-        Some(p) => Some(
-            Priority::ALL
-                .iter()
-                .find(|(_, n)| *n == p)
-                .map(|(v, _)| *v)
-                .ok_or_else(|| bad("unknown priority"))?,
-        ),
+        Some(p) => Some(p.parse::<Priority>().map_err(|_| bad("unknown priority"))?),
     };
     Ok(SchedRequest {
         slot,
@@ -263,13 +257,6 @@ fn opt<T: ToString>(v: Option<T>) -> String {
     v.map(|x| x.to_string()).unwrap_or_else(|| "-".into())
 }
 
-fn priority_name(p: Priority) -> &'static str {
-    Priority::ALL
-        .iter()
-        .find(|(q, _)| *q == p)
-        .map_or("-", |(_, n)| n)
-}
-
 /// Where a setting goes and when, in a line.
 fn setting_line(s: &Setting) -> String {
     let when = match s.takes_effect {
@@ -317,8 +304,7 @@ pub(super) fn render_plan(p: &SchedPlan) -> String {
             x.slot.clone(),
             opt(x.device.as_deref()),
             x.weight.to_string(),
-            x.priority
-                .map_or("-".into(), |p| priority_name(p).to_string()),
+            x.priority.map_or("-".into(), |p| p.as_str().to_string()),
             pct(x.requested_share),
             x.effective_share.map_or("-".into(), pct),
             x.error.map_or("-".into(), |e| format!("{:+.2}", e * 100.0)),

@@ -9,18 +9,15 @@
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use clap::Args;
 use mdev_types::ids::{MdevUuid, PciAddress};
 use qemu_glue::{DomainSpec, Hostdev, MdevDisplay, PciHostdev, VfBinding, VgpuRequest, VgpuTarget};
+use vgpu_client::blocking::{self, VgpuDaemon};
+use vgpu_client::{BusAddress, InstanceInfo, PoolStatus, SlotRow};
 
 use super::CliError;
 use super::daemon_cmds::BusArgs;
-use crate::client::{
-    BusAddress, ClientError, InstanceInfo, Manager1Proxy, PoolStatus, SlotRow, connect_daemon,
-};
-use crate::hook::daemon::{CALL_TIMEOUT, DbusDaemon, VgpuDaemon};
 
 /// `vgpuctl xml` options.
 #[derive(Debug, Args)]
@@ -59,10 +56,10 @@ pub fn run(args: &XmlArgs, bus: &BusArgs, out: &mut dyn Write) -> Result<(), Cli
     let bus: BusAddress = bus.bus.parse()?;
     match args.target.parse::<MdevUuid>() {
         Ok(uuid) => {
-            let mut daemon = DbusDaemon::connect(&bus)?;
+            let mut daemon = blocking::Client::connect(&bus)?;
             // A pool slot held by a VF is no instance: find it among the applied pools' slots.
-            if daemon.get_instance(&uuid.to_string())?.is_none() {
-                let pools = pool_status(&bus)?;
+            if daemon.find_instance(&uuid.to_string())?.is_none() {
+                let pools = daemon.pool_status()?;
                 let vf_slot = pools.iter().find_map(|p| {
                     p.slots
                         .iter()
@@ -84,7 +81,7 @@ pub fn run(args: &XmlArgs, bus: &BusArgs, out: &mut dyn Write) -> Result<(), Cli
             if args.name.is_some() {
                 return Err(name_with_pool(&args.target));
             }
-            let pools = pool_status(&bus)?;
+            let pools = blocking::Client::connect(&bus)?.pool_status()?;
             render_pool(args, &pools, out)
         }
     }
@@ -94,38 +91,6 @@ fn name_with_pool(pool: &str) -> CliError {
     CliError::BadArgument(format!(
         "--name names one domain, but '{pool}' is a pool: its domains are named after their slots (POOL-PROFILE-INDEX)"
     ))
-}
-
-/// Manager1 `PoolStatus` on `bus`, decoded.
-fn pool_status(bus: &BusAddress) -> Result<Vec<PoolStatus>, CliError> {
-    let name = bus.to_string();
-    let rt = crate::client::runtime()?;
-    let text = rt.block_on(async {
-        let conn = connect_daemon(bus).await?;
-        let m = Manager1Proxy::new(&conn)
-            .await
-            .map_err(|e| ClientError::from_call("(connect)", &name, e))?;
-        // The same deadline as every other call of this command (DbusDaemon's).
-        match tokio::time::timeout(CALL_TIMEOUT, m.pool_status()).await {
-            Ok(r) => r.map_err(|e| ClientError::from_call("PoolStatus", &name, e)),
-            Err(_) => Err(ClientError::from_call(
-                "PoolStatus",
-                &name,
-                zbus::Error::InputOutput(Arc::new(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    format!(
-                        "no answer within {} s (is vgpud stuck? `systemctl status vgpud`)",
-                        CALL_TIMEOUT.as_secs()
-                    ),
-                ))),
-            )),
-        }
-    })?;
-    serde_json::from_str(&text).map_err(|e| {
-        CliError::BadArgument(format!(
-            "vgpud's PoolStatus answer is not the documented JSON ({e}): are vgpuctl and vgpud the same version?"
-        ))
-    })
 }
 
 /// Renders every slot with an instance of pool `args.target`, found in `pools`.

@@ -4,8 +4,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::daemon::{NewInstance, VgpuDaemon};
-use crate::client::{ClientError, GpuInfo, InstanceInfo, TARGET_PROFILE, TypeSlot};
+use vgpu_client::blocking::VgpuDaemon;
+use vgpu_client::{ClientError, GpuInfo, InstanceInfo, NewInstance, TargetKind, TypeSlot};
 
 pub(crate) struct FakeDaemon {
     pub instances: BTreeMap<String, InstanceInfo>,
@@ -52,7 +52,7 @@ impl FakeDaemon {
         FakeDaemon {
             instances: BTreeMap::new(),
             gpus: vec![GpuInfo {
-                path: crate::client::gpu_path("0000:01:00.0"),
+                path: vgpu_client::gpu_path("0000:01:00.0"),
                 id: "0000:01:00.0".into(),
                 vendor: "nvidia".into(),
                 model: "NVIDIA T4".into(),
@@ -123,7 +123,7 @@ impl FakeDaemon {
             }
             return Err(refuse("Exists", format!("instance {uuid} already exists")));
         }
-        let (type_id, profile) = if req.kind == TARGET_PROFILE {
+        let (type_id, profile) = if req.kind == TargetKind::Profile {
             ("nvidia-223".to_string(), req.target.clone())
         } else {
             (req.target.clone(), String::new())

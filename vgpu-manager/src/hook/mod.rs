@@ -24,7 +24,6 @@
 //! reached: `prepare` then lets it start with a warning. The bus is `VGPU_BUS` (default: the system
 //! bus).
 
-pub mod daemon;
 #[cfg(test)]
 pub(crate) mod fake;
 #[cfg(test)]
@@ -36,9 +35,8 @@ use mdev_types::ids::MdevUuid;
 use qemu_glue::metadata::{METADATA_NS, VgpuTarget};
 use qemu_glue::parse::{DomainDevices, ParseError, parse_domain};
 use thiserror::Error;
-
-use crate::client::ClientError;
-use daemon::{NewInstance, VgpuDaemon};
+use vgpu_client::blocking::VgpuDaemon;
+use vgpu_client::{ClientError, NewInstance};
 
 /// The file name the hook is installed under in `/etc/libvirt/hooks/qemu.d/`.
 pub const HOOK_NAME: &str = "vgpu-manager";

@@ -20,7 +20,7 @@ use mdev_types::parse::{TypeDescription, parse_nvidia_vgpu_name};
 
 use super::model::{Choice, Cost, Demand, GpuCap, Problem, Rule};
 use crate::profile::facts::{device_facts, nvidia_name_framebuffer_mib};
-use crate::profile::{MatchReport, Target};
+use crate::profile::{MatchReport, ProfileTarget};
 
 /// One profile to place.
 #[derive(Debug, Clone, Copy)]
@@ -56,10 +56,11 @@ pub struct Converted {
     pub free_vfs: Vec<Vec<PciAddress>>,
 }
 
-/// What a GPU's backend makes of its options.
-struct Backend {
+/// How a GPU's capacity is counted: the planner's rule for it, its free VFs, and what each of its
+/// options costs.
+struct CapacityModel {
     rule: Rule,
-    /// Turns a matching option of this backend into a choice; `None` for other backends.
+    /// The free VFs (VF-backed GPUs), in the order they are handed out.
     vfs: Vec<PciAddress>,
     costs: Costing,
 }
@@ -94,7 +95,7 @@ pub fn build(
         if !allowed(gpu) {
             continue;
         }
-        let b = backend(gpu, inv, used);
+        let b = capacity_model(gpu, inv, used);
         out.problem.gpus.push(GpuCap {
             id: gpu.id.clone(),
             numa_node: gpu.numa_node,
@@ -131,9 +132,9 @@ pub fn build(
     out
 }
 
-fn choice(target: &Target, b: &Backend, need_mib: u64) -> Option<Choice> {
+fn choice(target: &ProfileTarget, b: &CapacityModel, need_mib: u64) -> Option<Choice> {
     let (key, cost) = match (target, &b.costs) {
-        (Target::Mdev { type_id, .. }, Costing::Mdev(types)) => {
+        (ProfileTarget::Mdev { type_id, .. }, Costing::Mdev(types)) => {
             let (_, uses, limit) = types.iter().find(|(t, _, _)| t == type_id.as_str())?;
             (
                 type_id.to_string(),
@@ -144,7 +145,7 @@ fn choice(target: &Target, b: &Backend, need_mib: u64) -> Option<Choice> {
                 },
             )
         }
-        (Target::NvidiaVendorVfio { type_id, .. }, Costing::NvidiaVfio(types)) => {
+        (ProfileTarget::NvidiaVendorVfio { type_id, .. }, Costing::NvidiaVfio(types)) => {
             let fb = types.iter().find(|(t, _)| t == type_id).map(|(_, f)| *f)?;
             (
                 type_id.to_string(),
@@ -156,7 +157,7 @@ fn choice(target: &Target, b: &Backend, need_mib: u64) -> Option<Choice> {
             )
         }
         (
-            Target::SriovVf {
+            ProfileTarget::SriovVf {
                 enable_vfs: false, ..
             },
             Costing::Vfs,
@@ -169,12 +170,12 @@ fn choice(target: &Target, b: &Backend, need_mib: u64) -> Option<Choice> {
             },
         ),
         (
-            Target::SriovVf {
+            ProfileTarget::SriovVf {
                 enable_vfs: true, ..
             },
             Costing::Split,
         ) => ("vf".to_string(), Cost::Split { need_mib }),
-        (Target::Passthrough { .. }, Costing::Whole) => (
+        (ProfileTarget::Passthrough { .. }, Costing::Whole) => (
             "whole".to_string(),
             Cost::Pools {
                 uses: Vec::new(),
@@ -191,7 +192,7 @@ fn choice(target: &Target, b: &Backend, need_mib: u64) -> Option<Choice> {
     })
 }
 
-fn backend(gpu: &Gpu, inv: &Inventory, used: HostUse<'_>) -> Backend {
+fn capacity_model(gpu: &Gpu, inv: &Inventory, used: HostUse<'_>) -> CapacityModel {
     let device = gpu
         .pci
         .and_then(|a| inv.pci_devices.iter().find(|d| d.address == a));
@@ -226,7 +227,7 @@ fn backend(gpu: &Gpu, inv: &Inventory, used: HostUse<'_>) -> Backend {
         }
         return sriov_vfs(pf, sriov, &vfs, used.claimed_vfs);
     }
-    Backend {
+    CapacityModel {
         rule: Rule::Pools {
             free: Vec::new(),
             slots: Some(1),
@@ -242,7 +243,7 @@ fn backend(gpu: &Gpu, inv: &Inventory, used: HostUse<'_>) -> Backend {
 /// `max_instance × framebuffer` of any type (nvidia-vgpu-vfio's description: `max_instance` is the
 /// count on an empty GPU), and instances are homogeneous (NVIDIA vGPU User Guide, "Homogeneous
 /// time-sliced vGPUs"). `None` when a type's description is not NVIDIA's.
-fn nvidia_mdev(parent: &MdevParent, live: &[(&str, bool)]) -> Option<Backend> {
+fn nvidia_mdev(parent: &MdevParent, live: &[(&str, bool)]) -> Option<CapacityModel> {
     let mut types = Vec::new();
     let mut total = 0u64;
     for t in &parent.types {
@@ -267,7 +268,7 @@ fn nvidia_mdev(parent: &MdevParent, live: &[(&str, bool)]) -> Option<Backend> {
     };
     let kept: Vec<&str> = live.iter().filter(|(_, r)| !r).map(|(t, _)| *t).collect();
     let used: u64 = kept.iter().map(|t| fb_of(t)).sum();
-    Some(Backend {
+    Some(CapacityModel {
         rule: Rule::Pools {
             free: vec![total.saturating_sub(used)],
             slots: None,
@@ -285,7 +286,7 @@ fn nvidia_mdev(parent: &MdevParent, live: &[(&str, bool)]) -> Option<Backend> {
 /// `available_instances` as the minimum over pools of free / cost), so the largest such product is a
 /// safe estimate. Otherwise the types' sharing is unknown: one type per GPU, at most its
 /// `available_instances`.
-fn other_mdev(parent: &MdevParent, live: &[(&str, bool)]) -> Backend {
+fn other_mdev(parent: &MdevParent, live: &[(&str, bool)]) -> CapacityModel {
     let costs: Option<Vec<Vec<u64>>> = parent
         .types
         .iter()
@@ -313,7 +314,7 @@ fn other_mdev(parent: &MdevParent, live: &[(&str, bool)]) -> Backend {
                         .unwrap_or(0)
                 })
                 .collect();
-            Backend {
+            CapacityModel {
                 rule: Rule::Pools {
                     free,
                     slots: None,
@@ -336,7 +337,7 @@ fn other_mdev(parent: &MdevParent, live: &[(&str, bool)]) -> Backend {
                 let n = live.iter().filter(|(t, r)| *t == ty && *r).count();
                 u32::try_from(n).unwrap_or(u32::MAX)
             };
-            Backend {
+            CapacityModel {
                 rule: Rule::Pools {
                     free: Vec::new(),
                     slots: None,
@@ -365,7 +366,7 @@ fn other_mdev(parent: &MdevParent, live: &[(&str, bool)]) -> Backend {
 /// table's memory, else the largest type any VF lists), and in the default equal-size mode all vGPUs
 /// of a GPU have one framebuffer size (NVIDIA vGPU User Guide, "Homogeneous/heterogeneous vGPUs";
 /// NVML `NVML_VGPU_PGPU_HOMOGENEOUS_MODE`).
-fn nvidia_vfio(pf: &PciDevice, vfs: &[&PciDevice], claimed: &[PciAddress]) -> Backend {
+fn nvidia_vfio(pf: &PciDevice, vfs: &[&PciDevice], claimed: &[PciAddress]) -> CapacityModel {
     let mut types: Vec<(u32, u64)> = Vec::new();
     for t in vfs
         .iter()
@@ -404,7 +405,7 @@ fn nvidia_vfio(pf: &PciDevice, vfs: &[&PciDevice], claimed: &[PciAddress]) -> Ba
         })
         .map(|v| v.address)
         .collect();
-    Backend {
+    CapacityModel {
         rule: Rule::Pools {
             free: vec![total.saturating_sub(occupied.iter().sum())],
             slots: Some(u32::try_from(free_vfs.len()).unwrap_or(u32::MAX)),
@@ -419,9 +420,14 @@ fn nvidia_vfio(pf: &PciDevice, vfs: &[&PciDevice], claimed: &[PciAddress]) -> Ba
 /// SR-IOV VFs through vfio-pci (Intel xe/i915, AMD MxGPU): with VFs enabled, each free VF serves one
 /// instance (their split is fixed: drivers/pci/iov.c `sriov_numvfs_store` refuses a change while VFs
 /// exist); with none, the VF count is chosen at enable time (device memory from the device table).
-fn sriov_vfs(pf: &PciDevice, s: &SriovPf, vfs: &[&PciDevice], claimed: &[PciAddress]) -> Backend {
+fn sriov_vfs(
+    pf: &PciDevice,
+    s: &SriovPf,
+    vfs: &[&PciDevice],
+    claimed: &[PciAddress],
+) -> CapacityModel {
     if s.num_vfs == 0 {
-        return Backend {
+        return CapacityModel {
             rule: Rule::SplitOnEnable {
                 memory_mib: device_facts(pf.vendor, pf.device).and_then(|f| f.memory_mib),
                 max_vfs: s.total_vfs,
@@ -438,7 +444,7 @@ fn sriov_vfs(pf: &PciDevice, s: &SriovPf, vfs: &[&PciDevice], claimed: &[PciAddr
         .filter(|v| v.iommu_group.is_some() && v.driver.is_none() && !claimed.contains(&v.address))
         .map(|v| v.address)
         .collect();
-    Backend {
+    CapacityModel {
         rule: Rule::Pools {
             free: Vec::new(),
             slots: Some(u32::try_from(free.len()).unwrap_or(u32::MAX)),

@@ -124,7 +124,7 @@ pub enum MigError {
 }
 
 impl MigGeometry {
-    /// A100-40GB: 8 memory slices (issue 7's table; NVIDIA MIG User Guide, "A100 MIG Profiles":
+    /// A100-40GB: 8 memory slices (NVIDIA MIG User Guide, "A100 MIG Profiles":
     /// 1g.5gb starts 0–6 size 1, 7 instances; 1g.10gb 0,2,4,6 size 2, 4; 2g.10gb 0,2,4 size 2, 3;
     /// 3g.20gb 0,4 size 4, 2; 4g.20gb 0 size 4, 1; 7g.40gb 0 size 8, 1). Memory is the nominal GB
     /// of the name.

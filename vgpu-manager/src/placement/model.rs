@@ -8,7 +8,7 @@
 use serde::Serialize;
 use thiserror::Error;
 
-use crate::profile::Target;
+use crate::profile::ProfileTarget;
 
 /// A half-open range `[start, start + size)` of slots (MIG memory slices, vGPU placement slots).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -112,7 +112,7 @@ pub struct Choice {
     /// What an instance takes.
     pub cost: Cost,
     /// What to create (from matching).
-    pub target: Target,
+    pub target: ProfileTarget,
 }
 
 /// One GPU as the planner sees it.

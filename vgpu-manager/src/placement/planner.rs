@@ -32,15 +32,10 @@ pub enum Policy {
     Spread,
 }
 
-impl Policy {
-    /// `consolidate` or `spread`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Policy::Consolidate => "consolidate",
-            Policy::Spread => "spread",
-        }
-    }
-}
+crate::spelling::spelled!("policy", Policy {
+    Consolidate => "consolidate",
+    Spread => "spread",
+});
 
 /// Knobs of [`plan_with`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -77,6 +77,8 @@ pub enum PoolError {
     },
 }
 
+crate::toml_file::impl_file_error!(PoolError);
+
 /// Several pool errors (a whole directory is checked before giving up).
 #[derive(Debug, Error)]
 #[error("{}", .0.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n"))]

@@ -31,47 +31,25 @@ mod tests;
 
 pub use error::{PoolError, PoolErrors};
 pub use identity::SlotId;
-pub use plan::{GpuLoad, HeldSlot, Kept, PoolPlan, PoolShortfall, Step, plan_pool};
+pub use plan::{GpuLoad, HeldSlot, Kept, PoolPlan, PoolShortfall, PoolStep, plan_pool};
 pub use spec::{MAX_SLOTS, Pool, Selector};
 
 use crate::profile::Catalog;
+use crate::toml_file;
 
 /// Where the daemon reads pool files.
 pub const DEFAULT_DIR: &str = "/etc/vgpu-manager/pools.d";
 
 /// One pool file.
 pub fn load_file(path: &Path, catalog: &Catalog) -> Result<Pool, PoolError> {
-    let text = std::fs::read_to_string(path).map_err(|source| PoolError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let text = toml_file::read::<PoolError>(path)?;
     Pool::from_toml(&path.display().to_string(), &text, catalog)
 }
 
 /// Every `*.toml` file in `dir` (not recursing), in name order; all files are checked before failing.
 /// Pool names must be unique.
 pub fn load_dir(dir: &Path, catalog: &Catalog) -> Result<Vec<Pool>, PoolErrors> {
-    let one = |e| PoolErrors(vec![e]);
-    let entries = std::fs::read_dir(dir).map_err(|source| {
-        one(PoolError::ReadDir {
-            path: dir.to_path_buf(),
-            source,
-        })
-    })?;
-    let mut files = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(|source| {
-            one(PoolError::ReadDir {
-                path: dir.to_path_buf(),
-                source,
-            })
-        })?;
-        let path = entry.path();
-        if path.extension().is_some_and(|e| e == "toml") && path.is_file() {
-            files.push(path);
-        }
-    }
-    files.sort();
+    let files = toml_file::list(dir).map_err(|e| PoolErrors(vec![e]))?;
     let mut pools: Vec<Pool> = Vec::new();
     let mut errors = Vec::new();
     for f in &files {

@@ -16,7 +16,7 @@ use super::identity::SlotId;
 use super::spec::{MAX_SLOTS, Pool};
 use crate::placement::convert::{DemandInput, HostUse, build};
 use crate::placement::{Policy, plan};
-use crate::profile::{Catalog, Target, match_profile};
+use crate::profile::{Catalog, ProfileTarget, match_profile};
 
 /// A VF slot the daemon records as held by this pool.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -32,7 +32,7 @@ pub struct HeldSlot {
 /// One step of applying a plan, in execution order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "action", rename_all = "kebab-case")]
-pub enum Step {
+pub enum PoolStep {
     /// Destroy a slot's instance (an mdev by UUID, or release a VF).
     Remove {
         /// The slot.
@@ -60,7 +60,7 @@ pub enum Step {
         /// Its NUMA node.
         numa_node: Option<u32>,
         /// What to create; for VFs of a PF enabled by this plan, `vf` is `null` (take a free one).
-        target: Target,
+        target: ProfileTarget,
         /// For MIG-backed placements: the first memory slice of its GPU instance.
         start: Option<u32>,
     },
@@ -117,7 +117,7 @@ pub struct PoolPlan {
     /// Its policy.
     pub policy: Policy,
     /// Steps in execution order: removes, then VF enables, then creates.
-    pub steps: Vec<Step>,
+    pub steps: Vec<PoolStep>,
     /// Slots that exist and stay.
     pub keep: Vec<Kept>,
     /// Profiles not fully placed.
@@ -138,7 +138,7 @@ impl PoolPlan {
     pub fn creates(&self) -> usize {
         self.steps
             .iter()
-            .filter(|s| matches!(s, Step::Create { .. }))
+            .filter(|s| matches!(s, PoolStep::Create { .. }))
             .count()
     }
 
@@ -146,7 +146,7 @@ impl PoolPlan {
     pub fn removes(&self) -> usize {
         self.steps
             .iter()
-            .filter(|s| matches!(s, Step::Remove { .. }))
+            .filter(|s| matches!(s, PoolStep::Remove { .. }))
             .count()
     }
 }
@@ -219,7 +219,7 @@ pub fn plan_pool(
             if let Some(h) = held.iter().find(|h| h.slot == slot) {
                 released_vfs.push(h.vf);
             }
-            steps.push(Step::Remove { slot, gpu, holds });
+            steps.push(PoolStep::Remove { slot, gpu, holds });
         }
     }
     // VFs held by slots that stay are in use; released ones are free again.
@@ -271,7 +271,7 @@ pub fn plan_pool(
     for &(g, num_vfs) in &solution.enable_vfs {
         let gpu = &converted.problem.gpus[g];
         if let Some(pf) = inv.gpus.get(converted.gpu_index[g]).and_then(|x| x.pci) {
-            steps.push(Step::EnableVfs {
+            steps.push(PoolStep::EnableVfs {
                 gpu: gpu.id.clone(),
                 pf,
                 num_vfs,
@@ -293,13 +293,14 @@ pub fn plan_pool(
         let mut target = choice.target.clone();
         // Hand out concrete VFs in address order; the matching option named only the first free one.
         match &mut target {
-            Target::NvidiaVendorVfio { vf, .. } | Target::SriovVf { vf: Some(vf), .. } => {
+            ProfileTarget::NvidiaVendorVfio { vf, .. }
+            | ProfileTarget::SriovVf { vf: Some(vf), .. } => {
                 if let Some(free) = converted.free_vfs[a.gpu].get(next_vf[a.gpu]) {
                     *vf = *free;
                 }
                 next_vf[a.gpu] += 1;
             }
-            Target::SriovVf {
+            ProfileTarget::SriovVf {
                 vf,
                 vf_driver,
                 enable_vfs: true,
@@ -314,7 +315,7 @@ pub fn plan_pool(
             }
             _ => {}
         }
-        steps.push(Step::Create {
+        steps.push(PoolStep::Create {
             slot: SlotId::new(&pool.name, profile, index),
             gpu: gpu.id.clone(),
             numa_node: gpu.numa_node,
@@ -371,7 +372,7 @@ pub fn plan_pool(
         let kept = keep.iter().filter(|k| k.gpu == g.id).count();
         let created = steps
             .iter()
-            .filter(|s| matches!(s, Step::Create { gpu, .. } if *gpu == g.id))
+            .filter(|s| matches!(s, PoolStep::Create { gpu, .. } if *gpu == g.id))
             .count();
         if kept + created > 0 {
             gpus.push(GpuLoad {

@@ -30,6 +30,8 @@ use toml::Spanned;
 use super::error::PoolError;
 use crate::placement::Policy;
 use crate::profile::Catalog;
+use crate::profile::spec::nameable_vendors;
+use crate::toml_file::{self, Source};
 
 /// Most slots one profile may have in a pool (slot UUIDs are looked for up to this index).
 pub const MAX_SLOTS: u32 = 1024;
@@ -99,68 +101,13 @@ struct RawSelect {
     strict_numa: Option<Spanned<bool>>,
 }
 
-const VENDORS: [(Vendor, &str); 4] = [
-    (Vendor::Nvidia, "nvidia"),
-    (Vendor::Intel, "intel"),
-    (Vendor::Amd, "amd"),
-    (Vendor::Virtual, "virtual"),
-];
-
-fn line_of(text: &str, span: Range<usize>) -> usize {
-    text.get(..span.start).unwrap_or(text).matches('\n').count() + 1
-}
-
-fn valid_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 64
-        && s.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
-        && s.chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-}
-
-/// The TOML of a pool, read into its fields.
-fn parse_raw(origin: &str, text: &str) -> Result<RawPool, PoolError> {
-    toml::from_str(text).map_err(|e| {
-        let span = e.span().unwrap_or(0..0);
-        let line = line_of(text, span.clone());
-        let before = text.get(..span.start).unwrap_or("");
-        let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-        PoolError::Toml {
-            origin: origin.to_string(),
-            line,
-            column,
-            message: e.message().trim_end().to_string(),
-        }
-    })
-}
-
-/// A field holding a value outside what is allowed.
-fn field_error(
-    origin: &str,
-    text: &str,
-    span: Range<usize>,
-    field: &'static str,
-    problem: String,
-    allowed: &str,
-) -> PoolError {
-    PoolError::Field {
-        origin: origin.to_string(),
-        line: line_of(text, span),
-        field,
-        problem,
-        allowed: allowed.to_string(),
-    }
-}
-
 /// The pool's name, when it is valid.
-fn check_name<'a>(origin: &str, text: &str, raw: &'a RawPool) -> Result<&'a String, PoolError> {
+fn check_name<'a>(src: &Source<'_>, raw: &'a RawPool) -> Result<&'a String, PoolError> {
     let name = raw.name.get_ref();
-    if valid_name(name) {
+    if toml_file::valid_name(name) {
         Ok(name)
     } else {
-        Err(field_error(
-            origin,
-            text,
+        Err(src.field(
             raw.name.span(),
             "name",
             format!("\"{name}\" is not a valid pool name"),
@@ -173,25 +120,22 @@ impl Pool {
     /// Parses and validates a pool; `origin` names the source in errors. Profile names are checked
     /// against `catalog`.
     pub fn from_toml(origin: &str, text: &str, catalog: &Catalog) -> Result<Pool, PoolError> {
-        let raw = parse_raw(origin, text)?;
+        let raw: RawPool = toml_file::parse(origin, text)?;
+        let src = Source { origin, text };
         let field = |span: Range<usize>, field: &'static str, problem: String, allowed: &str| {
-            field_error(origin, text, span, field, problem, allowed)
+            src.field::<PoolError>(span, field, problem, allowed)
         };
-        let name = check_name(origin, text, &raw)?.clone();
+        let name = check_name(&src, &raw)?.clone();
         let policy = match &raw.policy {
             None => Policy::Consolidate,
-            Some(p) => match p.get_ref().as_str() {
-                "consolidate" => Policy::Consolidate,
-                "spread" => Policy::Spread,
-                other => {
-                    return Err(field(
-                        p.span(),
-                        "policy",
-                        format!("has unknown value \"{other}\""),
-                        "consolidate, spread",
-                    ));
-                }
-            },
+            Some(p) => p.get_ref().parse::<Policy>().map_err(|e| {
+                field(
+                    p.span(),
+                    "policy",
+                    format!("has unknown value \"{}\"", e.value),
+                    &e.allowed,
+                )
+            })?,
         };
         if raw.profiles.get_ref().is_empty() {
             return Err(field(
@@ -226,8 +170,9 @@ impl Pool {
         }
         let mut select = Selector::default();
         if let Some(s) = raw.select {
+            let vendors = nameable_vendors();
             for v in s.vendors.iter().flatten() {
-                let vendor = VENDORS
+                let vendor = vendors
                     .iter()
                     .find(|(_, n)| *n == v.get_ref())
                     .map(|(x, _)| *x)
@@ -236,7 +181,11 @@ impl Pool {
                             v.span(),
                             "select.vendors",
                             format!("has unknown vendor \"{}\"", v.get_ref()),
-                            "nvidia, intel, amd, virtual",
+                            &vendors
+                                .iter()
+                                .map(|(_, n)| *n)
+                                .collect::<Vec<_>>()
+                                .join(", "),
                         )
                     })?;
                 select.vendors.push(vendor);
@@ -311,14 +260,14 @@ impl Pool {
     /// Reads as much of a pool as needs no profile catalog (TOML syntax, known fields and their
     /// types, a valid name) and returns its name; [`Pool::from_toml`] checks the rest.
     pub fn name_in(origin: &str, text: &str) -> Result<String, PoolError> {
-        let raw = parse_raw(origin, text)?;
-        check_name(origin, text, &raw).cloned()
+        let raw: RawPool = toml_file::parse(origin, text)?;
+        check_name(&Source { origin, text }, &raw).cloned()
     }
 
     /// Whether `name` is a valid pool name: 1-64 lower-case letters, digits and '-', starting with a
     /// letter or digit.
     pub fn is_valid_name(name: &str) -> bool {
-        valid_name(name)
+        toml_file::valid_name(name)
     }
 
     /// Slots in all.

@@ -8,7 +8,7 @@ use vgpu_host::{Host, paths};
 use vgpu_sim::SimHost;
 
 use super::*;
-use crate::profile::{Catalog, Target};
+use crate::profile::{Catalog, ProfileTarget};
 
 fn cat() -> Catalog {
     Catalog::builtin().unwrap()
@@ -105,21 +105,21 @@ fn mixed_pool_plans_every_slot_on_the_demo_host() {
     let enable = plan
         .steps
         .iter()
-        .position(|s| matches!(s, Step::EnableVfs { .. }))
+        .position(|s| matches!(s, PoolStep::EnableVfs { .. }))
         .unwrap();
     let first_create = plan
         .steps
         .iter()
-        .position(|s| matches!(s, Step::Create { .. }))
+        .position(|s| matches!(s, PoolStep::Create { .. }))
         .unwrap();
     assert!(enable < first_create);
     // Every create has its own slot UUID; vendor-VFIO creates each take their own VF.
     let mut uuids = std::collections::HashSet::new();
     let mut vfs = std::collections::HashSet::new();
     for s in &plan.steps {
-        if let Step::Create { slot, target, .. } = s {
+        if let PoolStep::Create { slot, target, .. } = s {
             assert!(uuids.insert(slot.uuid));
-            if let Target::NvidiaVendorVfio { vf, .. } = target {
+            if let ProfileTarget::NvidiaVendorVfio { vf, .. } = target {
                 assert!(vfs.insert(*vf), "VF {vf} twice");
             }
         }
@@ -150,12 +150,13 @@ fn mixed_pool_plans_every_slot_on_the_demo_host() {
 fn apply(host: &SimHost, plan: &PoolPlan, held: &mut Vec<HeldSlot>) {
     for s in &plan.steps {
         match s {
-            Step::Create {
+            PoolStep::Create {
                 slot,
                 gpu,
-                target: Target::Mdev {
-                    parent, type_id, ..
-                },
+                target:
+                    ProfileTarget::Mdev {
+                        parent, type_id, ..
+                    },
                 ..
             } => {
                 let _ = gpu;
@@ -165,10 +166,10 @@ fn apply(host: &SimHost, plan: &PoolPlan, held: &mut Vec<HeldSlot>) {
                 )
                 .unwrap();
             }
-            Step::Create {
+            PoolStep::Create {
                 slot,
                 gpu,
-                target: Target::NvidiaVendorVfio { vf, type_id, .. },
+                target: ProfileTarget::NvidiaVendorVfio { vf, type_id, .. },
                 ..
             } => {
                 host.write(
@@ -182,7 +183,7 @@ fn apply(host: &SimHost, plan: &PoolPlan, held: &mut Vec<HeldSlot>) {
                     vf: *vf,
                 });
             }
-            Step::Remove { slot, holds, .. } if !holds.starts_with("VF ") => {
+            PoolStep::Remove { slot, holds, .. } if !holds.starts_with("VF ") => {
                 host.write(
                     &Path::new("/sys/bus/mdev/devices")
                         .join(slot.uuid.to_string())
@@ -214,7 +215,7 @@ fn applying_a_plan_then_planning_again_changes_nothing() {
     let shrink = plan_pool(&pool, &cat(), &discover(&host).unwrap(), &held).unwrap();
     assert_eq!((shrink.removes(), shrink.creates()), (5, 0));
     for s in &shrink.steps {
-        let Step::Remove { slot, .. } = s else {
+        let PoolStep::Remove { slot, .. } = s else {
             unreachable!()
         };
         assert!(slot.index >= 25);
@@ -236,8 +237,8 @@ fn vfs_bound_by_others_are_not_taken() {
         plan.steps
             .iter()
             .filter_map(|s| match s {
-                Step::Create {
-                    target: Target::SriovVf { vf: Some(v), .. },
+                PoolStep::Create {
+                    target: ProfileTarget::SriovVf { vf: Some(v), .. },
                     ..
                 } => Some(v.to_string()),
                 _ => None,

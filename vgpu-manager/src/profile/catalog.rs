@@ -6,6 +6,7 @@ use serde::Serialize;
 
 use super::error::{ProfileError, ProfileErrors};
 use super::spec::Profile;
+use crate::toml_file;
 
 /// The shipped profiles (`profiles/*.toml` at the repository root), embedded so the binary works
 /// without any installed files.
@@ -61,26 +62,7 @@ impl Catalog {
     /// Every `*.toml` file in `dir` (not recursing), in name order. All files are checked before
     /// failing, and the error lists every problem.
     pub fn load_dir(dir: &Path) -> Result<Catalog, ProfileErrors> {
-        let entries = std::fs::read_dir(dir).map_err(|source| {
-            ProfileErrors(vec![ProfileError::ReadDir {
-                path: dir.to_path_buf(),
-                source,
-            }])
-        })?;
-        let mut files = Vec::new();
-        for entry in entries {
-            let entry = entry.map_err(|source| {
-                ProfileErrors(vec![ProfileError::ReadDir {
-                    path: dir.to_path_buf(),
-                    source,
-                }])
-            })?;
-            let path = entry.path();
-            if path.extension().is_some_and(|e| e == "toml") && path.is_file() {
-                files.push(path);
-            }
-        }
-        files.sort();
+        let files = toml_file::list(dir).map_err(|e| ProfileErrors(vec![e]))?;
         let mut profiles = Vec::new();
         let mut errors = Vec::new();
         for r in check_files(&files) {
@@ -97,10 +79,7 @@ impl Catalog {
 
     /// One profile file.
     pub fn load_file(path: &Path) -> Result<Profile, ProfileError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ProfileError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text = toml_file::read::<ProfileError>(path)?;
         Profile::from_toml(&path.display().to_string(), &text)
     }
 

@@ -89,6 +89,8 @@ pub enum ProfileError {
     },
 }
 
+crate::toml_file::impl_file_error!(ProfileError);
+
 /// Several profile errors (a whole directory is checked before giving up).
 #[derive(Debug, Error)]
 #[error("{}", .0.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n"))]

@@ -3,7 +3,7 @@
 //! * [`spec`] — the TOML format and its validation ([`Profile`]).
 //! * [`catalog`] — the shipped set ([`Catalog::builtin`]), directories and single files.
 //! * [`matching`] — [`match_profile`]: per GPU the best option or the reasons it cannot serve.
-//! * [`options`] — the concrete options a GPU offers ([`MatchOption`], [`Target`]).
+//! * [`options`] — the concrete options a GPU offers ([`MatchOption`], [`ProfileTarget`]).
 //! * [`facts`] — per-device facts sysfs does not print (memory, graphics engine), with sources.
 //! * [`reason`] — why an option cannot serve ([`Reason`], [`Refusal`]).
 //!
@@ -36,6 +36,6 @@ mod tests;
 pub use catalog::{Catalog, check_files};
 pub use error::{ProfileError, ProfileErrors};
 pub use matching::{GpuMatch, MatchReport, match_profile};
-pub use options::{MatchOption, Target};
+pub use options::{MatchOption, ProfileTarget};
 pub use reason::{Reason, Refusal};
-pub use spec::{Backend, Priority, Profile, WorkloadClass};
+pub use spec::{Delivery, Priority, Profile, WorkloadClass};

@@ -9,7 +9,7 @@ use mdev_types::parse::Resolution;
 use serde::ser::SerializeStruct;
 use serde::{Serialize, Serializer};
 
-use super::spec::{Backend, WorkloadClass};
+use super::spec::{Delivery, WorkloadClass};
 
 /// `2048` → `2 GiB`, `640` → `640 MiB`, `1536` → `1.5 GiB`.
 pub fn fmt_mib(mib: u64) -> String {
@@ -51,9 +51,9 @@ pub enum Reason {
     /// The GPU offers none of the profile's backends.
     NoAllowedBackend {
         /// What the GPU offers.
-        offered: Vec<Backend>,
+        offered: Vec<Delivery>,
         /// What the profile allows.
-        allowed: Vec<Backend>,
+        allowed: Vec<Delivery>,
     },
     /// The GPU is a compute accelerator and the class renders graphics.
     NoGraphics {

@@ -28,6 +28,8 @@ use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
 use super::error::ProfileError;
+use crate::spelling::spelled;
+use crate::toml_file::{self, Source};
 
 /// What kind of workload a profile is for. It steers which vGPU series fit best and whether a GPU
 /// without a graphics engine can serve it.
@@ -46,31 +48,26 @@ pub enum WorkloadClass {
     DisplayTest,
 }
 
+spelled!("workload class", WorkloadClass {
+    Vdi => "vdi",
+    Workstation => "workstation",
+    Compute => "compute",
+    Passthrough => "passthrough",
+    DisplayTest => "display-test",
+});
+
 impl WorkloadClass {
-    /// Every class with its profile spelling.
-    pub const ALL: [(WorkloadClass, &'static str); 5] = [
-        (WorkloadClass::Vdi, "vdi"),
-        (WorkloadClass::Workstation, "workstation"),
-        (WorkloadClass::Compute, "compute"),
-        (WorkloadClass::Passthrough, "passthrough"),
-        (WorkloadClass::DisplayTest, "display-test"),
-    ];
-
-    /// The profile spelling (`vdi`, `display-test`, …).
-    pub fn as_str(self) -> &'static str {
-        lookup_name(&Self::ALL, self)
-    }
-
     /// Whether the class renders graphics, so a compute-only accelerator cannot serve it.
     pub fn needs_graphics(self) -> bool {
         matches!(self, WorkloadClass::Vdi | WorkloadClass::Workstation)
     }
 }
 
-/// A way of giving a guest (part of) a GPU.
+/// A way of giving a guest (part of) a GPU: how a vGPU is delivered. A profile lists the ones it
+/// accepts in its `backends` field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Backend {
+pub enum Delivery {
     /// A mediated device of an mdev parent (NVIDIA classic vGPU, Intel GVT-g, kernel samples).
     Mdev,
     /// An SR-IOV virtual function handed to the guest through vfio-pci (Intel xe/i915, AMD MxGPU).
@@ -81,39 +78,27 @@ pub enum Backend {
     Passthrough,
 }
 
-impl Backend {
-    /// Every backend with its profile spelling.
-    pub const ALL: [(Backend, &'static str); 4] = [
-        (Backend::Mdev, "mdev"),
-        (Backend::SriovVf, "sriov-vf"),
-        (Backend::NvidiaVendorVfio, "nvidia-vendor-vfio"),
-        (Backend::Passthrough, "passthrough"),
-    ];
+spelled!("backend", Delivery {
+    Mdev => "mdev",
+    SriovVf => "sriov-vf",
+    NvidiaVendorVfio => "nvidia-vendor-vfio",
+    Passthrough => "passthrough",
+});
 
-    /// The profile spelling (`mdev`, `sriov-vf`, …).
-    pub fn as_str(self) -> &'static str {
-        lookup_name(&Self::ALL, self)
-    }
-
+impl Delivery {
     /// Whether a GPU of `vendor` can offer this backend at all. NVIDIA VFs carry vGPUs only through
     /// the vendor-specific VFIO interface (NVIDIA Virtual GPU Software User Guide, "vGPUs on
     /// SR-IOV GPUs"), AMD has no mdev driver, virtual parents are mdev-only, and the vendor-specific
     /// interface is NVIDIA's.
     pub fn offered_by(self, vendor: Vendor) -> bool {
         match (vendor, self) {
-            (Vendor::Nvidia, Backend::SriovVf) => false,
+            (Vendor::Nvidia, Delivery::SriovVf) => false,
             (Vendor::Nvidia, _) => true,
-            (Vendor::Intel, b) => b != Backend::NvidiaVendorVfio,
-            (Vendor::Amd, b) => matches!(b, Backend::SriovVf | Backend::Passthrough),
-            (Vendor::Virtual, b) => b == Backend::Mdev,
-            (Vendor::Other, b) => b == Backend::Passthrough,
+            (Vendor::Intel, b) => b != Delivery::NvidiaVendorVfio,
+            (Vendor::Amd, b) => matches!(b, Delivery::SriovVf | Delivery::Passthrough),
+            (Vendor::Virtual, b) => b == Delivery::Mdev,
+            (Vendor::Other, b) => b == Delivery::Passthrough,
         }
-    }
-}
-
-impl fmt::Display for Backend {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 
@@ -129,22 +114,21 @@ pub enum Priority {
     High,
 }
 
-impl Priority {
-    /// Every priority with its profile spelling.
-    pub const ALL: [(Priority, &'static str); 3] = [
-        (Priority::Low, "low"),
-        (Priority::Normal, "normal"),
-        (Priority::High, "high"),
-    ];
-}
+spelled!("priority", Priority {
+    Low => "low",
+    Normal => "normal",
+    High => "high",
+});
 
-/// Vendors a profile may name (a profile cannot ask for `other`).
-const VENDORS: [(Vendor, &str); 4] = [
-    (Vendor::Nvidia, "nvidia"),
-    (Vendor::Intel, "intel"),
-    (Vendor::Amd, "amd"),
-    (Vendor::Virtual, "virtual"),
-];
+/// The vendors a profile or pool may name, with their spellings ([`Vendor::as_str`]): every vendor
+/// but `other`, which names no vendor in particular.
+pub fn nameable_vendors() -> Vec<(Vendor, &'static str)> {
+    Vendor::ALL
+        .into_iter()
+        .filter(|v| *v != Vendor::Other)
+        .map(|v| (v, v.as_str()))
+        .collect()
+}
 
 /// VFIO device APIs (`VFIO_DEVICE_API_*_STRING` in include/uapi/linux/vfio.h). SR-IOV VFs and whole
 /// GPUs are always `vfio-pci`; only mdev types may declare another.
@@ -186,11 +170,11 @@ pub struct Profile {
     /// Vendors whose GPUs may serve it.
     pub vendors: Vec<Vendor>,
     /// Backends that may serve it.
-    pub backends: Vec<Backend>,
+    pub backends: Vec<Delivery>,
     /// The VFIO device API the guest needs (`vfio-pci`).
     pub device_api: String,
     /// Backends ranked before all others, in this order (empty: rank by fit alone).
-    pub prefer: Vec<Backend>,
+    pub prefer: Vec<Delivery>,
     /// Where it was read from (a path, or `builtin:NAME.toml`).
     pub origin: String,
 }
@@ -199,16 +183,8 @@ impl Profile {
     /// Parses and validates one profile. `origin` names the source in errors (a path or
     /// `builtin:vdi-2g.toml`).
     pub fn from_toml(origin: &str, text: &str) -> Result<Profile, ProfileError> {
-        let raw: RawProfile = toml::from_str(text).map_err(|e| {
-            let (line, column) = e.span().map_or((1, 1), |s| line_col(text, s.start));
-            ProfileError::Toml {
-                origin: origin.to_string(),
-                line,
-                column,
-                message: e.message().trim_end().to_string(),
-            }
-        })?;
-        Validator { origin, text }.validate(raw)
+        let raw: RawProfile = toml_file::parse(origin, text)?;
+        Validator(Source { origin, text }).validate(raw)
     }
 
     /// Whether `vendor` may serve this profile.
@@ -217,12 +193,12 @@ impl Profile {
     }
 
     /// Whether `backend` may serve this profile.
-    pub fn allows_backend(&self, backend: Backend) -> bool {
+    pub fn allows_backend(&self, backend: Delivery) -> bool {
         self.backends.contains(&backend)
     }
 
     /// Rank of `backend` under `prefer`: its index there, or `prefer.len()` for unlisted backends.
-    pub fn preference_rank(&self, backend: Backend) -> usize {
+    pub fn preference_rank(&self, backend: Delivery) -> usize {
         self.prefer
             .iter()
             .position(|b| *b == backend)
@@ -248,36 +224,14 @@ struct RawProfile {
     prefer: Option<Spanned<Vec<Spanned<String>>>>,
 }
 
-/// 1-based line and column of byte `offset` in `text`.
-fn line_col(text: &str, offset: usize) -> (usize, usize) {
-    let before = text.get(..offset).unwrap_or(text);
-    let line = before.matches('\n').count() + 1;
-    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-    (line, column)
-}
-
-fn lookup_name<T: PartialEq + Copy>(table: &[(T, &'static str)], value: T) -> &'static str {
-    table
-        .iter()
-        .find(|(v, _)| *v == value)
-        .map_or("?", |(_, n)| n)
-}
-
 fn names<T>(table: &[(T, &'static str)]) -> String {
     table.iter().map(|(_, n)| *n).collect::<Vec<_>>().join(", ")
 }
 
 /// Turns a [`RawProfile`] into a [`Profile`], or the first problem found.
-struct Validator<'a> {
-    origin: &'a str,
-    text: &'a str,
-}
+struct Validator<'a>(Source<'a>);
 
 impl Validator<'_> {
-    fn line(&self, span: Range<usize>) -> usize {
-        line_col(self.text, span.start).0
-    }
-
     fn field(
         &self,
         span: Range<usize>,
@@ -285,13 +239,7 @@ impl Validator<'_> {
         problem: impl Into<String>,
         allowed: impl Into<String>,
     ) -> ProfileError {
-        ProfileError::Field {
-            origin: self.origin.to_string(),
-            line: self.line(span),
-            field,
-            problem: problem.into(),
-            allowed: allowed.into(),
-        }
+        self.0.field(span, field, problem, allowed)
     }
 
     /// Looks `value` up in `table`, or explains what is allowed.
@@ -348,13 +296,7 @@ impl Validator<'_> {
 
     fn validate(&self, raw: RawProfile) -> Result<Profile, ProfileError> {
         let name = raw.name.get_ref();
-        let name_ok = !name.is_empty()
-            && name.len() <= 64
-            && name.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
-            && name
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
-        if !name_ok {
+        if !toml_file::valid_name(name) {
             return Err(self.field(
                 raw.name.span(),
                 "name",
@@ -370,7 +312,7 @@ impl Validator<'_> {
                 "one line saying what the profile is for",
             ));
         }
-        let class = self.one_of(&WorkloadClass::ALL, &raw.class, "class")?;
+        let class = self.one_of(WorkloadClass::ALL, &raw.class, "class")?;
         let framebuffer_mib = match &raw.framebuffer {
             None => 0,
             Some(fb) => parse_size_mib(fb.get_ref()).map_err(|_| {
@@ -431,16 +373,20 @@ impl Validator<'_> {
             })?;
         let priority = match &raw.priority {
             None => None,
-            Some(p) => Some(self.one_of(&Priority::ALL, p, "priority")?),
+            Some(p) => Some(self.one_of(Priority::ALL, p, "priority")?),
         };
         let vendors = match &raw.vendors {
             None => vec![Vendor::Nvidia, Vendor::Intel, Vendor::Amd],
-            Some(v) => self.list_of(&VENDORS, v, "vendors")?,
+            Some(v) => self.list_of(&nameable_vendors(), v, "vendors")?,
         };
         let backends = match &raw.backends {
-            None if class == WorkloadClass::Passthrough => vec![Backend::Passthrough],
-            None => vec![Backend::Mdev, Backend::SriovVf, Backend::NvidiaVendorVfio],
-            Some(b) => self.list_of(&Backend::ALL, b, "backends")?,
+            None if class == WorkloadClass::Passthrough => vec![Delivery::Passthrough],
+            None => vec![
+                Delivery::Mdev,
+                Delivery::SriovVf,
+                Delivery::NvidiaVendorVfio,
+            ],
+            Some(b) => self.list_of(Delivery::ALL, b, "backends")?,
         };
         let device_api = match &raw.device_api {
             None => VFIO_PCI.to_string(),
@@ -454,7 +400,7 @@ impl Validator<'_> {
             None => Vec::new(),
             Some(p) if p.get_ref().is_empty() => Vec::new(),
             Some(p) => {
-                let prefer = self.list_of(&Backend::ALL, p, "prefer")?;
+                let prefer = self.list_of(Delivery::ALL, p, "prefer")?;
                 if let Some((b, item)) = prefer
                     .iter()
                     .zip(p.get_ref())
@@ -483,7 +429,7 @@ impl Validator<'_> {
             backends,
             device_api,
             prefer,
-            origin: self.origin.to_string(),
+            origin: self.0.origin.to_string(),
         };
         let span = raw
             .backends
@@ -491,8 +437,8 @@ impl Validator<'_> {
             .map_or_else(|| raw.class.span(), |b| b.span());
         match never_matches(&profile) {
             Some(reason) => Err(ProfileError::NeverMatches {
-                origin: self.origin.to_string(),
-                line: self.line(span),
+                origin: self.0.origin.to_string(),
+                line: self.0.line(span),
                 name: profile.name,
                 reason,
             }),
@@ -511,7 +457,7 @@ fn join<T: fmt::Display>(items: &[T]) -> String {
 
 /// Why no GPU on any host could ever serve `p`, if that is so.
 fn never_matches(p: &Profile) -> Option<String> {
-    if p.class == WorkloadClass::Passthrough && p.backends != [Backend::Passthrough] {
+    if p.class == WorkloadClass::Passthrough && p.backends != [Delivery::Passthrough] {
         return Some(format!(
             "class passthrough means a whole GPU, which only backend passthrough gives, but backends \
              is [{}]; set backends = [\"passthrough\"]",
@@ -519,7 +465,7 @@ fn never_matches(p: &Profile) -> Option<String> {
         ));
     }
     let vendor_names: Vec<&str> = p.vendors.iter().map(|v| v.as_str()).collect();
-    let usable: Vec<Backend> = p
+    let usable: Vec<Delivery> = p
         .backends
         .iter()
         .copied()
@@ -530,7 +476,7 @@ fn never_matches(p: &Profile) -> Option<String> {
             .vendors
             .iter()
             .map(|v| {
-                let bs: Vec<&str> = Backend::ALL
+                let bs: Vec<&str> = Delivery::ALL
                     .iter()
                     .filter(|(b, _)| b.offered_by(*v))
                     .map(|(_, n)| *n)
@@ -544,7 +490,7 @@ fn never_matches(p: &Profile) -> Option<String> {
             join(&p.backends)
         ));
     }
-    if p.device_api != VFIO_PCI && !usable.contains(&Backend::Mdev) {
+    if p.device_api != VFIO_PCI && !usable.contains(&Delivery::Mdev) {
         return Some(format!(
             "device_api {} exists only on mdev types, but the usable backends for vendors [{}] are \
              [{}], which all present vfio-pci",

@@ -13,7 +13,7 @@ use futures_util::StreamExt;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::sync::mpsc;
-use vgpu_manager::client::{BusAddress, Manager1Proxy, SERVICE};
+use vgpu_client::{BusAddress, Manager1Proxy, SERVICE};
 use zbus::Connection;
 
 /// How long to wait for something that normally takes milliseconds; only a hang reaches it.
@@ -99,7 +99,7 @@ impl Daemon {
             {
                 panic!("vgpud exited early ({status}):\n{}", self.log());
             }
-            if let Ok(conn) = vgpu_manager::client::connect(&bus).await {
+            if let Ok(conn) = vgpu_client::connect(&bus).await {
                 let dbus = zbus::fdo::DBusProxy::new(&conn).await.expect("bus proxy");
                 if dbus
                     .name_has_owner(SERVICE.try_into().expect("name"))
@@ -297,7 +297,7 @@ impl Signals {
 
 /// Connects a test client to `bus`.
 pub async fn client(bus: &str) -> Connection {
-    vgpu_manager::client::connect(&bus.parse().expect("bus"))
+    vgpu_client::connect(&bus.parse().expect("bus"))
         .await
         .expect("connect")
 }

@@ -5,10 +5,10 @@ use std::path::Path;
 use vgpu_host::{Host, HostExt};
 
 use super::{backend, host};
-use crate::backend::{BackendError, CreateRequest, Created};
-use crate::profile::{Catalog, Target};
+use crate::backend::{BackendError, Created, NewVgpu};
+use crate::profile::{Catalog, ProfileTarget};
 
-fn option_target(h: &vgpu_sim::SimHost, gpu: &str, profile: &str) -> Target {
+fn option_target(h: &vgpu_sim::SimHost, gpu: &str, profile: &str) -> ProfileTarget {
     let (_, inv) = (h, vgpu_host::discover::discover(h).unwrap());
     let p = Catalog::builtin().unwrap().resolve(profile).unwrap();
     let b = backend(h, &inv, gpu);
@@ -17,8 +17,8 @@ fn option_target(h: &vgpu_sim::SimHost, gpu: &str, profile: &str) -> Target {
     opts[0].target.clone()
 }
 
-fn req(target: Target) -> CreateRequest {
-    CreateRequest {
+fn req(target: ProfileTarget) -> NewVgpu {
+    NewVgpu {
         target,
         uuid: None,
         placement_id: None,
@@ -32,7 +32,7 @@ fn xe_vf_enable_bind_and_release() {
     assert!(
         matches!(
             target,
-            Target::SriovVf {
+            ProfileTarget::SriovVf {
                 enable_vfs: true,
                 ..
             }
@@ -70,7 +70,7 @@ fn xe_vf_enable_bind_and_release() {
 fn nvidia_vendor_vfio_sets_and_clears_the_type() {
     let (h, inv) = host("demo");
     let target = option_target(&h, "0000:85:00.0", "vdi-2g");
-    let Target::NvidiaVendorVfio { vf, type_id, .. } = target.clone() else {
+    let ProfileTarget::NvidiaVendorVfio { vf, type_id, .. } = target.clone() else {
         panic!("{target}")
     };
     let b = backend(&h, &inv, "0000:85:00.0");
@@ -113,7 +113,7 @@ fn mdev_backends_create_and_remove() {
 fn gim_cannot_enable_vfs_at_runtime() {
     let (h, inv) = host("demo");
     let b = backend(&h, &inv, "0000:86:00.0");
-    let target = Target::SriovVf {
+    let target = ProfileTarget::SriovVf {
         pf: "0000:86:00.0".parse().unwrap(),
         vf: None,
         vf_driver: None,
@@ -127,7 +127,7 @@ fn gim_cannot_enable_vfs_at_runtime() {
     let created = b
         .create(
             &h,
-            &req(Target::SriovVf {
+            &req(ProfileTarget::SriovVf {
                 pf: "0000:86:00.0".parse().unwrap(),
                 vf: Some(vf),
                 vf_driver: None,

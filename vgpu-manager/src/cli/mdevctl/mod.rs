@@ -23,11 +23,11 @@ use clap::{ArgGroup, Args, Subcommand};
 use qemu_glue::mdevctl::{
     CONFIG_DIR, MdevctlConfig, MdevctlDevice, MdevctlType, StartMode, list_json, types_json,
 };
+use vgpu_client::blocking::{self, VgpuDaemon};
+use vgpu_client::{BusAddress, InstanceInfo};
 
 use super::CliError;
 use super::daemon_cmds::BusArgs;
-use crate::client::{BusAddress, InstanceInfo};
-use crate::hook::daemon::{DbusDaemon, VgpuDaemon};
 
 mod ops;
 
@@ -202,7 +202,7 @@ pub fn alias_args(mut args: Vec<OsString>) -> Vec<OsString> {
 /// Runs one mdevctl command against vgpud on `bus`.
 pub fn run(cmd: &MdevctlCommand, bus: &BusArgs, out: &mut dyn Write) -> Result<(), CliError> {
     let bus: BusAddress = bus.bus.parse()?;
-    let mut daemon = DbusDaemon::connect(&bus)?;
+    let mut daemon = blocking::Client::connect_unchecked(&bus)?;
     run_with(cmd, &mut daemon, out)
 }
 

@@ -8,11 +8,11 @@ use std::path::Path;
 
 use mdev_types::ids::MdevUuid;
 use qemu_glue::mdevctl::{MdevctlConfig, MdevctlDevice, StartMode, read_config_dir, write_config};
+use vgpu_client::blocking::VgpuDaemon;
+use vgpu_client::{InstanceInfo, NewInstance};
 
 use super::{DeviceSpec, ModifyArgs, UuidSpec, as_device, bad, same_uuid};
 use crate::cli::CliError;
-use crate::client::InstanceInfo;
-use crate::hook::daemon::{NewInstance, VgpuDaemon};
 
 fn check_uuid(u: &str) -> Result<String, CliError> {
     u.parse::<MdevUuid>()

@@ -15,9 +15,9 @@ use mdev_types::vfio_api::{OpenedDevice, VfioBackend};
 use vgpu_vfio::PreflightReport;
 
 use super::{CoreError, GpuView, InstanceView};
-use crate::client::{PoolStatus, PoolSummary, SchedulingView};
 use crate::pool::PoolPlan;
 use crate::sched::{ApplyReport, SchedPlan, SchedRequest};
+use vgpu_client::{PoolStatus, PoolSummary, SchedulingView};
 
 /// What a command may do, which decides who may send it and how a transport runs it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

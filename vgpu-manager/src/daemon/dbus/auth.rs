@@ -21,7 +21,7 @@ use zbus::{Connection, Variant, proxy};
 
 use super::callers::CallerCache;
 use super::errors::ApiError;
-use crate::client::{ADMIN_GROUP, POLKIT_ACTION};
+use vgpu_client::{ADMIN_GROUP, POLKIT_ACTION};
 
 /// The bus name polkit's authority owns.
 const POLKIT_NAME: &str = "org.freedesktop.PolicyKit1";

@@ -5,8 +5,8 @@ use zbus::DBusError;
 use zbus::message::{Header, Message};
 use zbus::names::{ErrorName, OwnedErrorName};
 
-use crate::client::ERROR_PREFIX;
 use crate::daemon::api::CoreError;
+use vgpu_client::ERROR_PREFIX;
 
 /// An error reply of the vgpud API.
 #[derive(Debug, Clone, PartialEq, Eq)]

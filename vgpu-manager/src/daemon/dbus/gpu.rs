@@ -10,8 +10,8 @@ use zbus::{OwnedObjectPath, Variant, interface};
 use super::errors::ApiError;
 use super::pools::json_text;
 use super::{Executor, QueryError, call};
-use crate::client::{GpuInfo, TypeSlot, gpu_path, instance_path};
 use crate::daemon::api::{GetScheduling, GpuView};
+use vgpu_client::{GpuInfo, TypeSlot, gpu_path, instance_path};
 
 fn numa_wire(n: Option<u32>) -> i32 {
     n.and_then(|n| i32::try_from(n).ok()).unwrap_or(-1)

@@ -14,8 +14,8 @@ use zbus::{Connection, ObjectServer, OwnedVariant, Variant, interface};
 use super::errors::ApiError;
 use super::manager::Manager;
 use super::pools::json_value;
-use crate::client::{InstanceInfo, MANAGER_PATH};
 use crate::daemon::api::{InstanceView, OpenDevice, Preflight};
+use vgpu_client::{InstanceInfo, MANAGER_PATH};
 
 /// What `OpenDevice` returns: device fd, IOMMU fd (type1 container or iommufd), backend (`type1` or
 /// `iommufd`), IOAS id (0 for type1), IOMMU group.

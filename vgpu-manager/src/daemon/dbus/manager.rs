@@ -12,9 +12,9 @@ use zbus::{Connection, ObjectPath, OwnedObjectPath, OwnedVariant, Variant, inter
 use super::Shared;
 use super::errors::ApiError;
 use super::pools::{self, json_text};
-use crate::client::{GpuInfo, InstanceInfo, TARGET_PROFILE, TARGET_TYPE, instance_path};
 use crate::daemon::api::*;
 use mdev_types::ids::MdevUuid;
+use vgpu_client::{GpuInfo, InstanceInfo, TARGET_PROFILE, TARGET_TYPE, instance_path};
 
 /// The manager object.
 pub(super) struct Manager {

@@ -22,11 +22,11 @@ use super::gpu_work::{GpuWork, Work};
 use super::instance::{self, InstanceObject};
 use super::manager::Manager;
 use super::{Executor, QueryError, call};
-use crate::client::{GPU_INTERFACE, INSTANCE_INTERFACE, MANAGER_PATH, gpu_path, instance_path};
 use crate::daemon::api::{
     Event, GetGpuCapacity, GpuCapacity, GpuView, InstanceView, ListGpus, ListInstances,
 };
 use mdev_types::ids::{MdevTypeId, MdevUuid};
+use vgpu_client::{GPU_INTERFACE, INSTANCE_INTERFACE, MANAGER_PATH, gpu_path, instance_path};
 
 /// How method handlers reach the mirror tasks.
 #[derive(Debug, Clone)]

@@ -25,8 +25,8 @@ use tokio::sync::broadcast;
 use zbus::Connection;
 use zbus::message::Header;
 
-use crate::client::MANAGER_PATH;
 use crate::daemon::api::*;
+use vgpu_client::MANAGER_PATH;
 
 pub use auth::{Authorizer, Caller};
 pub use errors::ApiError;
@@ -118,7 +118,7 @@ struct Shared {
     auth: Authorizer,
     mirror: mirror::MirrorHandle,
     /// The last `ListInstances` answer and the views generation it is current for.
-    instance_list: std::sync::Mutex<Option<(u64, Arc<Vec<crate::client::InstanceInfo>>)>>,
+    instance_list: std::sync::Mutex<Option<(u64, Arc<Vec<vgpu_client::InstanceInfo>>)>>,
 }
 
 impl Shared {

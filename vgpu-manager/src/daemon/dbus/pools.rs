@@ -1,6 +1,6 @@
 //! The argument and reply handling of Manager1's pool and scheduling methods (`Plan`, `Apply`,
 //! `PoolStatus`, `PlanScheduling`, `ApplyScheduling`). Their reports travel as JSON strings (see
-//! [`crate::client::pools`]); the methods themselves are declared in [`super::manager`], as zbus wants
+//! [`vgpu_client::pools`]); the methods themselves are declared in [`super::manager`], as zbus wants
 //! one `impl` block per interface.
 
 use serde::Serialize;

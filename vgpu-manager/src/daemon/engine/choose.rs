@@ -6,7 +6,7 @@ use vgpu_host::{HostExt, paths};
 
 use super::Core;
 use crate::daemon::api::{CoreError, InstanceSpec, InstanceTarget, RequestError};
-use crate::profile::{Target as OptionTarget, match_profile};
+use crate::profile::{ProfileTarget as OptionTarget, match_profile};
 
 /// Where an instance goes.
 #[derive(Debug, Clone, PartialEq, Eq)]

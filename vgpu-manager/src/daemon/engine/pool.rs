@@ -29,15 +29,15 @@ use super::pool_exec::{
     Applying, PoolActions, Undo, describe, labelled_slot, rollback, run_step, slot_name,
 };
 use super::{Core, lock};
-use crate::client::PoolSummary;
 use crate::daemon::api::{
     CoreError, CreateInstance, DefineInstance, DestroyInstance, Event, GetInstance, InstanceSpec,
     InstanceState, InstanceTarget, InstanceView, StartInstance, StopInstance, UndoFailure,
 };
 use crate::daemon::store::{Definition, VfSlotRecord};
-use crate::pool::{Pool, PoolPlan, SlotId, Step, plan_pool};
-use crate::profile::Target as OptionTarget;
+use crate::pool::{Pool, PoolPlan, PoolStep as Step, SlotId, plan_pool};
+use crate::profile::ProfileTarget as OptionTarget;
 use mdev_types::ids::{MdevTypeId, PciAddress};
+use vgpu_client::PoolSummary;
 
 /// Where pools received as text are said to come from in error messages.
 const ORIGIN: &str = "pool";

@@ -1,4 +1,4 @@
-//! The pool executor: carries out the steps of a pool plan ([`crate::pool::Step`]) through
+//! The pool executor: carries out the steps of a pool plan ([`crate::pool::PoolStep`]) through
 //! [`PoolActions`], recording for each what undoes it ([`Undo`]), and on a failure undoes them all in
 //! reverse order ([`rollback`]). It decides; the actions only do. Each action is itself one atomic
 //! command of the engine (a define, a start, a VF slot made through its backend), so a device a step
@@ -12,8 +12,8 @@ use mdev_types::ids::{MdevTypeId, MdevUuid, PciAddress};
 
 use crate::daemon::api::{CoreError, InstanceView, StateError, UndoFailure};
 use crate::daemon::store::{Definition, VfSlotRecord};
-use crate::pool::{SlotId, Step};
-use crate::profile::Target;
+use crate::pool::{PoolStep as Step, SlotId};
+use crate::profile::ProfileTarget as Target;
 
 /// What the executor needs from the engine. Every change is atomic: it either happens or fails
 /// leaving nothing behind.

@@ -11,8 +11,8 @@ use super::pool::slot_label;
 use super::pool_exec::{Applying, PoolActions, Undo, rollback, run_step};
 use crate::daemon::api::{CoreError, InstanceState, InstanceView, Ownership};
 use crate::daemon::store::{Definition, VfKind, VfSlotRecord};
-use crate::pool::{SlotId, Step};
-use crate::profile::Target;
+use crate::pool::{PoolStep as Step, SlotId};
+use crate::profile::ProfileTarget as Target;
 
 const POOL: &str = "vdi";
 

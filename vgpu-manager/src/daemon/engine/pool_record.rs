@@ -12,10 +12,10 @@ use mdev_types::model::Inventory;
 use tracing::warn;
 
 use super::{Core, lock};
-use crate::client::{PoolGpu, PoolStatus, SlotRow};
 use crate::daemon::api::CoreError;
 use crate::daemon::store::{AppliedPool, unix_now};
 use crate::pool::{Pool, SlotId};
+use vgpu_client::{PoolGpu, PoolStatus, SlotRow};
 
 impl Core {
     /// Records that `pool` was applied with `text`.

@@ -6,9 +6,9 @@ use vgpu_host::discover::discover;
 
 use super::Core;
 use crate::backend::{detect, detect_gpu};
-use crate::client::SchedulingView;
 use crate::daemon::api::{CoreError, RequestError};
 use crate::sched::{ApplyReport, PlanOptions, SchedPlan, SchedRequest};
+use vgpu_client::SchedulingView;
 
 impl Core {
     /// [`GetScheduling`](crate::daemon::api::GetScheduling): never fails for a GPU

@@ -21,11 +21,11 @@ use vgpu_host::ops::{BindRecord, restore_driver};
 use vgpu_host::paths;
 
 use super::{Core, lock};
-use crate::backend::{Backend, CreateRequest, Created, detect_gpu};
+use crate::backend::{Backend, Created, NewVgpu, detect_gpu};
 use crate::daemon::api::{CoreError, RequestError, StateError, VfInUse};
 pub(super) use crate::daemon::store::{VfKind, VfSlotRecord};
 use crate::pool::{HeldSlot, SlotId};
-use crate::profile::Target;
+use crate::profile::ProfileTarget as Target;
 
 impl VfSlotRecord {
     /// The slot.
@@ -269,7 +269,7 @@ impl Core {
             created: None,
         };
         self.put_vf_record(&record)?;
-        let req = CreateRequest {
+        let req = NewVgpu {
             target: record.target(),
             uuid: None,
             placement_id: None,
@@ -362,7 +362,7 @@ impl Core {
         rec.created = None;
         self.put_vf_record(&rec)?;
         let (b, _) = self.backend_of(&r.gpu)?;
-        let req = CreateRequest {
+        let req = NewVgpu {
             target: rec.target(),
             uuid: None,
             placement_id: None,

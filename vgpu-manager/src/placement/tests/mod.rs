@@ -3,7 +3,7 @@
 
 use mdev_types::ids::MdevTypeId;
 
-use crate::profile::Target;
+use crate::profile::ProfileTarget;
 
 mod capacity;
 mod mig;
@@ -11,8 +11,8 @@ mod random;
 mod sim;
 
 /// A placeholder target for synthetic choices (the planner never looks into targets).
-pub(crate) fn target(key: &str) -> Target {
-    Target::Mdev {
+pub(crate) fn target(key: &str) -> ProfileTarget {
+    ProfileTarget::Mdev {
         parent: "synthetic".into(),
         type_id: key
             .parse()

@@ -1,5 +1,6 @@
 //! The planner on the simulated demo host, built from discovery and matching: its capacity per GPU
-//! agrees with what the (simulated) kernel reports, and the mixed VDI pool of issue 7 fits.
+//! agrees with what the (simulated) kernel reports, and a mixed VDI pool (vdi-2g desktops and
+//! workstation-4g workstations) fits.
 
 use mdev_types::model::Inventory;
 use vgpu_host::discover::discover;
@@ -7,7 +8,7 @@ use vgpu_sim::SimHost;
 
 use super::super::convert::{DemandInput, HostUse, build};
 use super::super::{Policy, plan};
-use crate::profile::{Catalog, MatchReport, Target, match_profile};
+use crate::profile::{Catalog, MatchReport, ProfileTarget, match_profile};
 
 fn demo() -> Inventory {
     discover(&SimHost::load("demo").unwrap()).unwrap()
@@ -53,9 +54,11 @@ fn capacity_per_gpu_agrees_with_the_kernel_and_matching() {
                 best.capacity
             );
             match &best.target {
-                Target::Mdev { .. } | Target::NvidiaVendorVfio { .. } | Target::SriovVf { .. }
+                ProfileTarget::Mdev { .. }
+                | ProfileTarget::NvidiaVendorVfio { .. }
+                | ProfileTarget::SriovVf { .. }
                     if g.vendor == mdev_types::model::Vendor::Nvidia
-                        || matches!(best.target, Target::SriovVf { .. }) =>
+                        || matches!(best.target, ProfileTarget::SriovVf { .. }) =>
                 {
                     assert_eq!(s.placed, u64::from(best.capacity), "{profile} on {only}");
                 }
@@ -66,7 +69,7 @@ fn capacity_per_gpu_agrees_with_the_kernel_and_matching() {
 }
 
 #[test]
-fn mixed_vdi_pool_of_issue_7_fits_the_demo_host() {
+fn mixed_vdi_pool_of_desktops_and_workstations_fits_the_demo_host() {
     let inv = demo();
     let vdi = report(&inv, "vdi-2g");
     let ws = report(&inv, "workstation-4g");

@@ -3,7 +3,7 @@
 use mdev_types::model::{MdevParent, MdevType, Vendor};
 use mdev_types::parse::{Resolution, TypeDescription, parse_nvidia_vgpu_name};
 
-use super::{Candidate, MatchOption, Target};
+use super::{Candidate, MatchOption, ProfileTarget};
 use crate::profile::facts::{GVT_HEADS, SAMPLE_HEADS, mdpy_memory_mib};
 use crate::profile::reason::Reason;
 
@@ -91,7 +91,7 @@ pub(super) fn mdev_candidates(vendor: Vendor, parent: &MdevParent) -> Vec<Candid
             }
             Candidate {
                 option: MatchOption {
-                    target: Target::Mdev {
+                    target: ProfileTarget::Mdev {
                         parent: parent.name.clone(),
                         type_id: t.id.clone(),
                         type_name: t.name.clone(),

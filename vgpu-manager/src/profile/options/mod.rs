@@ -10,7 +10,7 @@ use mdev_types::parse::{NvidiaSeries, Resolution};
 use serde::Serialize;
 
 use super::reason::{Reason, Refusal};
-use super::spec::Backend;
+use super::spec::Delivery;
 
 mod mdev;
 mod passthrough;
@@ -23,7 +23,7 @@ use vf::{nvidia_vfio_candidates, sriov_candidate};
 /// What to create or hand over to give a guest its vGPU.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "backend", rename_all = "kebab-case")]
-pub enum Target {
+pub enum ProfileTarget {
     /// Create an mdev of `type_id` on `parent`.
     Mdev {
         /// The parent's name (`0000:3b:00.0`, `mbochs`).
@@ -66,47 +66,49 @@ pub enum Target {
     },
 }
 
-impl Target {
+impl ProfileTarget {
     /// The backend this target belongs to.
-    pub fn backend(&self) -> Backend {
+    pub fn backend(&self) -> Delivery {
         match self {
-            Target::Mdev { .. } => Backend::Mdev,
-            Target::SriovVf { .. } => Backend::SriovVf,
-            Target::NvidiaVendorVfio { .. } => Backend::NvidiaVendorVfio,
-            Target::Passthrough { .. } => Backend::Passthrough,
+            ProfileTarget::Mdev { .. } => Delivery::Mdev,
+            ProfileTarget::SriovVf { .. } => Delivery::SriovVf,
+            ProfileTarget::NvidiaVendorVfio { .. } => Delivery::NvidiaVendorVfio,
+            ProfileTarget::Passthrough { .. } => Delivery::Passthrough,
         }
     }
 }
 
-impl fmt::Display for Target {
+impl fmt::Display for ProfileTarget {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             // The samples and GVT-g print their type id (or most of it) as `name`: show it once.
-            Target::Mdev {
+            ProfileTarget::Mdev {
                 type_id,
                 type_name: Some(n),
                 ..
             } if !type_id.as_str().ends_with(n.as_str()) => write!(f, "{type_id} ({n})"),
-            Target::Mdev { type_id, .. } => write!(f, "{type_id}"),
-            Target::SriovVf {
+            ProfileTarget::Mdev { type_id, .. } => write!(f, "{type_id}"),
+            ProfileTarget::SriovVf {
                 pf,
                 num_vfs,
                 enable_vfs: true,
                 ..
             } => write!(f, "VF of {pf} after enabling {num_vfs} VFs"),
-            Target::SriovVf {
+            ProfileTarget::SriovVf {
                 vf: Some(vf),
                 num_vfs,
                 ..
             } => write!(f, "VF {vf} (1 of {num_vfs} enabled)"),
-            Target::SriovVf { pf, num_vfs, .. } => write!(f, "VF of {pf} ({num_vfs} enabled)"),
-            Target::NvidiaVendorVfio {
+            ProfileTarget::SriovVf { pf, num_vfs, .. } => {
+                write!(f, "VF of {pf} ({num_vfs} enabled)")
+            }
+            ProfileTarget::NvidiaVendorVfio {
                 vf,
                 type_id,
                 type_name,
                 ..
             } => write!(f, "{type_name} (type {type_id}) on VF {vf}"),
-            Target::Passthrough { pci, iommu_group } => {
+            ProfileTarget::Passthrough { pci, iommu_group } => {
                 write!(f, "whole GPU {pci} (IOMMU group {iommu_group})")
             }
         }
@@ -118,7 +120,7 @@ impl fmt::Display for Target {
 pub struct MatchOption {
     /// What to create or assign (its `backend` field says which kind).
     #[serde(flatten)]
-    pub target: Target,
+    pub target: ProfileTarget,
     /// Framebuffer in MiB, when known.
     pub framebuffer_mib: Option<u64>,
     /// Display heads, when known (0: none).
@@ -153,7 +155,7 @@ pub(super) struct Candidate {
 #[derive(Debug, Default)]
 pub(super) struct Offers {
     /// Backends the GPU has at all (allowed or not).
-    pub offered: Vec<Backend>,
+    pub offered: Vec<Delivery>,
     /// Concrete options.
     pub candidates: Vec<Candidate>,
     /// Backends that are present but yield no option, with why.
@@ -161,7 +163,7 @@ pub(super) struct Offers {
 }
 
 /// Collects what `gpu` offers under `allowed` backends; `need_mib` sizes an SR-IOV split.
-pub(super) fn offers(gpu: &Gpu, inv: &Inventory, allowed: &[Backend], need_mib: u64) -> Offers {
+pub(super) fn offers(gpu: &Gpu, inv: &Inventory, allowed: &[Delivery], need_mib: u64) -> Offers {
     let mut out = Offers::default();
     let device = gpu
         .pci
@@ -174,8 +176,8 @@ pub(super) fn offers(gpu: &Gpu, inv: &Inventory, allowed: &[Backend], need_mib: 
         device.and_then(|d| d.sriov.as_ref().filter(|s| s.total_vfs > 0).map(|s| (d, s)));
 
     if let Some(parent) = parent {
-        out.offered.push(Backend::Mdev);
-        if allowed.contains(&Backend::Mdev) {
+        out.offered.push(Delivery::Mdev);
+        if allowed.contains(&Delivery::Mdev) {
             if parent.types.is_empty() {
                 out.refusals.push(Refusal {
                     candidate: format!("mdev parent {}", parent.name),
@@ -189,13 +191,13 @@ pub(super) fn offers(gpu: &Gpu, inv: &Inventory, allowed: &[Backend], need_mib: 
     }
     if let Some((pf, sriov)) = sriov_pf {
         let backend = if gpu.vendor == Vendor::Nvidia {
-            Backend::NvidiaVendorVfio
+            Delivery::NvidiaVendorVfio
         } else {
-            Backend::SriovVf
+            Delivery::SriovVf
         };
         out.offered.push(backend);
         if allowed.contains(&backend) {
-            let r = if backend == Backend::SriovVf {
+            let r = if backend == Delivery::SriovVf {
                 Ok(vec![sriov_candidate(pf, sriov, inv, need_mib)])
             } else {
                 nvidia_vfio_candidates(pf, sriov, inv)
@@ -210,8 +212,8 @@ pub(super) fn offers(gpu: &Gpu, inv: &Inventory, allowed: &[Backend], need_mib: 
         }
     }
     if let Some(dev) = device {
-        out.offered.push(Backend::Passthrough);
-        if allowed.contains(&Backend::Passthrough) {
+        out.offered.push(Delivery::Passthrough);
+        if allowed.contains(&Delivery::Passthrough) {
             match passthrough_candidate(gpu, dev, parent, inv) {
                 Ok(c) => out.candidates.push(c),
                 Err(r) => out.refusals.push(r),

@@ -2,7 +2,7 @@
 
 use mdev_types::model::{Assignability, Gpu, Inventory, MdevParent, PciDevice};
 
-use super::{Candidate, MatchOption, Target, not_in_table};
+use super::{Candidate, MatchOption, ProfileTarget, not_in_table};
 use crate::profile::facts::device_facts;
 use crate::profile::reason::{Reason, Refusal};
 use crate::profile::spec::VFIO_PCI;
@@ -52,7 +52,7 @@ pub(super) fn passthrough_candidate(
     let memory = device_facts(dev.vendor, dev.device).and_then(|f| f.memory_mib);
     Ok(Candidate {
         option: MatchOption {
-            target: Target::Passthrough {
+            target: ProfileTarget::Passthrough {
                 pci: dev.address,
                 iommu_group,
             },

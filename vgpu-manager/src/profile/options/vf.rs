@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use mdev_types::model::{Inventory, PciDevice, SriovPf};
 
-use super::{Candidate, MatchOption, Target, not_in_table};
+use super::{Candidate, MatchOption, ProfileTarget, not_in_table};
 use crate::profile::facts::{
     NVIDIA_SRIOV_MANAGE, device_facts, nvidia_name_framebuffer_mib, nvidia_series_display,
 };
@@ -41,7 +41,7 @@ pub(super) fn sriov_candidate(
         if pf.iommu_group.is_none() {
             blockers.push(Reason::NoIommuGroup { device: pf.address });
         }
-        let target = Target::SriovVf {
+        let target = ProfileTarget::SriovVf {
             pf: pf.address,
             vf: None,
             vf_driver: None,
@@ -73,7 +73,7 @@ pub(super) fn sriov_candidate(
             let device = sriov.vfs.first().copied().unwrap_or(pf.address);
             blockers.push(Reason::NoIommuGroup { device });
         }
-        let target = Target::SriovVf {
+        let target = ProfileTarget::SriovVf {
             pf: pf.address,
             vf: chosen.map(|d| d.address),
             vf_driver: chosen.and_then(|d| d.driver.clone()),
@@ -219,7 +219,7 @@ pub(super) fn nvidia_vfio_candidates(
         }
         out.push(Candidate {
             option: MatchOption {
-                target: Target::NvidiaVendorVfio {
+                target: ProfileTarget::NvidiaVendorVfio {
                     pf: pf.address,
                     vf: vf.address,
                     type_id: id,

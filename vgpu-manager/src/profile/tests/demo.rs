@@ -10,7 +10,7 @@ use vgpu_sim::SimHost;
 
 use super::build::shipped;
 use super::hosts::{best, mdev_type_of, messages, refused, sriov_target, vfio_target};
-use crate::profile::{GpuMatch, MatchReport, Reason, Target, match_profile};
+use crate::profile::{GpuMatch, MatchReport, ProfileTarget, Reason, match_profile};
 
 const IGPU: &str = "0000:00:02.0";
 const T4_1: &str = "0000:01:00.0";
@@ -102,7 +102,7 @@ fn demo_workstation_and_passthrough() {
     let r = report(&inv, "passthrough");
     for id in [T4_1, FLEX] {
         assert!(
-            matches!(best(gpu(&r, id)).target, Target::Passthrough { .. }),
+            matches!(best(gpu(&r, id)).target, ProfileTarget::Passthrough { .. }),
             "{id}"
         );
     }
@@ -132,7 +132,7 @@ fn creating_the_chosen_mdev_is_seen_by_the_next_match() {
     let host = sim("demo");
     let r = report(&inventory(&host), "vdi-2g");
     let chosen = best(gpu(&r, T4_1)).clone();
-    let Target::Mdev {
+    let ProfileTarget::Mdev {
         parent, type_id, ..
     } = &chosen.target
     else {
@@ -152,7 +152,7 @@ fn creating_the_chosen_mdev_is_seen_by_the_next_match() {
     let host = sim("samples");
     let r = report(&inventory(&host), "sample-display-16m");
     let chosen = best(gpu(&r, "mbochs")).clone();
-    let Target::Mdev {
+    let ProfileTarget::Mdev {
         parent, type_id, ..
     } = &chosen.target
     else {
@@ -169,7 +169,7 @@ fn enabling_the_planned_vfs_gives_vfs_of_the_planned_size() {
     let host = sim("demo");
     let r = report(&inventory(&host), "vdi-2g");
     let planned = best(gpu(&r, FLEX)).clone();
-    let Target::SriovVf { pf, num_vfs, .. } = planned.target else {
+    let ProfileTarget::SriovVf { pf, num_vfs, .. } = planned.target else {
         panic!("{planned:?}");
     };
     set_sriov_numvfs(&host, &pf, num_vfs).unwrap();

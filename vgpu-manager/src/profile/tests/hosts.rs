@@ -3,7 +3,7 @@
 use mdev_types::model::{Assignability, Inventory, MdevType, NvidiaVfState, PciDevice};
 
 use super::build::*;
-use crate::profile::{GpuMatch, MatchOption, Reason, Target, match_profile};
+use crate::profile::{GpuMatch, MatchOption, ProfileTarget, Reason, match_profile};
 
 pub fn one(inv: &Inventory, profile: &str, gpu: &str) -> GpuMatch {
     let report = match_profile(&shipped(profile), inv);
@@ -18,7 +18,7 @@ pub fn best(m: &GpuMatch) -> &MatchOption {
 
 pub fn mdev_type_of(o: &MatchOption) -> &str {
     match &o.target {
-        Target::Mdev { type_id, .. } => type_id.as_str(),
+        ProfileTarget::Mdev { type_id, .. } => type_id.as_str(),
         other => panic!("not an mdev option: {other:?}"),
     }
 }
@@ -83,7 +83,7 @@ pub fn flex_host(
 
 pub fn sriov_target(o: &MatchOption) -> (Option<String>, u32, bool) {
     match &o.target {
-        Target::SriovVf {
+        ProfileTarget::SriovVf {
             vf,
             num_vfs,
             enable_vfs,
@@ -126,7 +126,7 @@ pub fn l40s_host(vfs: u32, mut vf: impl FnMut(u32) -> Option<NvidiaVfState>) -> 
 
 pub fn vfio_target(o: &MatchOption) -> (String, u32, &str) {
     match &o.target {
-        Target::NvidiaVendorVfio {
+        ProfileTarget::NvidiaVendorVfio {
             vf,
             type_id,
             type_name,

@@ -1,6 +1,6 @@
 //! Matching mdev types: NVIDIA classic vGPU, Intel GVT-g and the kernel's sample drivers.
 
-use crate::profile::{Backend, Reason, Target, match_profile};
+use crate::profile::{Delivery, ProfileTarget, Reason, match_profile};
 
 use super::build::*;
 use super::hosts::*;
@@ -16,7 +16,7 @@ fn t4_vdi_2g_takes_the_smallest_b_series_type() {
     assert_eq!(b.framebuffer_mib, Some(2048));
     assert_eq!(b.waste_mib, Some(0));
     assert_eq!(b.capacity, 8);
-    assert_eq!(b.target.backend(), Backend::Mdev);
+    assert_eq!(b.target.backend(), Delivery::Mdev);
     let alts: Vec<&str> = m.alternatives.iter().map(mdev_type_of).collect();
     assert_eq!(
         alts,
@@ -199,7 +199,10 @@ fn prefer_ranks_backends_before_fit() {
     );
     let m = match_profile(&p, &inv).gpus[0].clone();
     let b = best(&m);
-    assert!(matches!(b.target, Target::Passthrough { .. }), "{b:?}");
+    assert!(
+        matches!(b.target, ProfileTarget::Passthrough { .. }),
+        "{b:?}"
+    );
     assert_eq!(b.waste_mib, Some(8192));
     assert_eq!(mdev_type_of(&m.alternatives[0]), "nvidia-320");
     // Without prefer the least waste wins.

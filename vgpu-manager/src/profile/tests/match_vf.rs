@@ -1,6 +1,6 @@
 //! Matching SR-IOV VFs (Intel xe, AMD MxGPU) and NVIDIA vendor-specific VFIO types.
 
-use crate::profile::{Backend, match_profile};
+use crate::profile::{Delivery, match_profile};
 
 use super::build::*;
 use super::hosts::*;
@@ -132,7 +132,7 @@ fn l40s_vendor_vfio_types_by_name() {
         ("0000:41:01.0".to_string(), 1156, "NVIDIA L40S-2B")
     );
     assert_eq!((b.framebuffer_mib, b.capacity), (Some(2048), 16));
-    assert_eq!(b.target.backend(), Backend::NvidiaVendorVfio);
+    assert_eq!(b.target.backend(), Delivery::NvidiaVendorVfio);
     let b = best(&one(&inv, "compute-8g", L40S)).clone();
     // 48 GiB hold six 8 GiB vGPUs, whatever the number of free VFs.
     assert_eq!((vfio_target(&b).1, b.capacity), (1171, 6));

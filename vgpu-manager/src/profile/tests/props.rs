@@ -10,7 +10,7 @@ use proptest::prelude::*;
 
 use super::build::*;
 use crate::profile::facts::{device_facts, mdpy_memory_mib, nvidia_series_display};
-use crate::profile::{Backend, MatchOption, Profile, WorkloadClass, match_profile};
+use crate::profile::{Delivery, MatchOption, Profile, WorkloadClass, match_profile};
 
 const FBS: [u64; 6] = [512, 1024, 2048, 4096, 8192, 16384];
 const RES: [&str; 4] = ["1280x1024", "1920x1200", "3840x2160", "5120x2880"];
@@ -246,7 +246,7 @@ fn random_profile() -> impl Strategy<Value = Profile> {
             Vendor::Amd,
             Vendor::Virtual,
         ]),
-        subset(Backend::ALL.iter().map(|(b, _)| *b).collect::<Vec<_>>()),
+        subset(Delivery::ALL.iter().map(|(b, _)| *b).collect::<Vec<_>>()),
         0..3usize,
         prop::bool::weighted(0.95),
     )
@@ -301,7 +301,7 @@ fn oracle(p: &Profile, gpu: &Gpu, inv: &Inventory) -> bool {
         Some(a) => m.pci == Some(a),
         None => m.name == gpu.id,
     });
-    if p.backends.contains(&Backend::Mdev) {
+    if p.backends.contains(&Delivery::Mdev) {
         for t in parent.iter().flat_map(|m| &m.types) {
             let (fb, heads, res) = match &t.details {
                 TypeDescription::Nvidia(d) => (
@@ -339,7 +339,7 @@ fn oracle(p: &Profile, gpu: &Gpu, inv: &Inventory) -> bool {
         .filter(|s| s.total_vfs > 0);
     if let (Some(s), Some(pf)) = (sriov, dev) {
         let memory = facts.and_then(|f| f.memory_mib);
-        if gpu.vendor != Vendor::Nvidia && p.backends.contains(&Backend::SriovVf) {
+        if gpu.vendor != Vendor::Nvidia && p.backends.contains(&Delivery::SriovVf) {
             let display = display_ok(p, facts.map(|f| f.vf_heads), None);
             let fits = if s.num_vfs == 0 {
                 pf.driver.is_some()
@@ -356,7 +356,7 @@ fn oracle(p: &Profile, gpu: &Gpu, inv: &Inventory) -> bool {
                 return true;
             }
         }
-        if gpu.vendor == Vendor::Nvidia && p.backends.contains(&Backend::NvidiaVendorVfio) {
+        if gpu.vendor == Vendor::Nvidia && p.backends.contains(&Delivery::NvidiaVendorVfio) {
             let vfs: Vec<&PciDevice> = s.vfs.iter().filter_map(|a| find(*a)).collect();
             let states: Vec<&NvidiaVfState> =
                 vfs.iter().filter_map(|v| v.nvidia_vf.as_ref()).collect();
@@ -405,7 +405,7 @@ fn oracle(p: &Profile, gpu: &Gpu, inv: &Inventory) -> bool {
         }
     }
     let assignable = matches!(gpu.passthrough, Assignability::Yes { .. });
-    if let (true, true, Some(d)) = (p.backends.contains(&Backend::Passthrough), assignable, dev) {
+    if let (true, true, Some(d)) = (p.backends.contains(&Delivery::Passthrough), assignable, dev) {
         let mdevs = parent
             .iter()
             .flat_map(|m| &m.types)

@@ -4,7 +4,7 @@
 use mdev_types::model::Vendor;
 use mdev_types::parse::Resolution;
 
-use crate::profile::{Backend, Priority, Profile, ProfileError, WorkloadClass};
+use crate::profile::{Delivery, Priority, Profile, ProfileError, WorkloadClass};
 
 const GOOD: &str = r#"name = "vdi-2g"
 description = "desktop"
@@ -50,11 +50,11 @@ fn full_profile_parses() {
     assert_eq!(p.weight, 10);
     assert_eq!(p.priority, Some(Priority::High));
     assert_eq!(p.vendors, [Vendor::Nvidia, Vendor::Intel]);
-    assert_eq!(p.backends, [Backend::Mdev, Backend::SriovVf]);
-    assert_eq!(p.prefer, [Backend::SriovVf]);
+    assert_eq!(p.backends, [Delivery::Mdev, Delivery::SriovVf]);
+    assert_eq!(p.prefer, [Delivery::SriovVf]);
     assert_eq!(p.origin, "dir/p.toml");
-    assert_eq!(p.preference_rank(Backend::SriovVf), 0);
-    assert_eq!(p.preference_rank(Backend::Mdev), 1);
+    assert_eq!(p.preference_rank(Delivery::SriovVf), 0);
+    assert_eq!(p.preference_rank(Delivery::Mdev), 1);
 }
 
 #[test]
@@ -71,7 +71,11 @@ fn defaults() {
     assert_eq!(p.vendors, [Vendor::Nvidia, Vendor::Intel, Vendor::Amd]);
     assert_eq!(
         p.backends,
-        [Backend::Mdev, Backend::SriovVf, Backend::NvidiaVendorVfio]
+        [
+            Delivery::Mdev,
+            Delivery::SriovVf,
+            Delivery::NvidiaVendorVfio
+        ]
     );
     assert_eq!(p.device_api, "vfio-pci");
     assert!(p.prefer.is_empty());
@@ -80,7 +84,7 @@ fn defaults() {
         "name = \"p\"\ndescription = \"d\"\nclass = \"passthrough\"\nweight = 100\n",
     )
     .unwrap();
-    assert_eq!(p.backends, [Backend::Passthrough]);
+    assert_eq!(p.backends, [Delivery::Passthrough]);
 }
 
 #[test]

@@ -1,9 +1,9 @@
 //! The JSON reports of the pool and scheduling methods (`Apply`, `PoolStatus`, the Gpu1 `Scheduling`
 //! property). D-Bus carries them as JSON strings because they nest optional values D-Bus cannot
 //! express; these types are their one definition, used by the daemon to write them and by clients to
-//! read them. `Plan` returns a [`crate::pool::PoolPlan`]; `PlanScheduling` a
-//! [`crate::sched::SchedPlan`]; `ApplyScheduling` a [`crate::sched::ApplyReport`]. docs/json.md shows
-//! every shape.
+//! read them. `Plan`, `PlanScheduling` and `ApplyScheduling` return vgpu-manager's `PoolPlan`,
+//! `SchedPlan` and `ApplyReport` (types of its planners, not of this crate). docs/json.md shows every
+//! shape.
 
 use std::collections::BTreeMap;
 
@@ -18,7 +18,7 @@ pub struct SlotRow {
     pub profile: String,
     /// 0-based index among the pool's slots of this profile.
     pub index: u32,
-    /// The slot's stable UUID (UUIDv5 of pool, profile and index; see [`crate::pool::identity`]).
+    /// The slot's stable UUID (UUIDv5 of pool, profile and index; vgpu-manager's `pool::identity` makes it).
     pub uuid: String,
     /// The GPU its instance is on; `None` when the slot has no instance.
     pub gpu: Option<String>,

@@ -6,7 +6,7 @@ use std::str::FromStr;
 
 use zbus::{Address, Connection, connection};
 
-use super::ClientError;
+use crate::ClientError;
 
 /// A bus to connect to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,7 +76,7 @@ pub async fn connect_daemon(bus: &BusAddress) -> Result<Connection, ClientError>
     let conn = connect(bus).await?;
     let call_err = |e: zbus::Error| ClientError::from_call("NameHasOwner", &bus.to_string(), e);
     let dbus = zbus::fdo::DBusProxy::new(&conn).await.map_err(call_err)?;
-    let name = zbus::names::BusName::try_from(super::SERVICE).map_err(call_err)?;
+    let name = zbus::names::BusName::try_from(crate::SERVICE).map_err(call_err)?;
     let owned = dbus
         .name_has_owner(name)
         .await

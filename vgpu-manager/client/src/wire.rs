@@ -39,9 +39,9 @@ pub struct InstanceInfo {
 }
 
 impl InstanceInfo {
-    /// Its object path, serving `org.vgpumanager.Instance1` (see [`super::instance_path`]).
+    /// Its object path, serving `org.vgpumanager.Instance1` (see [`crate::instance_path`]).
     pub fn path(&self) -> OwnedObjectPath {
-        super::instance_path(&self.uuid)
+        crate::instance_path(&self.uuid)
     }
 
     /// The profile, if any.

@@ -2,7 +2,7 @@
 
 use thiserror::Error;
 
-use super::{ADMIN_GROUP, ERROR_PREFIX, SERVICE};
+use crate::{ADMIN_GROUP, ERROR_PREFIX, SERVICE};
 
 /// Why a call to vgpud failed.
 #[derive(Debug, Error)]
@@ -12,9 +12,9 @@ pub enum ClientError {
         "'{address}' is not a bus: give `system`, `session` or a D-Bus address such as unix:path=/run/vgpu/bus.sock ({reason})"
     )]
     BadAddress {
-        /// What was given.
+        /// The text given as the bus.
         address: String,
-        /// The parser's complaint.
+        /// Why zbus's address parser refused it.
         reason: String,
     },
     /// The bus could not be reached.
@@ -22,9 +22,9 @@ pub enum ClientError {
         "cannot connect to {bus}: {source} (is vgpud running? `systemctl status vgpud`, or start one with `vgpud --listen ADDRESS`)"
     )]
     Connect {
-        /// Which bus.
+        /// The bus, as [`crate::BusAddress`] displays it.
         bus: String,
-        /// zbus's error.
+        /// Why zbus could not connect or authenticate.
         source: zbus::Error,
     },
     /// Nobody owns the daemon's name on the bus.
@@ -32,7 +32,7 @@ pub enum ClientError {
         "vgpud is not running on {bus} (nobody owns {SERVICE}): start it with `systemctl start vgpud` or `vgpud --listen ADDRESS`"
     )]
     NotRunning {
-        /// Which bus.
+        /// The bus, as [`crate::BusAddress`] displays it.
         bus: String,
     },
     /// The daemon refused or failed the request; `message` says why and what to do.
@@ -48,20 +48,41 @@ pub enum ClientError {
         "{method} refused by the D-Bus policy of {SERVICE}: changes need root or membership in group {ADMIN_GROUP} (an administrator can run `usermod -aG {ADMIN_GROUP} USER`; log in again afterwards)"
     )]
     PolicyDenied {
-        /// The method.
+        /// The D-Bus method that was refused.
         method: String,
         /// The bus's own message, for logs.
         detail: String,
     },
     /// The async runtime for the D-Bus connection could not be created.
     #[error("cannot start the runtime for the D-Bus connection: {0}")]
-    Runtime(std::io::Error),
+    Runtime(#[source] std::io::Error),
+    /// A JSON report of the daemon (`Apply`, `PoolStatus`, …) is not the shape this client knows: the
+    /// client and the daemon are of different versions.
+    #[error(
+        "vgpud's {method} answer is not the documented JSON ({source}): are vgpuctl and vgpud the same version?"
+    )]
+    BadJson {
+        /// The method whose answer it was.
+        method: String,
+        /// What serde_json found wrong with it.
+        source: serde_json::Error,
+    },
+    /// The daemon answered `Create` or `Define` with an object path that is not an instance's.
+    #[error(
+        "vgpud's {method} answer {path} is not an instance object path: are vgpuctl and vgpud the same version?"
+    )]
+    BadObjectPath {
+        /// The method whose answer it was.
+        method: String,
+        /// The path it answered.
+        path: String,
+    },
     /// Any other D-Bus failure.
     #[error("D-Bus error from {SERVICE} while calling {method}: {source}")]
     Bus {
-        /// The method.
+        /// The D-Bus method (or `(connect)`) being called.
         method: String,
-        /// zbus's error.
+        /// What zbus reported.
         source: zbus::Error,
     },
 }

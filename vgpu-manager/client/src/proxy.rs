@@ -1,13 +1,13 @@
 //! Typed proxies of vgpud's three interfaces. Method and property names match
 //! `data/org.vgpumanager.Manager1.xml`; the daemon's introspection is checked against that file.
 
-#![allow(missing_docs)] // The proxy macro generates items (streams, builders) without docs.
+#![allow(missing_docs)] // The proxy macro generates items (streams, builders, signal args) without docs.
 
 use std::collections::HashMap;
 
 use zbus::{ObjectPath, OwnedObjectPath, Variant, proxy};
 
-use super::wire::{GpuInfo, InstanceInfo, TypeSlot};
+use crate::wire::{GpuInfo, InstanceInfo, TypeSlot};
 
 /// `org.vgpumanager.Manager1` at `/org/vgpumanager/Manager1`: lists, lifecycle and signals.
 #[proxy(
@@ -64,20 +64,20 @@ pub trait Manager1 {
     /// Converges the host to the desired state now.
     fn reconcile(&self) -> zbus::Result<()>;
 
-    /// Dry run of a pool (TOML text): JSON of a [`crate::pool::PoolPlan`].
+    /// Dry run of a pool (TOML text): JSON of vgpu-manager's `PoolPlan`.
     fn plan(&self, pool_toml: &str) -> zbus::Result<String>;
 
-    /// Applies a pool (TOML text), emitting `PoolProgress`: JSON of a [`super::PoolSummary`].
+    /// Applies a pool (TOML text), emitting `PoolProgress`: JSON of a [`crate::PoolSummary`].
     fn apply(&self, pool_toml: &str) -> zbus::Result<String>;
 
-    /// The applied pools: JSON array of [`super::PoolStatus`].
+    /// The applied pools: JSON array of [`crate::PoolStatus`].
     fn pool_status(&self) -> zbus::Result<String>;
 
-    /// A GPU's scheduling plan: JSON of a [`crate::sched::SchedPlan`]. `requests`: JSON array of
+    /// A GPU's scheduling plan: JSON of vgpu-manager's `SchedPlan`. `requests`: JSON array of
     /// `{"weight": W, …}` or `""` for weight 1 on each existing vGPU.
     fn plan_scheduling(&self, gpu: &str, requests: &str) -> zbus::Result<String>;
 
-    /// Programs a GPU's scheduling plan: JSON of a [`crate::sched::ApplyReport`].
+    /// Programs a GPU's scheduling plan: JSON of vgpu-manager's `ApplyReport`.
     fn apply_scheduling(&self, gpu: &str, requests: &str) -> zbus::Result<String>;
 
     /// The daemon's version.
@@ -112,21 +112,28 @@ pub trait Manager1 {
     default_service = "org.vgpumanager.Manager1"
 )]
 pub trait Gpu1 {
+    /// The GPU id: its PCI address, or the parent device name for a non-PCI parent.
     #[zbus(property)]
     fn id(&self) -> zbus::Result<String>;
+    /// The vendor (`nvidia`, `intel`, `amd`, …).
     #[zbus(property)]
     fn vendor(&self) -> zbus::Result<String>;
+    /// The model name, as discovery reads it.
     #[zbus(property)]
     fn model(&self) -> zbus::Result<String>;
+    /// The bound kernel driver; `""` when none is bound.
     #[zbus(property)]
     fn driver(&self) -> zbus::Result<String>;
+    /// The NUMA node; `-1` when the kernel does not know it.
     #[zbus(property)]
     fn numa_node(&self) -> zbus::Result<i32>;
+    /// The mdev types the GPU offers and how many more instances of each fit.
     #[zbus(property)]
     fn types(&self) -> zbus::Result<Vec<TypeSlot>>;
+    /// The object paths of the instances on the GPU ([`crate::instance_uuid`] reads the UUID back).
     #[zbus(property)]
     fn instances(&self) -> zbus::Result<Vec<OwnedObjectPath>>;
-    /// JSON of a [`super::SchedulingView`], read from the host on each get.
+    /// JSON of a [`crate::SchedulingView`], read from the host on each get.
     #[zbus(property)]
     fn scheduling(&self) -> zbus::Result<String>;
 }
@@ -137,28 +144,40 @@ pub trait Gpu1 {
     default_service = "org.vgpumanager.Manager1"
 )]
 pub trait Instance1 {
+    /// The mdev UUID.
     #[zbus(property)]
     fn uuid(&self) -> zbus::Result<String>;
+    /// The GPU the instance is on (PCI address or parent name).
     #[zbus(property)]
     fn gpu(&self) -> zbus::Result<String>;
+    /// The mdev parent device name.
     #[zbus(property)]
     fn parent(&self) -> zbus::Result<String>;
+    /// The mdev type id, e.g. `nvidia-231`.
     #[zbus(property, name = "Type")]
     fn type_id(&self) -> zbus::Result<String>;
+    /// The profile it was made from; `""` when made from a type or not by vgpu-manager.
     #[zbus(property)]
     fn profile(&self) -> zbus::Result<String>;
+    /// `running`, `stopped` or `waiting-for-parent`.
     #[zbus(property)]
     fn state(&self) -> zbus::Result<String>;
+    /// Whether a persistent definition exists.
     #[zbus(property)]
     fn defined(&self) -> zbus::Result<bool>;
+    /// Whether the definition starts with the daemon (definitions only).
     #[zbus(property)]
     fn autostart(&self) -> zbus::Result<bool>;
+    /// `daemon`, `adopted` or `foreign` (see [`crate::InstanceInfo::owner`]).
     #[zbus(property)]
     fn owner(&self) -> zbus::Result<String>;
+    /// The free-form label given at creation; `""` when none.
     #[zbus(property)]
     fn label(&self) -> zbus::Result<String>;
+    /// The IOMMU group number while running; `-1` when none.
     #[zbus(property)]
     fn iommu_group(&self) -> zbus::Result<i32>;
+    /// When it was created or defined, seconds since the Unix epoch.
     #[zbus(property)]
     fn created_at(&self) -> zbus::Result<u64>;
     /// JSON of the last preflight (empty before the first).
@@ -166,11 +185,12 @@ pub trait Instance1 {
     fn health(&self) -> zbus::Result<String>;
 
     /// Opens the instance through VFIO as a VMM would; JSON of a
-    /// [`vgpu_vfio::PreflightReport`] (also kept in `Health`).
+    /// `PreflightReport` of the VFIO crate (also kept in `Health`).
     fn preflight(&self) -> zbus::Result<String>;
 
     /// Opens the running instance for the caller: (device fd, IOMMU fd, backend, IOAS id, IOMMU group).
-    /// Options: `backend` (s: auto, type1, iommufd). [`super::open_device`] wraps it.
+    /// Options: `backend` (s: auto, type1, iommufd), `bind` (b). [`crate::Client::open_device`] wraps
+    /// it.
     fn open_device(
         &self,
         options: HashMap<&str, Variant<'_>>,

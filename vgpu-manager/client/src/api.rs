@@ -1,0 +1,417 @@
+//! The async high-level client: one connection to vgpud and one method per call a front end makes, each
+//! failing with a [`ClientError`] that names the method and the bus. [`crate::blocking::Client`] runs
+//! these same methods on a runtime of its own.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_core::Stream;
+use zbus::{Connection, Variant};
+
+use crate::bus::{connect, connect_daemon};
+use crate::paths::{gpu_path, instance_path, instance_uuid};
+use crate::proxy::{Gpu1Proxy, Instance1Proxy, Manager1Proxy};
+use crate::{
+    BusAddress, ClientError, GpuInfo, InstanceInfo, PoolStatus, PoolSummary, TARGET_PROFILE,
+    TARGET_TYPE,
+};
+
+/// What `Create`/`Define` make an instance of: a profile or an exact mdev type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TargetKind {
+    /// A profile name (the daemon picks the type on the chosen GPU).
+    Profile,
+    /// An exact mdev type id such as `nvidia-231`.
+    Type,
+}
+
+impl TargetKind {
+    /// The `target_kind` argument of `Create`/`Define`: [`TARGET_PROFILE`] or [`TARGET_TYPE`].
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TargetKind::Profile => TARGET_PROFILE,
+            TargetKind::Type => TARGET_TYPE,
+        }
+    }
+}
+
+impl fmt::Display for TargetKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What to create or define.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewInstance {
+    /// Whether [`NewInstance::target`] is a profile or a type.
+    pub kind: TargetKind,
+    /// The profile name or mdev type id.
+    pub target: String,
+    /// The GPU (PCI address or parent name); `None` lets the daemon choose.
+    pub gpu: Option<String>,
+    /// The UUID; `None` lets the daemon choose.
+    pub uuid: Option<String>,
+    /// A free-form label saying who asked (a VM name, `libvirt:<domain>`); `None` for none.
+    pub label: Option<String>,
+}
+
+impl NewInstance {
+    /// An instance of mdev type `type_id`, anywhere, with a UUID the daemon picks.
+    pub fn of_type(type_id: &str) -> Self {
+        NewInstance {
+            kind: TargetKind::Type,
+            target: type_id.to_string(),
+            gpu: None,
+            uuid: None,
+            label: None,
+        }
+    }
+
+    /// An instance of profile `name`, anywhere, with a UUID the daemon picks.
+    pub fn of_profile(name: &str) -> Self {
+        NewInstance {
+            kind: TargetKind::Profile,
+            ..NewInstance::of_type(name)
+        }
+    }
+}
+
+/// One `PoolProgress` signal of an `Apply`: step `done` of `total` finished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolProgress<'a> {
+    /// The pool being applied.
+    pub pool: &'a str,
+    /// Steps finished so far, this one included.
+    pub done: u32,
+    /// Steps the apply has in all.
+    pub total: u32,
+    /// What this step did, in words (`create vdi-2g/0 on 0000:3b:00.0`).
+    pub step: &'a str,
+}
+
+/// A connection to vgpud with the Manager1 calls front ends make. Cheap to share by reference; every
+/// method takes `&self`.
+#[derive(Debug, Clone)]
+pub struct Client {
+    bus: BusAddress,
+    /// `bus` as error messages name it.
+    bus_name: String,
+    conn: Connection,
+    manager: Manager1Proxy<'static>,
+    call_timeout: Option<Duration>,
+}
+
+impl Client {
+    /// Connects to vgpud on `bus`, checking that it owns its name there, so a call cannot wait forever
+    /// on a bus that drops messages to an unowned name (see [`connect_daemon`]).
+    pub async fn connect(bus: &BusAddress) -> Result<Self, ClientError> {
+        let conn = connect_daemon(bus).await?;
+        Client::with_connection(conn, bus).await
+    }
+
+    /// Connects to `bus` without asking whether vgpud is there, saving that round trip: a daemon that
+    /// is not running shows at the first call instead (as [`ClientError::NotRunning`] on a message bus
+    /// that answers for unowned names, as the system bus does).
+    pub async fn connect_unchecked(bus: &BusAddress) -> Result<Self, ClientError> {
+        let conn = connect(bus).await?;
+        Client::with_connection(conn, bus).await
+    }
+
+    /// A client over an existing connection to `bus` (one that also serves objects, say).
+    pub async fn with_connection(conn: Connection, bus: &BusAddress) -> Result<Self, ClientError> {
+        let bus_name = bus.to_string();
+        let manager = Manager1Proxy::new(&conn)
+            .await
+            .map_err(|e| ClientError::from_call("(connect)", &bus_name, e))?;
+        Ok(Client {
+            bus: bus.clone(),
+            bus_name,
+            conn,
+            manager,
+            call_timeout: None,
+        })
+    }
+
+    /// Gives up each later call after `timeout`, failing it with a timed-out I/O error. Without it a
+    /// call waits as long as the daemon takes.
+    pub fn with_call_timeout(mut self, timeout: Duration) -> Self {
+        self.call_timeout = Some(timeout);
+        self
+    }
+
+    /// The bus this client is connected to.
+    pub fn bus(&self) -> &BusAddress {
+        &self.bus
+    }
+
+    /// The D-Bus connection, for calls this API does not wrap.
+    pub fn connection(&self) -> &Connection {
+        &self.conn
+    }
+
+    /// The Manager1 proxy, for calls and signals this API does not wrap.
+    pub fn manager(&self) -> &Manager1Proxy<'static> {
+        &self.manager
+    }
+
+    /// The Gpu1 proxy of GPU `id` (PCI address or parent name).
+    pub async fn gpu(&self, id: &str) -> Result<Gpu1Proxy<'static>, ClientError> {
+        Gpu1Proxy::builder(&self.conn)
+            .path(gpu_path(id))
+            .build()
+            .await
+            .map_err(self.error("(connect)"))
+    }
+
+    /// The Instance1 proxy of instance `uuid`.
+    pub async fn instance(&self, uuid: &str) -> Result<Instance1Proxy<'static>, ClientError> {
+        Instance1Proxy::builder(&self.conn)
+            .path(instance_path(uuid))
+            .build()
+            .await
+            .map_err(self.error("(connect)"))
+    }
+
+    /// Turns a zbus failure of `method` into the client's error.
+    pub(crate) fn error(&self, method: &str) -> impl Fn(zbus::Error) -> ClientError + '_ {
+        let method = method.to_string();
+        move |e| ClientError::from_call(&method, &self.bus_name, e)
+    }
+
+    /// Runs the call `f` of `method` within the call timeout, if any.
+    pub(crate) async fn call<T>(
+        &self,
+        method: &str,
+        f: impl Future<Output = zbus::Result<T>>,
+    ) -> Result<T, ClientError> {
+        let result = match self.call_timeout {
+            Some(limit) => within(limit, method, &self.bus_name, f).await?,
+            None => f.await,
+        };
+        result.map_err(self.error(method))
+    }
+
+    /// The daemon's version (the Manager1 `Version` property).
+    pub async fn version(&self) -> Result<String, ClientError> {
+        self.call("Version", self.manager.version()).await
+    }
+
+    /// Every instance: vgpud's (running or defined) and foreign ones (`ListInstances`).
+    pub async fn list_instances(&self) -> Result<Vec<InstanceInfo>, ClientError> {
+        self.call("ListInstances", self.manager.list_instances())
+            .await
+    }
+
+    /// Every GPU with its mdev types and running instances (`ListGpus`).
+    pub async fn list_gpus(&self) -> Result<Vec<GpuInfo>, ClientError> {
+        self.call("ListGpus", self.manager.list_gpus()).await
+    }
+
+    /// Instance `uuid` (`GetInstance`); an unknown UUID is the daemon's `NotFound` refusal.
+    pub async fn get_instance(&self, uuid: &str) -> Result<InstanceInfo, ClientError> {
+        self.call("GetInstance", self.manager.get_instance(uuid))
+            .await
+    }
+
+    /// Instance `uuid`, or `None` when the daemon knows no such instance.
+    pub async fn find_instance(&self, uuid: &str) -> Result<Option<InstanceInfo>, ClientError> {
+        match self.get_instance(uuid).await {
+            Ok(i) => Ok(Some(i)),
+            Err(e) if e.kind() == Some("NotFound") => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Creates and starts a transient instance (`Create`) and returns it as the daemon now shows it.
+    pub async fn create(&self, req: &NewInstance) -> Result<InstanceInfo, ClientError> {
+        self.new_instance("Create", req, None).await
+    }
+
+    /// Persists a definition without starting it (`Define`), starting with the daemon when
+    /// `autostart`, and returns it.
+    pub async fn define(
+        &self,
+        req: &NewInstance,
+        autostart: bool,
+    ) -> Result<InstanceInfo, ClientError> {
+        self.new_instance("Define", req, Some(autostart)).await
+    }
+
+    /// `Create` (without `autostart`) or `Define` (with it), then `GetInstance` of the UUID its reply
+    /// names.
+    async fn new_instance(
+        &self,
+        method: &str,
+        req: &NewInstance,
+        autostart: Option<bool>,
+    ) -> Result<InstanceInfo, ClientError> {
+        let mut options: HashMap<&str, Variant<'_>> = HashMap::new();
+        if let Some(l) = &req.label {
+            options.insert("label", Variant::from(l.as_str()));
+        }
+        if let Some(a) = autostart {
+            options.insert("autostart", Variant::from(a));
+        }
+        let kind = req.kind.as_str();
+        let gpu = req.gpu.as_deref().unwrap_or("");
+        let uuid = req.uuid.as_deref().unwrap_or("");
+        let m = &self.manager;
+        let path = if autostart.is_some() {
+            self.call(method, m.define(kind, &req.target, gpu, uuid, options))
+                .await?
+        } else {
+            self.call(method, m.create(kind, &req.target, gpu, uuid, options))
+                .await?
+        };
+        let uuid = instance_uuid(&path).ok_or_else(|| ClientError::BadObjectPath {
+            method: method.to_string(),
+            path: path.to_string(),
+        })?;
+        self.get_instance(&uuid.to_string()).await
+    }
+
+    /// Starts defined instance `uuid` (`Start`).
+    pub async fn start(&self, uuid: &str) -> Result<(), ClientError> {
+        self.call("Start", self.manager.start(uuid)).await
+    }
+
+    /// Stops instance `uuid`, keeping its definition (`Stop`).
+    pub async fn stop(&self, uuid: &str) -> Result<(), ClientError> {
+        self.call("Stop", self.manager.stop(uuid)).await
+    }
+
+    /// Removes instance `uuid` entirely: its device and its definition (`Destroy`).
+    pub async fn destroy(&self, uuid: &str) -> Result<(), ClientError> {
+        self.call("Destroy", self.manager.destroy(uuid)).await
+    }
+
+    /// Deletes the definition of `uuid`; a running device stays, as a transient instance (`Undefine`).
+    pub async fn undefine(&self, uuid: &str) -> Result<(), ClientError> {
+        self.call("Undefine", self.manager.undefine(uuid)).await
+    }
+
+    /// Sets whether definition `uuid` starts with the daemon (`SetAutostart`).
+    pub async fn set_autostart(&self, uuid: &str, autostart: bool) -> Result<(), ClientError> {
+        self.call("SetAutostart", self.manager.set_autostart(uuid, autostart))
+            .await
+    }
+
+    /// Converges the host to the desired state now (`Reconcile`).
+    pub async fn reconcile(&self) -> Result<(), ClientError> {
+        self.call("Reconcile", self.manager.reconcile()).await
+    }
+
+    /// The pools the daemon has applied and their slots now (`PoolStatus`, decoded).
+    pub async fn pool_status(&self) -> Result<Vec<PoolStatus>, ClientError> {
+        let text = self.call("PoolStatus", self.manager.pool_status()).await?;
+        decode("PoolStatus", &text)
+    }
+
+    /// Applies a pool (its TOML text) with `Apply`, calling `on_step` for each `PoolProgress` signal
+    /// as it arrives (the subscription is made before the call, so no step is missed), and returns
+    /// what the apply did. An error of `on_step` stops the wait and is returned.
+    pub async fn apply_pool<E: From<ClientError>>(
+        &self,
+        pool_toml: &str,
+        mut on_step: impl FnMut(PoolProgress<'_>) -> Result<(), E>,
+    ) -> Result<PoolSummary, E> {
+        let mut progress = self
+            .manager
+            .receive_pool_progress()
+            .await
+            .map_err(self.error("PoolProgress"))?;
+        let mut show = |s: crate::proxy::PoolProgress| match s.args() {
+            Ok(a) => on_step(PoolProgress {
+                pool: a.pool,
+                done: a.done,
+                total: a.total,
+                step: a.step,
+            }),
+            // A signal this client cannot read is no step it can show.
+            Err(_) => Ok(()),
+        };
+        let call = self.call("Apply", self.manager.apply(pool_toml));
+        tokio::pin!(call);
+        let result = loop {
+            tokio::select! {
+                r = &mut call => break r,
+                Some(s) = next(&mut progress) => show(s)?,
+            }
+        };
+        // The daemon sends every signal before its reply; take those not yet read.
+        while let Ok(Some(s)) =
+            tokio::time::timeout(Duration::from_millis(20), next(&mut progress)).await
+        {
+            show(s)?;
+        }
+        let text = result?;
+        Ok(decode("Apply", &text)?)
+    }
+}
+
+/// The next item of `stream` (what `StreamExt::next` does, without its crate).
+async fn next<S: Stream + Unpin>(stream: &mut S) -> Option<S::Item> {
+    std::future::poll_fn(|cx| std::pin::Pin::new(&mut *stream).poll_next(cx)).await
+}
+
+/// Parses the JSON report of `method`.
+pub(crate) fn decode<T: serde::de::DeserializeOwned>(
+    method: &str,
+    text: &str,
+) -> Result<T, ClientError> {
+    serde_json::from_str(text).map_err(|source| ClientError::BadJson {
+        method: method.to_string(),
+        source,
+    })
+}
+
+/// Runs `f`, giving up after `limit`: a timeout is reported as a timed-out I/O error of `method`.
+pub(crate) async fn within<T>(
+    limit: Duration,
+    method: &str,
+    bus: &str,
+    f: impl Future<Output = T>,
+) -> Result<T, ClientError> {
+    tokio::time::timeout(limit, f).await.map_err(|_| {
+        ClientError::from_call(
+            method,
+            bus,
+            zbus::Error::InputOutput(Arc::new(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "no answer within {} s (is vgpud stuck? `systemctl status vgpud`)",
+                    limit.as_secs()
+                ),
+            ))),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn target_kinds_are_the_wire_words() {
+        assert_eq!(TargetKind::Profile.as_str(), "profile");
+        assert_eq!(TargetKind::Type.to_string(), "type");
+        let p = NewInstance::of_profile("vdi-2g");
+        assert_eq!((p.kind, p.target.as_str()), (TargetKind::Profile, "vdi-2g"));
+        assert_eq!(p.uuid, None);
+    }
+
+    #[test]
+    fn reports_that_are_not_the_documented_json_name_the_method() {
+        let e = decode::<Vec<PoolStatus>>("PoolStatus", "{").unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.starts_with("vgpud's PoolStatus answer is not the documented JSON ("),
+            "{text}"
+        );
+        assert!(matches!(e, ClientError::BadJson { .. }));
+    }
+}
