@@ -141,7 +141,7 @@ impl MdevUuid {
         Self(uuid::Uuid::new_v5(&namespace.0, name.as_bytes()))
     }
 
-    /// The inner UUID.
+    /// Borrows the wrapped `uuid::Uuid`.
     pub fn as_uuid(&self) -> &uuid::Uuid {
         &self.0
     }
@@ -184,7 +184,7 @@ serde_via_str!(MdevUuid);
 pub struct MdevTypeId(String);
 
 impl MdevTypeId {
-    /// The id as text.
+    /// The type id as sysfs names it under `mdev_supported_types/`, e.g. `mbochs-medium`.
     pub fn as_str(&self) -> &str {
         &self.0
     }

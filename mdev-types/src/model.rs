@@ -30,7 +30,7 @@ pub struct Inventory {
 /// One PCI function as sysfs describes it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PciDevice {
-    /// Its address.
+    /// Its PCI address, the name of its `/sys/bus/pci/devices/` entry.
     pub address: PciAddress,
     /// `vendor`.
     pub vendor: PciId,
@@ -140,7 +140,7 @@ pub struct MdevType {
 /// An existing mdev instance (`/sys/bus/mdev/devices/<uuid>`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MdevInstance {
-    /// Its UUID.
+    /// Its UUID, the name of its `/sys/bus/mdev/devices/` entry.
     pub uuid: MdevUuid,
     /// The parent's device name.
     pub parent: String,
@@ -218,11 +218,11 @@ pub struct Gpu {
     pub id: String,
     /// The PCI address, for PCI GPUs.
     pub pci: Option<PciAddress>,
-    /// Vendor.
+    /// Who makes it, from the PCI vendor id; `Virtual` for a non-PCI mdev parent.
     pub vendor: Vendor,
     /// A human model name (`NVIDIA T4`, or `NVIDIA device 0x10de:0x2335` when unknown).
     pub model: String,
-    /// The bound driver.
+    /// The driver bound to it (its `driver` link), or `None` when unbound.
     pub driver: Option<String>,
     /// NUMA node, when known.
     pub numa_node: Option<u32>,
@@ -263,7 +263,7 @@ pub enum Capability {
 pub enum Assignability {
     /// It can (its IOMMU group holds nothing the host needs).
     Yes {
-        /// Its IOMMU group.
+        /// The IOMMU group it is in (`/sys/kernel/iommu_groups/<n>`).
         iommu_group: IommuGroup,
     },
     /// It cannot, for this reason (a sentence naming what to change).

@@ -110,7 +110,7 @@ impl FromStr for VfioBackend {
 /// the iommufd with the IOAS the device is attached to).
 #[derive(Debug)]
 pub struct OpenedDevice {
-    /// The device that was opened.
+    /// The mdev instance or PCI device that was opened.
     pub target: VfioTarget,
     /// The number of its IOMMU group (`/sys/kernel/iommu_groups/<n>`).
     pub iommu_group: u32,

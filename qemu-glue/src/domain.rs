@@ -21,7 +21,7 @@ pub enum DomainError {
     /// Memory or vCPU count is zero.
     #[error("domain {name}: {what} must be at least 1")]
     Zero {
-        /// The domain.
+        /// The libvirt domain name from the spec.
         name: String,
         /// `memory` or `vcpus`.
         what: &'static str,
@@ -31,9 +31,9 @@ pub enum DomainError {
         "domain {name}: vGPU request for {uuid} has no matching mdev <hostdev>: add Hostdev::Mdev for it or drop the request"
     )]
     OrphanRequest {
-        /// The domain.
+        /// The libvirt domain name from the spec.
         name: String,
-        /// The UUID.
+        /// The UUID the metadata request names, as given.
         uuid: String,
     },
 }
@@ -41,7 +41,7 @@ pub enum DomainError {
 /// What to put in the domain.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DomainSpec {
-    /// The domain name.
+    /// The libvirt domain name (`<name>`).
     pub name: String,
     /// Guest memory in MiB.
     pub memory_mib: u64,
@@ -51,7 +51,7 @@ pub struct DomainSpec {
     pub disk: Option<PathBuf>,
     /// The libvirt network for a virtio NIC; `None` for no NIC.
     pub network: Option<String>,
-    /// The vGPUs and VFs.
+    /// The mdev instances and whole PCI functions to pass through, one `<hostdev>` each.
     pub hostdevs: Vec<Hostdev>,
     /// vgpu-manager metadata: what each mdev hostdev should be, for on-demand creation by the hook.
     pub vgpus: Vec<VgpuRequest>,
@@ -71,7 +71,7 @@ impl DomainSpec {
         }
     }
 
-    /// The domain XML.
+    /// Renders the libvirt domain XML, after checking the spec.
     pub fn to_xml(&self) -> Result<String, DomainError> {
         self.check()?;
         let name = escape(&self.name);

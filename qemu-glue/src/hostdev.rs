@@ -42,7 +42,7 @@ pub enum VfBinding {
 /// A PCI function given to a guest whole, normally an SR-IOV VF.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PciHostdev {
-    /// Its PCI address.
+    /// The function's PCI address, written as the hostdev's source address.
     pub address: PciAddress,
     /// `managed='yes'` (libvirt rebinds it) or `'no'`.
     pub managed: bool,
@@ -63,9 +63,9 @@ impl PciHostdev {
 pub enum Hostdev {
     /// An mdev instance, by UUID.
     Mdev {
-        /// The instance.
+        /// The mdev instance's UUID, as in `/sys/bus/mdev/devices/<uuid>`.
         uuid: MdevUuid,
-        /// Its display settings.
+        /// Whether the guest gets its display (`display=`) and a ramfb boot display.
         display: MdevDisplay,
     },
     /// A PCI function.

@@ -8,6 +8,7 @@
 //! - [`mdevctl`]: mdevctl's JSON shapes and `/etc/mdevctl.d` files;
 //! - [`escape`]: XML escaping used by all of the above.
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 pub mod domain;
 pub mod escape;

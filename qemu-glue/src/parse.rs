@@ -24,7 +24,7 @@ pub enum ParseError {
         domain: String,
         /// 1-based line.
         line: u32,
-        /// The element.
+        /// The name of the XML element at fault.
         element: String,
         /// What is wrong and how to fix it.
         problem: String,

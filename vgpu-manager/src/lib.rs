@@ -1,5 +1,6 @@
 //! vgpu-manager: profiles, matching and the admin CLI over the hardware boundary of `mdev-types`.
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 pub mod backend;
 pub mod cli;

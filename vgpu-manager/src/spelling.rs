@@ -24,7 +24,7 @@ macro_rules! spelled {
             /// Every value with its spelling, in declaration order.
             pub const ALL: &'static [($t, &'static str)] = &[$(($t::$v, $s)),+];
 
-            /// The spelling of this value.
+            /// The spelling of this value: what `Display` prints and `FromStr` accepts.
             pub fn as_str(self) -> &'static str {
                 match self {
                     $($t::$v => $s),+

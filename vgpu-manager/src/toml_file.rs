@@ -83,7 +83,7 @@ pub(crate) fn parse<T: DeserializeOwned, E: FileError>(origin: &str, text: &str)
 pub(crate) struct Source<'a> {
     /// Where the text came from (a path, `builtin:NAME.toml`, `dbus`).
     pub origin: &'a str,
-    /// The text.
+    /// The whole TOML text, used to find the line of a value.
     pub text: &'a str,
 }
 

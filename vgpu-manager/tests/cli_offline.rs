@@ -83,7 +83,7 @@ fn discover_json_is_the_inventory() {
 
 #[test]
 fn discover_reads_the_h200_capture_by_flag_and_by_environment() {
-    let root = repo().join("../shared/fixtures/h200-passthrough");
+    let root = repo().join("tests/fixtures/h200-passthrough");
     let o = vgpuctl(&["--sysfs-root", root.to_str().unwrap(), "discover"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);

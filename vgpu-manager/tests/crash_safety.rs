@@ -13,12 +13,14 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use vgpu_client::{InstanceInfo, Manager1Proxy};
 use vgpu_host::{Host, paths};
 use vgpu_sim::SimHost;
+
+mod dbus_common;
+use dbus_common::Daemon;
 
 const OPS: usize = 1000;
 
@@ -37,17 +39,6 @@ impl Rng {
     }
 }
 
-struct Daemon {
-    child: Child,
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 struct World {
     dir: PathBuf,
     bus: String,
@@ -57,22 +48,10 @@ struct World {
 }
 
 impl World {
-    fn spawn(&mut self) -> Daemon {
+    /// Starts vgpud (the shared launcher: embedded bus, simulated host `samples` journaled in `journal`).
+    async fn spawn(&mut self) -> Daemon {
         self.starts += 1;
-        let log =
-            std::fs::File::create(self.dir.join(format!("vgpud-{}.log", self.starts))).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_vgpud"))
-            .args(["--listen", &self.bus, "--sim", "samples", "--sim-journal"])
-            .arg(&self.journal)
-            .arg("--state-dir")
-            .arg(&self.state)
-            .env("VGPU_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        Daemon { child }
+        Daemon::embedded_journaled(&self.dir, "samples", &self.journal, &self.state).await
     }
 
     async fn connect(&self) -> Manager1Proxy<'static> {
@@ -297,20 +276,17 @@ async fn kill_9_at_random_points_loses_nothing_and_leaks_nothing() {
     };
     let mut k = Knowledge::default();
     let started = Instant::now();
-    let mut daemon = world.spawn();
+    let mut daemon = world.spawn().await;
     let mut proxy = world.connect().await;
     let mut done = 0;
     let mut kills = 0;
     while done < OPS {
         // Arm a kill at a random moment within the next batch of operations.
-        let pid = daemon.child.id();
+        let pid = daemon.pid();
         let delay = Duration::from_micros(rng.below(150_000));
         let killer = tokio::spawn(async move {
             tokio::time::sleep(delay).await;
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid as i32),
-                nix::sys::signal::Signal::SIGKILL,
-            );
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
         });
         let batch = 1 + rng.below(30) as usize;
         for _ in 0..batch {
@@ -323,10 +299,9 @@ async fn kill_9_at_random_points_loses_nothing_and_leaks_nothing() {
             .await
             .expect("killer")
             .unwrap();
-        let _ = daemon.child.wait();
+        let _killed = daemon.wait();
         kills += 1;
-        drop(daemon);
-        daemon = world.spawn();
+        daemon = world.spawn().await;
         proxy = world.connect().await;
         check(
             &world,

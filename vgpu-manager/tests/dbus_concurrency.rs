@@ -4,12 +4,14 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use vgpu_client::{Manager1Proxy, SERVICE};
 use vgpu_host::{Host, HostExt, paths};
 use vgpu_sim::SimHost;
+
+mod dbus_common;
+use dbus_common::Daemon;
 
 const CLIENTS: usize = 16;
 const OPS: usize = 100;
@@ -19,15 +21,6 @@ const TARGETS: &[(&str, &str)] = &[
     ("mdpy", "mdpy-vga"),
     ("mdpy", "mdpy-hd"),
 ];
-
-struct Daemon(Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 async fn connect(bus: &str) -> zbus::Connection {
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -56,20 +49,10 @@ fn available(host: &dyn Host, parent: &str, ty: &str) -> u32 {
 async fn sixteen_clients_never_exceed_capacity_and_every_call_is_answered() {
     let tmp = tempfile::tempdir().unwrap();
     let journal = tmp.path().join("kernel.journal");
-    let bus = format!("unix:path={}", tmp.path().join("bus.sock").display());
-    let log = std::fs::File::create(tmp.path().join("vgpud.log")).unwrap();
-    let _daemon = Daemon(
-        Command::new(env!("CARGO_BIN_EXE_vgpud"))
-            .args(["--listen", &bus, "--sim", "samples", "--sim-journal"])
-            .arg(&journal)
-            .arg("--state-dir")
-            .arg(tmp.path().join("state"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap(),
-    );
+    let daemon =
+        Daemon::embedded_journaled(tmp.path(), "samples", &journal, &tmp.path().join("state"))
+            .await;
+    let bus = daemon.bus.clone();
     let _ready = connect(&bus).await;
 
     let clients: Vec<_> = (0..CLIENTS)

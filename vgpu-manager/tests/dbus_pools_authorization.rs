@@ -3,13 +3,13 @@
 //!   status` and `Plan` (read-only) work for anyone and `pool apply` is refused by the bus;
 //! * on the embedded bus (no policy), vgpud refuses `Apply` itself and nothing is created.
 //!
-//! Needs root (to switch users) and the Debian packages `dbus` and `util-linux`; skipped, with a
-//! message, when not run as root.
+//! Needs root (to switch users) and the Debian packages `dbus` and `util-linux`. Not run as root, each
+//! test fails, unless `VGPU_TESTS_ALLOW_SKIP=1` is set: then it prints `SKIPPED: <reason>` to stderr.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod dbus_common;
 
-use dbus_common::system_bus::{NOBODY, open_tempdir, repo, running_as_root, shipped_system_bus};
+use dbus_common::system_bus::{NOBODY, open_tempdir, repo, require_root, shipped_system_bus};
 use dbus_common::{Daemon, assert_refused, ok, ok_json, vgpuctl, vgpuctl_as};
 
 fn pool_file() -> String {
@@ -21,7 +21,7 @@ fn pool_file() -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn shipped_policy_lets_anyone_read_pools_and_only_admins_apply() {
-    if !running_as_root() {
+    if !require_root("shipped_policy_lets_anyone_read_pools_and_only_admins_apply") {
         return;
     }
     let tmp = open_tempdir();
@@ -52,7 +52,7 @@ async fn shipped_policy_lets_anyone_read_pools_and_only_admins_apply() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn without_a_bus_policy_vgpud_refuses_apply_itself() {
-    if !running_as_root() {
+    if !require_root("without_a_bus_policy_vgpud_refuses_apply_itself") {
         return;
     }
     let tmp = open_tempdir();

@@ -20,6 +20,7 @@
 #![forbid(unsafe_code)]
 
 use std::fmt;
+use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 
 pub use nix::errno::Errno;
@@ -63,7 +64,6 @@ impl fmt::Display for HostOp {
 
 /// A failed kernel interaction: the operation, the kernel path and the errno the kernel returned.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[error("{op} {path} failed: {errno}{}", value.as_ref().map(|v| format!(" (value {v:?})")).unwrap_or_default(), path = path.display())]
 pub struct HostError {
     /// What was attempted.
     pub op: HostOp,
@@ -71,8 +71,40 @@ pub struct HostError {
     pub path: PathBuf,
     /// The value written, for [`HostOp::Write`].
     pub value: Option<String>,
-    /// The errno the kernel (or the simulated kernel) returned.
+    /// The errno the kernel (or the simulated kernel) returned; `EIO` for a [short write](Self::unwritten),
+    /// where `write(2)` itself reported none.
     pub errno: Errno,
+    /// Set when `write(2)` returned fewer bytes than the value has: how many it left unwritten (the kernel
+    /// stored only part of the value). [`HostError::short_write`] gives both counts.
+    pub unwritten: Option<NonZeroUsize>,
+}
+
+/// A `write(2)` that returned a count short of the value's length. A sysfs attribute's `store()` sees one
+/// buffer per `write(2)`, so the remainder is not written again: the write failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShortWrite {
+    /// The count `write(2)` returned.
+    pub written: usize,
+    /// The value's length in bytes, which a complete write returns.
+    pub expected: usize,
+}
+
+impl fmt::Display for HostError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {} failed: ", self.op, self.path.display())?;
+        match self.short_write() {
+            Some(s) => write!(
+                f,
+                "the kernel took {} of {} bytes (a sysfs attribute takes its value in one write)",
+                s.written, s.expected
+            )?,
+            None => write!(f, "{}", self.errno)?,
+        }
+        if let Some(v) = &self.value {
+            write!(f, " (value {v:?})")?;
+        }
+        Ok(())
+    }
 }
 
 impl HostError {
@@ -83,6 +115,7 @@ impl HostError {
             path: path.into(),
             value: None,
             errno,
+            unwritten: None,
         }
     }
 
@@ -93,7 +126,27 @@ impl HostError {
             path: path.into(),
             value: Some(value.to_string()),
             errno,
+            unwritten: None,
         }
+    }
+
+    /// Builds the error for a `write(2)` of `value` to `path` that returned `written`, fewer bytes than
+    /// the value has (errno `EIO`).
+    pub fn write_cut_short(path: impl Into<PathBuf>, value: &str, written: usize) -> Self {
+        Self {
+            unwritten: NonZeroUsize::new(value.len().saturating_sub(written)),
+            ..Self::write(path, value, Errno::EIO)
+        }
+    }
+
+    /// For a write the kernel took only in part: the count `write(2)` returned and the value's length.
+    pub fn short_write(&self) -> Option<ShortWrite> {
+        let unwritten = self.unwritten?.get();
+        let expected = self.value.as_ref().map_or(unwritten, String::len);
+        Some(ShortWrite {
+            written: expected.saturating_sub(unwritten),
+            expected,
+        })
     }
 
     /// True when the path does not exist (`ENOENT`).

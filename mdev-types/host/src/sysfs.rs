@@ -8,7 +8,7 @@ use super::{Errno, Host, HostError, HostOp};
 
 /// The real kernel interface: kernel paths mapped below `root` (`/` on a live host).
 ///
-/// With another root, a fixture tree or a capture such as `../shared/fixtures/h200-passthrough` is read
+/// With another root, a fixture tree or a capture such as `tests/fixtures/h200-passthrough` is read
 /// exactly like the kernel's sysfs; absolute symbolic links inside the tree are resolved below the root
 /// too, so a capture never escapes into the machine's own `/sys`.
 ///
@@ -135,6 +135,15 @@ fn link_target(real: &Path) -> std::io::Result<Option<PathBuf>> {
     Ok(looks_like_link.then(|| PathBuf::from(t)))
 }
 
+/// A sysfs store is done in one `write(2)`: a count short of the value is an error, not a partial success.
+fn whole_write(path: &Path, value: &str, written: usize) -> Result<(), HostError> {
+    if written == value.len() {
+        Ok(())
+    } else {
+        Err(HostError::write_cut_short(path, value, written))
+    }
+}
+
 fn errno_of(e: &std::io::Error) -> Errno {
     e.raw_os_error().map(Errno::from_raw).unwrap_or(Errno::EIO)
 }
@@ -157,9 +166,10 @@ impl Host for SysfsHost {
             .write(true)
             .open(&real)
             .map_err(|e| HostError::write(path, value, errno_of(&e)))?;
-        f.write(value.as_bytes())
+        let written = f
+            .write(value.as_bytes())
             .map_err(|e| HostError::write(path, value, errno_of(&e)))?;
-        Ok(())
+        whole_write(path, value, written)
     }
 
     fn list(&self, path: &Path) -> Result<Vec<String>, HostError> {
@@ -250,6 +260,7 @@ impl Host for SysfsHost {
 
 #[cfg(test)]
 mod tests {
+    use super::super::ShortWrite;
     use super::*;
     use std::os::unix::fs::symlink;
 
@@ -370,6 +381,68 @@ mod tests {
             h.read_link(&dev.join("class")).unwrap_err().errno,
             Errno::EINVAL
         );
+    }
+
+    #[test]
+    fn a_write_count_short_of_the_value_is_an_error() {
+        let path =
+            Path::new("/sys/class/mdev_bus/0000:3b:00.0/mdev_supported_types/nvidia-1/create");
+        let value = "7b5c2e2a-0b8c-4b0f-9a3e-0c1d2e3f4a5b";
+        assert_eq!(whole_write(path, value, value.len()), Ok(()));
+        for written in [0, 1, value.len() - 1] {
+            let e = whole_write(path, value, written).unwrap_err();
+            assert_eq!((e.op, e.path.as_path()), (HostOp::Write, path));
+            assert_eq!(e.value.as_deref(), Some(value));
+            assert_eq!(
+                e.short_write(),
+                Some(ShortWrite {
+                    written,
+                    expected: value.len()
+                })
+            );
+            let msg = e.to_string();
+            assert!(msg.contains(&path.display().to_string()), "{msg}");
+            assert!(
+                msg.contains(&format!("took {written} of 36 bytes")),
+                "{msg}"
+            );
+        }
+    }
+
+    /// A FIFO whose reader takes one byte and leaves: `write(2)` returns the bytes the pipe took (its
+    /// buffer, 64 KiB by default), fewer than the value, and the write must fail.
+    #[test]
+    fn a_store_that_takes_part_of_the_value_fails() {
+        use nix::sys::stat::Mode;
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("sys/devices/fake");
+        fs::create_dir_all(&dir).unwrap();
+        nix::unistd::mkfifo(&dir.join("attr"), Mode::S_IRUSR | Mode::S_IWUSR).unwrap();
+        fs::write(dir.join("plain"), "").unwrap();
+        let fifo = dir.join("attr");
+        let reader = std::thread::spawn(move || {
+            use std::io::Read;
+            let mut f = fs::File::open(fifo).unwrap();
+            let mut one = [0u8; 1];
+            f.read_exact(&mut one).unwrap();
+        });
+        let h = SysfsHost::new(t.path()).unwrap();
+        let value = "1".repeat(1 << 20);
+        let e = h
+            .write(Path::new("/sys/devices/fake/attr"), &value)
+            .unwrap_err();
+        let short = e.short_write().expect("a short write, not another error");
+        assert!(
+            short.written > 0 && short.written < value.len(),
+            "{short:?}"
+        );
+        assert_eq!(short.expected, value.len());
+        assert_eq!(e.errno, Errno::EIO);
+        reader.join().unwrap();
+        // A regular file takes the whole value in one write.
+        h.write(Path::new("/sys/devices/fake/plain"), "0x10de\n")
+            .unwrap();
+        assert_eq!(fs::read_to_string(dir.join("plain")).unwrap(), "0x10de\n");
     }
 
     #[test]

@@ -57,7 +57,7 @@ impl MemberState {
 /// Another device in the target's IOMMU group.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GroupMember {
-    /// Its address.
+    /// The member's PCI address, as in `/sys/kernel/iommu_groups/<n>/devices/`.
     pub address: PciAddress,
     /// Its driver, if any.
     pub driver: Option<String>,
@@ -84,9 +84,9 @@ pub enum Problem {
     },
     /// Another member of its group is bound to a host driver.
     MemberInUse {
-        /// The member.
+        /// The PCI address of the member bound to a host driver.
         address: PciAddress,
-        /// Its driver.
+        /// The name of the host driver that member is bound to.
         driver: String,
     },
 }
@@ -116,9 +116,9 @@ impl fmt::Display for Problem {
 /// The viability report of one device (`vgpuctl viability ADDR`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Viability {
-    /// The device asked about.
+    /// The PCI address of the device the report is about.
     pub device: PciAddress,
-    /// Its driver now.
+    /// The driver bound to it at the time of the check, or `None` when unbound.
     pub driver: Option<String>,
     /// Its IOMMU group, if it has one.
     pub iommu_group: Option<IommuGroup>,

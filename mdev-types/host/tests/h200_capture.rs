@@ -1,4 +1,4 @@
-//! Discovery on a real sysfs capture: ../shared/fixtures/h200-passthrough (an H200 passed through whole to a
+//! Discovery on a real sysfs capture: tests/fixtures/h200-passthrough (an H200 passed through whole to a
 //! VM without an IOMMU; see that folder's README).
 #![allow(clippy::unwrap_used)]
 
@@ -10,7 +10,7 @@ use vgpu_host::SysfsHost;
 use vgpu_host::discover::discover;
 
 fn capture() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/h200-passthrough")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/h200-passthrough")
 }
 
 #[test]
@@ -18,7 +18,7 @@ fn h200_is_found_and_not_assignable_for_lack_of_an_iommu() {
     let root = capture();
     assert!(
         root.join("sys").is_dir(),
-        "the shared capture is missing at {}",
+        "the capture is missing at {}",
         root.display()
     );
     let host = SysfsHost::new(&root).unwrap();

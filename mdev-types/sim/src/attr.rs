@@ -51,7 +51,7 @@ pub(crate) enum Attr {
     NvidiaVgpuParams(PciAddress),
     /// `<pf>/sriov_admin/{pf,vfN}/profile/<knob>`; `func` 0 is the PF.
     XeProfile {
-        /// The PF.
+        /// The PCI address of the xe PF whose `sriov_admin/` holds the knob.
         pf: PciAddress,
         /// 0 for the PF, N for `vfN`.
         func: u16,
@@ -60,14 +60,14 @@ pub(crate) enum Attr {
     },
     /// `<pf>/sriov_admin/.bulk_profile/<knob>`.
     XeBulk {
-        /// The PF.
+        /// The PCI address of the xe PF whose `sriov_admin/` holds the knob.
         pf: PciAddress,
         /// Which knob.
         knob: XeKnob,
     },
     /// `<pf>/drm/cardN/prelim_iov/{pf,vfN}/gt/<knob>`; `func` 0 is the PF.
     I915Iov {
-        /// The PF.
+        /// The PCI address of the i915 PF whose `prelim_iov/` holds the knob.
         pf: PciAddress,
         /// 0 for the PF, N for `vfN`.
         func: u16,
@@ -76,7 +76,7 @@ pub(crate) enum Attr {
     },
     /// `<pf>/sriov_admin/vfN/stop`.
     XeStop {
-        /// The PF.
+        /// The PCI address of the xe PF that owns the VF.
         pf: PciAddress,
         /// The VF number (1-based).
         vf: u16,

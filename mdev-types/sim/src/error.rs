@@ -21,9 +21,9 @@ pub enum SimError {
     /// The file could not be read.
     #[error("cannot read simulated host description {path}: {source}")]
     Io {
-        /// The file.
+        /// The simulated host description file that could not be read.
         path: PathBuf,
-        /// Why.
+        /// The I/O error from reading it.
         #[source]
         source: std::io::Error,
     },

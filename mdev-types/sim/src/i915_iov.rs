@@ -27,7 +27,7 @@ const PREEMPT_TIMEOUT_MAX_US: u32 = 100_000_000;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct I915IovSpec {
-    /// The PF.
+    /// The PCI address of the i915 PF that gets `drm/card<N>/prelim_iov/`.
     pub pf: PciAddress,
     /// Its DRM card number (`card<N>`).
     pub card: u32,

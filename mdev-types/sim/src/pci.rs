@@ -30,10 +30,10 @@ pub(crate) fn driver_matches(model: &Model, dev: &PciDev, drv_name: &str) -> boo
     let Some(drv) = model.driver(drv_name) else {
         return false;
     };
-    if let Some(o) = &dev.driver_override {
-        if o != drv_name {
-            return false;
-        }
+    if let Some(o) = &dev.driver_override
+        && o != drv_name
+    {
+        return false;
     }
     if drv.dynids.iter().any(|id| id.matches(dev)) {
         return true;

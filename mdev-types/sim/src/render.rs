@@ -7,7 +7,7 @@ use super::model::Model;
 use super::vfs::Vfs;
 use super::{mdev, nvidia, xe};
 
-/// The whole tree.
+/// Renders the whole simulated sysfs tree (PCI, IOMMU groups, mdev, vendor files, modules).
 pub(crate) fn render(model: &Model) -> Vfs {
     let mut v = Vfs::default();
     pci_bus(model, &mut v);

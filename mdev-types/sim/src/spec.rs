@@ -270,7 +270,7 @@ pub struct MdevParentSpec {
     /// Shared resource pools and their capacities (e.g. `framebuffer_mib = 16384`).
     #[serde(default)]
     pub pools: BTreeMap<String, u64>,
-    /// The types.
+    /// The mdev types this parent offers (its `type` tables).
     #[serde(default, rename = "type")]
     pub types: Vec<MdevTypeSpec>,
 }
@@ -298,7 +298,7 @@ pub struct MdevTypeSpec {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MdevSpec {
-    /// Its UUID.
+    /// The instance's UUID, its name under `/sys/bus/mdev/devices/`.
     pub uuid: MdevUuid,
     /// Parent device name.
     pub parent: String,
@@ -311,7 +311,7 @@ pub struct MdevSpec {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NvidiaVfioSpec {
-    /// The PF.
+    /// The PCI address of the NVIDIA PF whose VFs get the `nvidia/` directory.
     pub pf: PciAddress,
     /// Framebuffer shared by the vGPUs, MiB.
     pub framebuffer_mib: u64,
@@ -353,7 +353,7 @@ pub struct VgpuSpec {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct XeSriovSpec {
-    /// The PF.
+    /// The PCI address of the xe PF that gets `sriov_admin/`.
     pub pf: PciAddress,
     /// Device VRAM in bytes (discrete parts; enables `vram_quota`).
     pub vram_bytes: Option<u64>,

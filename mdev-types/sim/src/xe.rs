@@ -269,11 +269,11 @@ pub(crate) fn vfs_disabled(model: &mut Model, pf: &PciAddress) {
 
 /// The PF left its driver: `sriov_admin` is gone and comes back with defaults on the next probe.
 pub(crate) fn release_pf(model: &mut Model, pf: &PciAddress, drv: &str) {
-    if let Some(x) = model.xe.get_mut(pf) {
-        if x.driver == drv {
-            for f in &mut x.funcs {
-                *f = XeFunc::default();
-            }
+    if let Some(x) = model.xe.get_mut(pf)
+        && x.driver == drv
+    {
+        for f in &mut x.funcs {
+            *f = XeFunc::default();
         }
     }
 }

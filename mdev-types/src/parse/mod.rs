@@ -56,11 +56,11 @@ pub enum ParseError {
     MissingKey {
         /// What was being parsed.
         what: &'static str,
-        /// The missing key.
+        /// The key that was looked for and not found.
         key: &'static str,
         /// The whole text (possibly shortened).
         text: String,
-        /// The full expected form.
+        /// The whole expected form, quoted in the message as the fix.
         expected: &'static str,
     },
     /// A key occurs twice, so which value holds is ambiguous.

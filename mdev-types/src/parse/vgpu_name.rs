@@ -55,7 +55,7 @@ pub struct NvidiaVgpuName {
     pub board: String,
     /// The framebuffer in GB as named (`2` in `T4-2Q`); `0` names the 512 MB types (`M60-0B`).
     pub framebuffer_gib: u32,
-    /// The series letter.
+    /// The series letter after the size (`Q` in `T4-2Q`).
     pub series: NvidiaSeries,
     /// The head count suffix (`4` in `M60-2B4`), when present.
     pub heads: Option<u32>,

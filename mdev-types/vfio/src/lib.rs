@@ -34,7 +34,7 @@ pub use handoff::OpenedDeviceExt;
 pub use info::{DeviceInfo, IrqInfo, RegionInfo};
 pub use mdev_types::vfio_api::{BadTarget, OpenedDevice, VfioBackend, VfioTarget};
 use session::read_config_ids;
-pub use session::{DmaBuffer, Session};
+pub use session::{DmaBuffer, RawMapError, Session};
 pub use target::{TargetState, choose_backend, inspect};
 
 /// The DMA buffer a preflight maps: 2 MiB, one huge-page-sized chunk, at IOVA 0 (below every reserved
@@ -54,9 +54,9 @@ pub enum VfioCheckError {
     #[error("PCI device {addr} is bound to {}, not vfio-pci: VFIO can open it only once it is bound to vfio-pci (the daemon binds it when it assigns the device; `vgpuctl viability {addr}` says whether it may be)",
         driver.as_deref().unwrap_or("no driver"))]
     NotOnVfioPci {
-        /// The device.
+        /// The PCI address of the device that is not on vfio-pci.
         addr: PciAddress,
-        /// Its driver.
+        /// The driver it is bound to instead, or `None` when none is bound.
         driver: Option<String>,
     },
     /// The target has no IOMMU group.
@@ -67,9 +67,9 @@ pub enum VfioCheckError {
     /// A forced backend is not available for this target.
     #[error("the {backend} backend is not available for {target}: {reason}")]
     BackendUnavailable {
-        /// The backend asked for.
+        /// The VFIO backend that was forced (type1 container or iommufd).
         backend: VfioBackend,
-        /// The target.
+        /// The mdev instance or PCI device it was forced for.
         target: VfioTarget,
         /// Why not.
         reason: String,
@@ -79,7 +79,7 @@ pub enum VfioCheckError {
     Vfio {
         /// What was attempted (`opening the device`, `mapping 2 MiB for DMA`, …).
         op: String,
-        /// The target.
+        /// The mdev instance or PCI device the operation was for.
         target: VfioTarget,
         /// The error chain from vfio-ioctls or the kernel, with the hint when one is known.
         detail: String,
@@ -91,7 +91,7 @@ pub enum VfioCheckError {
     Memory {
         /// Bytes asked for.
         size: usize,
-        /// The error.
+        /// The allocator's error text.
         detail: String,
     },
     /// The host is not the live kernel (a simulated host or a sysfs tree below another root), so there is
@@ -102,7 +102,7 @@ pub enum VfioCheckError {
     NotLive {
         /// The host's description.
         host: String,
-        /// The target.
+        /// The mdev instance or PCI device missing from the live `/sys`.
         target: VfioTarget,
     },
     /// Reading sysfs failed.
@@ -169,9 +169,9 @@ impl Default for PreflightOptions {
 pub struct PreflightReport {
     /// What was checked.
     pub target: VfioTarget,
-    /// Its IOMMU group.
+    /// The number of its IOMMU group (`/sys/kernel/iommu_groups/<n>`).
     pub iommu_group: u32,
-    /// The backend used.
+    /// The VFIO backend the checks ran with (type1 container or iommufd).
     pub backend: VfioBackend,
     /// Why that backend (chosen automatically, or forced).
     pub backend_reason: String,

@@ -10,6 +10,17 @@ use super::info::DeviceInfo;
 use super::{TargetState, VfioBackend, VfioCheckError, VfioTarget, chain, ids_from_config, sys};
 use mdev_types::ids::PciId;
 
+/// Why [`DmaBuffer::raw_type1_map`] failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RawMapError {
+    /// The buffer's host address could not be read.
+    #[error(transparent)]
+    Buffer(VfioCheckError),
+    /// `VFIO_IOMMU_MAP_DMA` failed with this errno.
+    #[error("VFIO_IOMMU_MAP_DMA failed: {0}")]
+    Ioctl(nix::errno::Errno),
+}
+
 /// Anonymous memory for DMA, allocated through vm-memory (`GuestMemoryMmap`, one region at IOVA/guest
 /// address 0), as a VMM allocates guest RAM.
 pub struct DmaBuffer {
@@ -47,6 +58,19 @@ impl DmaBuffer {
                 size: self.size,
                 detail: chain(&e),
             })
+    }
+
+    /// `VFIO_IOMMU_MAP_DMA` of the whole buffer at its IOVA on a type1 container through the raw
+    /// ioctl, without vfio-ioctls: the baseline a benchmark compares [`Session::map`] with. Undo it
+    /// with [`sys::raw_type1_unmap`] of the same range; the kernel drops the mapping with the
+    /// container too.
+    pub fn raw_type1_map(&self, container: &impl std::os::fd::AsRawFd) -> Result<(), RawMapError> {
+        let host = self.host_addr().map_err(RawMapError::Buffer)? as u64;
+        // SAFETY: `host..host+size` is the anonymous mapping `self` owns and keeps mapped while it
+        // lives; nothing in this crate holds a Rust reference into it, and the mapping is removed
+        // (unmapped, or the container closed) before the buffer is dropped, as for `Session::map`.
+        unsafe { sys::raw_type1_map(container, self.iova(), self.size as u64, host) }
+            .map_err(RawMapError::Ioctl)
     }
 
     /// The vm-memory object (for KVM memory slots).
@@ -184,7 +208,7 @@ impl Session {
         self.container.as_deref()
     }
 
-    /// The backend in use.
+    /// The VFIO backend this session opened the device with (type1 or iommufd).
     pub fn backend(&self) -> VfioBackend {
         self.backend
     }

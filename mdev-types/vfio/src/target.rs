@@ -12,13 +12,13 @@ use vgpu_host::{Host, HostExt, paths};
 /// What a target looks like in sysfs right now.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TargetState {
-    /// The target.
+    /// The mdev instance or PCI device described.
     pub target: VfioTarget,
-    /// Its IOMMU group number.
+    /// The number of its IOMMU group (`/sys/kernel/iommu_groups/<n>`).
     pub iommu_group: u32,
     /// Its vfio cdev name (`vfio0`) when the kernel registered one (`<dev>/vfio-dev/`).
     pub cdev: Option<String>,
-    /// The bound driver.
+    /// The driver bound to it, or `None` when none is bound.
     pub driver: Option<String>,
 }
 
@@ -29,13 +29,13 @@ pub fn inspect(host: &dyn Host, target: &VfioTarget) -> Result<TargetState, Vfio
         return Err(VfioCheckError::NoSuchTarget(*target));
     }
     let driver = host.link_name(&dir.join("driver"))?;
-    if let VfioTarget::Pci(addr) = target {
-        if driver.as_deref() != Some(vgpu_host::viability::VFIO_PCI) {
-            return Err(VfioCheckError::NotOnVfioPci {
-                addr: *addr,
-                driver,
-            });
-        }
+    if let VfioTarget::Pci(addr) = target
+        && driver.as_deref() != Some(vgpu_host::viability::VFIO_PCI)
+    {
+        return Err(VfioCheckError::NotOnVfioPci {
+            addr: *addr,
+            driver,
+        });
     }
     let group = host
         .link_name(&dir.join("iommu_group"))?

@@ -48,7 +48,7 @@ impl StartMode {
 /// One device's configuration: the content of `/etc/mdevctl.d/<parent>/<uuid>`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MdevctlConfig {
-    /// The mdev type.
+    /// The mdev type to create (`mdev_type` in the JSON).
     pub mdev_type: MdevTypeId,
     /// When it starts.
     pub start: StartMode,
@@ -191,9 +191,9 @@ impl MdevctlConfig {
 pub struct MdevctlDevice {
     /// The parent device name (its sysfs name, e.g. `0000:3b:00.0`).
     pub parent: String,
-    /// The UUID.
+    /// The instance's UUID, also its file name under `/etc/mdevctl.d/<parent>/`.
     pub uuid: MdevUuid,
-    /// Its configuration.
+    /// Its type, start mode and attributes, as stored in that file.
     pub config: MdevctlConfig,
 }
 

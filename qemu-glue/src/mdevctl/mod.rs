@@ -54,9 +54,9 @@ pub enum MdevctlError {
     /// A file or directory could not be read or written.
     #[error("{path}: {source}")]
     Io {
-        /// The path.
+        /// The file or directory that could not be read or written.
         path: PathBuf,
-        /// The error.
+        /// The I/O error from the attempt.
         source: std::io::Error,
     },
 }

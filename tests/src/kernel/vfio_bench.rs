@@ -95,7 +95,7 @@ fn bench_preflight_latency(g: &Guest) -> TestResult {
 /// (a real IOMMU-backed group, so the kernel pins every page and programs the emulated VT-d tables).
 fn bench_dma_map(g: &Guest) -> TestResult {
     use std::time::Instant;
-    use vgpu_vfio::sys::{raw_type1_map, raw_type1_unmap};
+    use vgpu_vfio::sys::raw_type1_unmap;
     use vgpu_vfio::{DmaBuffer, Session, inspect};
 
     let guard = PfGuard::new(&g.host, Pf::Igb)?;
@@ -127,12 +127,10 @@ fn bench_dma_map(g: &Guest) -> TestResult {
             let Some(container) = session.container() else {
                 continue;
             };
-            let host = buffer.host_addr().map_err(check_err)? as u64;
             let t = Instant::now();
-            // SAFETY: `buffer` is an anonymous mapping of DMA_BENCH_SIZE bytes that outlives the mapping
-            // (unmapped right below); nothing reads or writes it meanwhile.
-            unsafe { raw_type1_map(container, buffer.iova(), DMA_BENCH_SIZE as u64, host) }
-                .map_err(|e| TestError::Check(format!("raw VFIO_IOMMU_MAP_DMA: {e}")))?;
+            buffer
+                .raw_type1_map(container)
+                .map_err(|e| TestError::Check(format!("raw {e}")))?;
             let d = t.elapsed();
             let n = raw_type1_unmap(container, buffer.iova(), DMA_BENCH_SIZE as u64)
                 .map_err(|e| TestError::Check(format!("raw VFIO_IOMMU_UNMAP_DMA: {e}")))?;

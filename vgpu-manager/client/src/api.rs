@@ -83,7 +83,7 @@ impl NewInstance {
 /// One `PoolProgress` signal of an `Apply`: step `done` of `total` finished.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PoolProgress<'a> {
-    /// The pool being applied.
+    /// The name of the pool being applied.
     pub pool: &'a str,
     /// Steps finished so far, this one included.
     pub done: u32,

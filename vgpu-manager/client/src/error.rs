@@ -74,7 +74,7 @@ pub enum ClientError {
     BadObjectPath {
         /// The method whose answer it was.
         method: String,
-        /// The path it answered.
+        /// The object path vgpud answered with, which is not an instance object path.
         path: String,
     },
     /// Any other D-Bus failure.

@@ -45,6 +45,7 @@
 //! # }
 //! ```
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 mod api;
 pub mod blocking;
@@ -72,11 +73,11 @@ pub use wire::{GpuInfo, InstanceInfo, TypeSlot};
 pub const SERVICE: &str = "org.vgpumanager.Manager1";
 /// The path of the manager object (and of the ObjectManager for all objects below it).
 pub const MANAGER_PATH: &str = "/org/vgpumanager/Manager1";
-/// The manager interface.
+/// The D-Bus interface of the manager object at [`MANAGER_PATH`].
 pub const MANAGER_INTERFACE: &str = "org.vgpumanager.Manager1";
-/// The per-GPU interface.
+/// The D-Bus interface of each GPU object.
 pub const GPU_INTERFACE: &str = "org.vgpumanager.Gpu1";
-/// The per-instance interface.
+/// The D-Bus interface of each mdev or VF instance object.
 pub const INSTANCE_INTERFACE: &str = "org.vgpumanager.Instance1";
 /// Prefix of the daemon's D-Bus error names: `org.vgpumanager.Error.<Kind>`.
 pub const ERROR_PREFIX: &str = "org.vgpumanager.Error";

@@ -14,7 +14,7 @@ use crate::sched::SchedState;
 /// One slot of a pool and the instance behind it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SlotRow {
-    /// The profile.
+    /// The name of the profile the slot is for.
     pub profile: String,
     /// 0-based index among the pool's slots of this profile.
     pub index: u32,
@@ -24,7 +24,7 @@ pub struct SlotRow {
     pub gpu: Option<String>,
     /// That GPU's NUMA node, when known.
     pub numa_node: Option<u32>,
-    /// The mdev type of its instance.
+    /// The mdev type id of its instance (`type` in JSON), when it has one.
     #[serde(rename = "type")]
     pub type_id: Option<String>,
     /// `running`, `stopped`, `waiting-for-parent`, or `missing` (no instance).
@@ -39,9 +39,9 @@ pub struct SlotRow {
 /// The slots of a pool on one GPU.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PoolGpu {
-    /// The GPU id.
+    /// The GPU's id (PCI address or parent name).
     pub gpu: String,
-    /// Its model.
+    /// Its human model name (e.g. `NVIDIA T4`).
     pub model: String,
     /// Its NUMA node, when known.
     pub numa_node: Option<u32>,
@@ -52,7 +52,7 @@ pub struct PoolGpu {
 /// What `Apply` did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PoolSummary {
-    /// The pool.
+    /// The name of the pool that was applied.
     pub pool: String,
     /// The host (as discovery names it).
     pub host: String,
@@ -75,9 +75,9 @@ pub struct PoolSummary {
 /// A pool vgpud has applied, and its slots now.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PoolStatus {
-    /// The pool.
+    /// The pool's name.
     pub pool: String,
-    /// Its description.
+    /// Its free-text `description` from the pool file.
     pub description: String,
     /// `consolidate` or `spread`.
     pub policy: String,
@@ -99,7 +99,7 @@ pub struct PoolStatus {
 /// `vgpuctl sched show --json`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SchedulingView {
-    /// The GPU id.
+    /// The GPU's id (PCI address or parent name).
     pub gpu: String,
     /// Its vendor backend (`nvidia-mdev`, `intel-xe-sriov`, …), when it has one.
     pub backend: Option<String>,

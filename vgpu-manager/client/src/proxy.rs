@@ -144,13 +144,13 @@ pub trait Gpu1 {
     default_service = "org.vgpumanager.Manager1"
 )]
 pub trait Instance1 {
-    /// The mdev UUID.
+    /// The instance's mdev UUID (its object path ends in it, with `-` as `_`).
     #[zbus(property)]
     fn uuid(&self) -> zbus::Result<String>;
     /// The GPU the instance is on (PCI address or parent name).
     #[zbus(property)]
     fn gpu(&self) -> zbus::Result<String>;
-    /// The mdev parent device name.
+    /// The mdev parent's sysfs device name (e.g. `0000:3b:00.0`).
     #[zbus(property)]
     fn parent(&self) -> zbus::Result<String>;
     /// The mdev type id, e.g. `nvidia-231`.

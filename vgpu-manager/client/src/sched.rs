@@ -26,9 +26,9 @@ pub struct SlotState {
 /// A GPU's scheduling as read back from the host.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SchedState {
-    /// The GPU.
+    /// The GPU's id (PCI address or parent name).
     pub gpu: String,
-    /// The backend.
+    /// The name of the GPU's vendor backend (`nvidia-mdev`, `intel-xe-sriov`, …).
     pub backend: String,
     /// The policy in force (or configured for the next driver load), in the vendor's words.
     pub policy: String,

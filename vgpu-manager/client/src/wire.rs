@@ -11,11 +11,11 @@ use zbus::{OwnedObjectPath, Type};
 /// a message it routes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
 pub struct InstanceInfo {
-    /// The mdev UUID.
+    /// The instance's mdev UUID; its object path is derived from it.
     pub uuid: String,
     /// The GPU id (PCI address or parent name).
     pub gpu: String,
-    /// The mdev parent device name.
+    /// The mdev parent's sysfs device name (e.g. `0000:3b:00.0`).
     pub parent: String,
     /// The mdev type id, e.g. `nvidia-231`.
     pub type_id: String,
@@ -63,7 +63,7 @@ impl InstanceInfo {
 /// An mdev type a GPU offers and how many more instances of it fit: signature `(su)`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type, zbus::Variant)]
 pub struct TypeSlot {
-    /// The mdev type id.
+    /// The mdev type id, e.g. `nvidia-231`.
     pub type_id: String,
     /// `available_instances` now.
     pub available: u32,

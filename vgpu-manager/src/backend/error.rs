@@ -10,7 +10,7 @@ pub enum BackendError {
     /// Reading or writing the host failed outside a lifecycle operation.
     #[error("{gpu}: {source}")]
     Host {
-        /// The GPU.
+        /// The GPU's id (`Gpu::id`) whose host access failed.
         gpu: String,
         /// The kernel's answer.
         source: HostError,
@@ -23,7 +23,7 @@ pub enum BackendError {
         "the scheduling plan for {gpu} cannot be applied: {reasons}; change the weights or options (`vgpuctl sched plan` shows why)"
     )]
     Refused {
-        /// The GPU.
+        /// The GPU's id (`Gpu::id`) the plan is for.
         gpu: String,
         /// The refusals, joined.
         reasons: String,
@@ -47,7 +47,7 @@ pub enum BackendError {
         "{path} reads {actual:?} after writing {expected:?}: the driver did not take the value (out of range, or VFs not provisioned); check `dmesg`"
     )]
     NotApplied {
-        /// The attribute.
+        /// The sysfs path of the attribute that was written and read back.
         path: String,
         /// What was written.
         expected: String,
@@ -57,9 +57,9 @@ pub enum BackendError {
     /// The backend cannot do what was asked, for this reason.
     #[error("{gpu} ({backend}) cannot {what}: {why}")]
     Unsupported {
-        /// The GPU.
+        /// The GPU's id (`Gpu::id`).
         gpu: String,
-        /// The backend.
+        /// The name of the GPU's backend, which lacks the operation.
         backend: String,
         /// What was asked (`create an mdev`, `enable VFs`).
         what: String,
@@ -71,13 +71,13 @@ pub enum BackendError {
     UnknownGpu {
         /// What was asked for.
         gpu: String,
-        /// The host.
+        /// The description of the host that was searched (the live kernel or a simulated one).
         host: String,
     },
     /// The GPU has no virtualization backend.
     #[error("{gpu} has no vGPU backend: {reason}")]
     NoBackend {
-        /// The GPU.
+        /// The GPU's id (`Gpu::id`) for which no backend was detected.
         gpu: String,
         /// Why (driver and layout found).
         reason: String,

@@ -13,7 +13,7 @@ use super::sriov_pf::{PfVendor, SriovPfBackend, SriovPfBase};
 use super::{BackendError, BackendKind, DetectResult, SchedCaps};
 use crate::sched::{PlanOptions, SchedPlan, SchedRefusal, SchedRequest, SchedState};
 
-/// The PF driver.
+/// The driver the PF must be bound to for this backend to detect it.
 const DRIVER: &str = "i915";
 /// The directory the out-of-tree driver adds to the PF's DRM card.
 const IOV_DIR: &str = "prelim_iov";

@@ -91,7 +91,7 @@ pub(crate) trait MdevVendor: fmt::Debug + Send + Sync {
         opts: &PlanOptions,
     ) -> SchedPlan;
 
-    /// The scheduling programmed now.
+    /// Reads the scheduling the driver has programmed now, per slot.
     fn read_back(&self, base: &MdevParentBase, host: &dyn Host)
     -> Result<SchedState, BackendError>;
 }

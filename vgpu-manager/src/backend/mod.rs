@@ -114,7 +114,7 @@ pub struct SchedCaps {
 /// What a backend offers on its GPU.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Capabilities {
-    /// The backend.
+    /// Which backend drives the GPU.
     pub backend: BackendKind,
     /// The GPU (`Gpu::id`).
     pub gpu: String,
@@ -126,7 +126,7 @@ pub struct Capabilities {
     pub slots: Vec<String>,
     /// How many slots it could have at most.
     pub max_slots: u32,
-    /// Its scheduler.
+    /// What its scheduler knob can honour (weights, priorities, reserve, runtime change).
     pub scheduling: SchedCaps,
 }
 
@@ -147,27 +147,27 @@ pub struct NewVgpu {
 pub enum Created {
     /// An mdev instance.
     Mdev {
-        /// Its parent.
+        /// The mdev parent's sysfs device name the instance was created on.
         parent: String,
-        /// Its UUID.
+        /// The instance's UUID, as in `/sys/bus/mdev/devices/<uuid>`.
         uuid: MdevUuid,
     },
     /// A VF bound to vfio-pci.
     Vf {
-        /// The PF.
+        /// The PCI address of the PF the VF belongs to.
         pf: PciAddress,
-        /// The VF.
+        /// The PCI address of the VF that was bound to vfio-pci.
         vf: PciAddress,
         /// What it was bound to before.
         bind: BindRecord,
     },
     /// A vGPU type set on a VF through NVIDIA's vendor-specific VFIO interface.
     NvidiaVgpu {
-        /// The PF.
+        /// The PCI address of the PF the VF belongs to.
         pf: PciAddress,
-        /// The VF.
+        /// The PCI address of the VF whose `nvidia/current_vgpu_type` was set.
         vf: PciAddress,
-        /// The vGPU type id.
+        /// The numeric vGPU type id written to `nvidia/current_vgpu_type`.
         type_id: u32,
     },
 }
@@ -242,7 +242,7 @@ pub trait Backend: fmt::Debug + Send + Sync {
         common::apply_settings(self, host, plan)
     }
 
-    /// The scheduling programmed now.
+    /// Reads the scheduling the driver has programmed now, per slot.
     fn read_back(&self, host: &dyn Host) -> Result<SchedState, BackendError>;
 }
 

@@ -110,7 +110,7 @@ impl NvidiaVfio {
             .collect()
     }
 
-    /// The VFs that carry a vGPU.
+    /// The VF slots whose VF has a vGPU type set.
     fn used_slots(&self) -> Vec<Slot> {
         self.vf_slots()
             .into_iter()

@@ -22,7 +22,7 @@ use crate::sched::{PlanOptions, SchedPlan, SchedRefusal, SchedRequest, SchedStat
 pub(crate) struct SriovPfBase {
     /// The GPU (`Gpu::id`).
     pub gpu: String,
-    /// The PF.
+    /// The PF's PCI address, whose `sriov_numvfs` the backend drives.
     pub pf: PciAddress,
     /// How many VFs the PF supports (`sriov_totalvfs`).
     pub total_vfs: u32,
@@ -217,7 +217,7 @@ pub(crate) trait PfVendor: fmt::Debug + Send + Sync {
         opts: &PlanOptions,
     ) -> SchedPlan;
 
-    /// The scheduling programmed now.
+    /// Reads the scheduling the driver has programmed now, per slot.
     fn read_back(&self, base: &SriovPfBase, host: &dyn Host) -> Result<SchedState, BackendError>;
 }
 

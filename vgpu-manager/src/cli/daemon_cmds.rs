@@ -47,7 +47,7 @@ pub struct TargetArgs {
     label: Option<String>,
 }
 
-/// The daemon commands.
+/// The `vgpuctl` subcommands served by vgpud over D-Bus.
 #[derive(Debug, Subcommand)]
 pub enum DaemonCommand {
     /// List instances known to vgpud (its own, defined ones, and foreign ones).
@@ -77,27 +77,27 @@ pub enum DaemonCommand {
     },
     /// Remove an instance entirely: its device and its definition (`stop` keeps the definition).
     Destroy {
-        /// The instance UUID.
+        /// The instance's mdev UUID.
         uuid: String,
     },
     /// Start a defined instance.
     Start {
-        /// The instance UUID.
+        /// The instance's mdev UUID.
         uuid: String,
     },
     /// Stop an instance, keeping its definition.
     Stop {
-        /// The instance UUID.
+        /// The instance's mdev UUID.
         uuid: String,
     },
     /// Delete an instance's definition (a running device stays, as a transient instance).
     Undefine {
-        /// The instance UUID.
+        /// The instance's mdev UUID.
         uuid: String,
     },
     /// Turn autostart of a defined instance on (or off with --disable).
     Autostart {
-        /// The instance UUID.
+        /// The instance's mdev UUID.
         uuid: String,
         /// Turn autostart off.
         #[arg(long)]

@@ -108,7 +108,7 @@ enum Command {
     Mdevctl(mdevctl::MdevctlCommand),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions {
-        /// The shell.
+        /// The shell to print the completion script for.
         shell: clap_complete::Shell,
     },
     /// Open an mdev or a device on vfio-pci through VFIO as a VMM would (needs root, live kernel).
@@ -145,7 +145,7 @@ enum ProfilesCommand {
     },
     /// Validate profile files; exit code 2 if any is invalid.
     Check {
-        /// The files.
+        /// The profile files to validate.
         #[arg(required = true, value_name = "FILE")]
         files: Vec<std::path::PathBuf>,
         /// Print JSON instead of lines.

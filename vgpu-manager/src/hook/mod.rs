@@ -57,9 +57,9 @@ pub enum HookError {
     /// stdin could not be read.
     #[error("domain {domain}: cannot read the domain XML from stdin: {source}")]
     Stdin {
-        /// The domain.
+        /// The libvirt domain name the hook was called for.
         domain: String,
-        /// The error.
+        /// The I/O error from reading stdin.
         source: std::io::Error,
     },
     /// The domain XML is not usable.
@@ -73,7 +73,7 @@ pub enum HookError {
     /// vgpud could not be reached.
     #[error("domain {domain}: {source}")]
     Connect {
-        /// The domain.
+        /// The libvirt domain name the hook was called for.
         domain: String,
         /// The client's error.
         source: ClientError,
@@ -81,7 +81,7 @@ pub enum HookError {
     /// One or more devices could not be handled; each entry names the UUID and the reason.
     #[error("domain {domain}, {op}: {}", .failures.join("; "))]
     Devices {
-        /// The domain.
+        /// The libvirt domain name the hook was called for.
         domain: String,
         /// `prepare` or `release`.
         op: String,
@@ -93,7 +93,7 @@ pub enum HookError {
 /// One libvirt hook call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Invocation {
-    /// The domain name.
+    /// The libvirt domain name, the hook's first argument.
     pub domain: String,
     /// The operation (`prepare`, `start`, `started`, `stopped`, `release`, `migrate`, `restore`,
     /// `reconnect`, `attach`).

@@ -31,7 +31,7 @@ pub struct DemandInput<'a> {
     pub need_mib: u64,
     /// How many instances.
     pub count: u32,
-    /// The NUMA node to prefer.
+    /// The NUMA node to prefer for its instances; `None` for no preference.
     pub numa: Option<u32>,
 }
 
@@ -74,7 +74,7 @@ enum Costing {
     Vfs,
     /// VFs to be enabled: the profile's need.
     Split,
-    /// The whole GPU.
+    /// Passthrough: the whole GPU is one slot.
     Whole,
 }
 

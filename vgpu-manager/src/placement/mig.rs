@@ -6,7 +6,7 @@
 //! Tables: A100-40GB as the NVIDIA MIG User Guide lists it ("Supported MIG Profiles", A100-SXM4-40GB),
 //! and any GPU's table read through NVML (`nvmlDeviceGetGpuInstanceProfileInfo` and
 //! `nvmlDeviceGetGpuInstancePossiblePlacements`), e.g. the H200 capture in
-//! `../shared/fixtures/h200-passthrough/nvml-mig-*.json`.
+//! `tests/fixtures/h200-passthrough/nvml-mig-*.json`.
 
 use serde::Serialize;
 use serde_json::Value;
@@ -49,7 +49,7 @@ pub struct MigGeometry {
     pub gpu: String,
     /// Memory slices (8 on A100 and H100/H200).
     pub slices: u32,
-    /// Its GPU-instance profiles.
+    /// Its GPU-instance profiles, with their sizes and legal start slices.
     pub profiles: Vec<MigProfile>,
 }
 
@@ -78,11 +78,11 @@ pub enum MigError {
     /// A profile name the geometry does not have.
     #[error("{gpu} has no MIG profile '{name}'; its profiles are {known}")]
     UnknownProfile {
-        /// The GPU model.
+        /// The GPU model whose geometry was searched.
         gpu: String,
-        /// The name asked for.
+        /// The MIG profile name asked for.
         name: String,
-        /// The names it has.
+        /// The profile names the geometry has, comma-separated.
         known: String,
     },
     /// More instances of a profile than the GPU allows.
@@ -90,11 +90,11 @@ pub enum MigError {
         "{gpu} allows at most {max} instance(s) of MIG {profile}; {asked} asked for (existing included)"
     )]
     TooMany {
-        /// The GPU model.
+        /// The GPU model whose limit is exceeded.
         gpu: String,
-        /// The profile.
+        /// The MIG profile whose instance limit is exceeded.
         profile: String,
-        /// Its limit.
+        /// The most instances of that profile the GPU allows.
         max: u32,
         /// How many in all.
         asked: u32,
@@ -102,11 +102,11 @@ pub enum MigError {
     /// An existing instance is not at a legal position, or overlaps another.
     #[error("existing MIG {profile} at slice {start} on {gpu} is not a legal or free position")]
     BadExisting {
-        /// The GPU model.
+        /// The GPU model the instance is on.
         gpu: String,
-        /// The profile.
+        /// The MIG profile name of the existing instance.
         profile: String,
-        /// Its start.
+        /// The memory slice the existing instance starts at.
         start: u32,
     },
     /// No arrangement of the wanted instances fits beside the existing ones.
@@ -114,7 +114,7 @@ pub enum MigError {
         "no legal placement exists for MIG {wanted} on {gpu} with slices {taken} taken: every arrangement overlaps; ask for fewer or smaller instances, or destroy some"
     )]
     NoLegalPlacement {
-        /// The GPU model.
+        /// The GPU model for which no placement fits.
         gpu: String,
         /// The wanted profiles, comma-separated.
         wanted: String,

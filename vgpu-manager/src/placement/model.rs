@@ -142,7 +142,7 @@ pub struct Demand {
 /// GPUs and demands.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Problem {
-    /// The GPUs.
+    /// The GPUs instances can be placed on; each demand's `choices` follow this order.
     pub gpus: Vec<GpuCap>,
     /// The demands, in the order the caller listed them.
     pub demands: Vec<Demand>,
@@ -172,7 +172,7 @@ pub enum ModelError {
     Cost {
         /// The demand's profile.
         profile: String,
-        /// The GPU.
+        /// The id of the GPU the choice is on.
         gpu: String,
         /// The choice's key.
         key: String,
@@ -184,19 +184,19 @@ pub enum ModelError {
         "GPU {gpu}: choices with {what} '{name}' have different costs; a key's instances are counted together and a class's instances must cost the same, so give them one cost or different names"
     )]
     Inconsistent {
-        /// The GPU.
+        /// The id of the GPU whose choices disagree.
         gpu: String,
         /// `key` or `class`.
         what: &'static str,
-        /// The key or class.
+        /// The shared key or homogeneity class name.
         name: String,
     },
     /// A geometry is larger than the planner handles.
     #[error("GPU {gpu}: geometry of {span} slots exceeds the maximum of {MAX_SPAN}")]
     Span {
-        /// The GPU.
+        /// The id of the GPU whose geometry is too large.
         gpu: String,
-        /// The span given.
+        /// The number of slots in the geometry given.
         span: u32,
     },
 }

@@ -72,11 +72,11 @@ pub struct Assignment {
 pub struct Shortfall {
     /// Index into [`Problem::demands`].
     pub demand: usize,
-    /// The profile.
+    /// The demand's profile name.
     pub profile: String,
     /// Asked for.
     pub wanted: u32,
-    /// Placed.
+    /// How many of `wanted` were placed.
     pub placed: u32,
     /// `wanted - placed`.
     pub missing: u32,
@@ -88,7 +88,7 @@ pub struct Shortfall {
 /// The planner's answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Solution {
-    /// The policy followed.
+    /// The policy the placement followed (consolidate or spread).
     pub policy: Policy,
     /// Every placed instance, by demand then GPU.
     pub assignments: Vec<Assignment>,
@@ -107,7 +107,7 @@ pub struct Solution {
 }
 
 impl Solution {
-    /// The choice an assignment uses.
+    /// The choice `a` uses, or `None` when its indices are out of range for `problem`.
     pub fn choice<'p>(&self, problem: &'p Problem, a: &Assignment) -> Option<&'p Choice> {
         problem
             .demands

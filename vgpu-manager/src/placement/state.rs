@@ -482,10 +482,10 @@ impl State {
                     .min()
                     .unwrap_or(0);
                 let mut n = max_vfs.saturating_sub(*k);
-                if let Some(m) = memory {
-                    if let Some(q) = m.checked_div((*max_need).max(least)) {
-                        n = n.min(clamp_u32(q).saturating_sub(*k));
-                    }
+                if let Some(m) = memory
+                    && let Some(q) = m.checked_div((*max_need).max(least))
+                {
+                    n = n.min(clamp_u32(q).saturating_sub(*k));
                 }
                 n
             }

@@ -13,7 +13,7 @@ pub enum PoolError {
     /// The file could not be read.
     #[error("{}: cannot read pool file: {source}", path.display())]
     Read {
-        /// The file.
+        /// The pool file that could not be read.
         path: PathBuf,
         /// What the OS said.
         #[source]
@@ -22,7 +22,7 @@ pub enum PoolError {
     /// The pool directory could not be listed.
     #[error("{}: cannot list pool directory: {source} (create it, or give another with --pools-dir)", path.display())]
     ReadDir {
-        /// The directory.
+        /// The pool directory that could not be listed.
         path: PathBuf,
         /// What the OS said.
         #[source]
@@ -47,7 +47,7 @@ pub enum PoolError {
         origin: String,
         /// 1-based line of the value.
         line: usize,
-        /// The field.
+        /// The name of the pool field whose value is wrong.
         field: &'static str,
         /// What is wrong.
         problem: String,
@@ -59,17 +59,17 @@ pub enum PoolError {
         "{origin}: pool name '{name}' is already used by {first}; give each pool a unique name"
     )]
     Duplicate {
-        /// The second definition.
+        /// Where the second definition came from (its pool file).
         origin: String,
-        /// The name.
+        /// The pool name both definitions use.
         name: String,
-        /// The first definition.
+        /// Where the first definition came from.
         first: String,
     },
     /// The planner was given an inconsistent problem (a bug in building it).
     #[error("pool '{pool}': {source}")]
     Model {
-        /// The pool.
+        /// The name of the pool being planned.
         pool: String,
         /// The planner's complaint.
         #[source]

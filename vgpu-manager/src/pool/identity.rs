@@ -21,9 +21,9 @@ pub fn namespace() -> MdevUuid {
 /// One slot of a pool.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub struct SlotId {
-    /// The pool.
+    /// The pool's name.
     pub pool: String,
-    /// The profile.
+    /// The name of the profile, within the pool, that the slot is for.
     pub profile: String,
     /// 0-based index among the pool's slots of this profile.
     pub index: u32,

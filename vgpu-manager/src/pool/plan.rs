@@ -21,11 +21,11 @@ use crate::profile::{Catalog, ProfileTarget, match_profile};
 /// A VF slot the daemon records as held by this pool.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct HeldSlot {
-    /// The slot.
+    /// The pool slot the VF is held for.
     pub slot: SlotId,
     /// The GPU (PF) it is on.
     pub gpu: String,
-    /// The VF it holds.
+    /// The PCI address of the VF the slot holds.
     pub vf: PciAddress,
 }
 
@@ -35,9 +35,9 @@ pub struct HeldSlot {
 pub enum PoolStep {
     /// Destroy a slot's instance (an mdev by UUID, or release a VF).
     Remove {
-        /// The slot.
+        /// The pool slot whose instance goes.
         slot: SlotId,
-        /// Its GPU.
+        /// The id of the GPU its instance is on.
         gpu: String,
         /// The mdev type or VF it holds now.
         holds: String,
@@ -46,7 +46,7 @@ pub enum PoolStep {
     EnableVfs {
         /// The GPU (PF).
         gpu: String,
-        /// Its address.
+        /// The PF's PCI address, whose `sriov_numvfs` is written.
         pf: PciAddress,
         /// How many VFs.
         num_vfs: u32,
@@ -55,9 +55,9 @@ pub enum PoolStep {
     Create {
         /// The slot (its UUID names the mdev).
         slot: SlotId,
-        /// The GPU.
+        /// The id of the GPU to create it on.
         gpu: String,
-        /// Its NUMA node.
+        /// That GPU's NUMA node, when known.
         numa_node: Option<u32>,
         /// What to create; for VFs of a PF enabled by this plan, `vf` is `null` (take a free one).
         target: ProfileTarget,
@@ -69,18 +69,18 @@ pub enum PoolStep {
 /// A slot that exists and stays.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Kept {
-    /// The slot.
+    /// The pool slot that stays.
     pub slot: SlotId,
-    /// Its GPU.
+    /// The id of the GPU its instance is on.
     pub gpu: String,
-    /// The mdev type or VF it holds.
+    /// The mdev type id or VF address its instance holds.
     pub holds: String,
 }
 
 /// A profile whose slots do not all fit.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PoolShortfall {
-    /// The profile.
+    /// The name of the profile whose slots do not all fit.
     pub profile: String,
     /// Slots wanted.
     pub wanted: u32,
@@ -95,11 +95,11 @@ pub struct PoolShortfall {
 /// Instances per GPU after the plan.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct GpuLoad {
-    /// The GPU.
+    /// The GPU's id (PCI address or parent name).
     pub gpu: String,
-    /// Its model.
+    /// Its human model name (e.g. `NVIDIA T4`).
     pub model: String,
-    /// Its NUMA node.
+    /// Its NUMA node, when known.
     pub numa_node: Option<u32>,
     /// Slots of this pool kept on it.
     pub kept: u32,
@@ -110,11 +110,11 @@ pub struct GpuLoad {
 /// The plan for one pool on one host.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PoolPlan {
-    /// The pool.
+    /// The pool's name.
     pub pool: String,
     /// The host (`Inventory::host`).
     pub host: String,
-    /// Its policy.
+    /// Its placement policy (consolidate or spread).
     pub policy: Policy,
     /// Steps in execution order: removes, then VF enables, then creates.
     pub steps: Vec<PoolStep>,

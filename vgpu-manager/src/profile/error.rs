@@ -11,7 +11,7 @@ pub enum ProfileError {
     /// The file could not be read.
     #[error("{}: cannot read profile: {source}", path.display())]
     Read {
-        /// The file.
+        /// The profile file that could not be read.
         path: PathBuf,
         /// What the OS said.
         #[source]
@@ -20,7 +20,7 @@ pub enum ProfileError {
     /// A profile directory could not be listed.
     #[error("{}: cannot list profile directory: {source}", path.display())]
     ReadDir {
-        /// The directory.
+        /// The profile directory that could not be listed.
         path: PathBuf,
         /// What the OS said.
         #[source]
@@ -46,7 +46,7 @@ pub enum ProfileError {
         origin: String,
         /// 1-based line of the value.
         line: usize,
-        /// The field.
+        /// The name of the profile field whose value is wrong.
         field: &'static str,
         /// What is wrong with the value.
         problem: String,
@@ -60,7 +60,7 @@ pub enum ProfileError {
         origin: String,
         /// 1-based line of the field at fault (usually `backends`).
         line: usize,
-        /// The profile.
+        /// The name of the profile that never matches.
         name: String,
         /// Why, and what to change.
         reason: String,
@@ -70,11 +70,11 @@ pub enum ProfileError {
         "{origin}: profile name '{name}' is already used by {first}; give each profile a unique name"
     )]
     Duplicate {
-        /// The second definition.
+        /// Where the second definition came from (a path or `builtin:NAME.toml`).
         origin: String,
-        /// The name.
+        /// The profile name both definitions use.
         name: String,
-        /// The first definition.
+        /// Where the first definition came from.
         first: String,
     },
     /// A profile asked for by name is in no catalog.
@@ -82,7 +82,7 @@ pub enum ProfileError {
         "unknown profile '{name}': known profiles are {known}; or give the path of a .toml file"
     )]
     Unknown {
-        /// The name asked for.
+        /// The profile name that was asked for and is in no catalog.
         name: String,
         /// The names that exist, comma-separated.
         known: String,

@@ -85,7 +85,7 @@ const DEVICES: &[DeviceFacts] = &[
         memory_mib: Some(143_771),
         graphics: false,
         vf_heads: 0,
-        source: "../shared/fixtures/h200-passthrough/nvidia-smi-q.xml: fb_memory_usage total 143771 MiB; \
+        source: "tests/fixtures/h200-passthrough/nvidia-smi-q.xml: fb_memory_usage total 143771 MiB; \
                  H200 is a compute GPU (C-series vGPUs only)",
     },
     DeviceFacts {

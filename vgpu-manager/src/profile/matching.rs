@@ -70,9 +70,9 @@ pub struct GpuMatch {
     pub gpu: String,
     /// Its PCI address, for PCI GPUs.
     pub pci: Option<PciAddress>,
-    /// Its vendor.
+    /// Its vendor, from the PCI vendor id.
     pub vendor: Vendor,
-    /// Its model name.
+    /// Its human model name (`Gpu::model`, e.g. `NVIDIA T4`).
     pub model: String,
     /// Its NUMA node, when known.
     pub numa_node: Option<u32>,

@@ -13,7 +13,7 @@ use super::spec::{Delivery, WorkloadClass};
 
 /// `2048` → `2 GiB`, `640` → `640 MiB`, `1536` → `1.5 GiB`.
 pub fn fmt_mib(mib: u64) -> String {
-    if mib >= 1024 && mib % 1024 == 0 {
+    if mib >= 1024 && mib.is_multiple_of(1024) {
         format!("{} GiB", mib / 1024)
     } else if mib >= 1024 && mib.checked_mul(10).is_some_and(|t| t % 1024 == 0) {
         format!("{:.1} GiB", mib as f64 / 1024.0)
@@ -57,7 +57,7 @@ pub enum Reason {
     },
     /// The GPU is a compute accelerator and the class renders graphics.
     NoGraphics {
-        /// The GPU model.
+        /// The GPU's human model name (`Gpu::model`).
         model: String,
         /// The profile's class.
         class: WorkloadClass,
@@ -119,12 +119,12 @@ pub enum Reason {
     },
     /// NVIDIA's homogeneous rule: other types have instances, so this one shows 0 available.
     Homogeneous {
-        /// The types that have instances.
+        /// The mdev type ids that have instances now.
         existing_types: Vec<String>,
     },
     /// A device has no IOMMU group, so VFIO cannot isolate it.
     NoIommuGroup {
-        /// The device.
+        /// The PCI address of the device without an IOMMU group.
         device: PciAddress,
     },
     /// The whole GPU cannot be assigned (the sentence discovery gave).
@@ -139,19 +139,19 @@ pub enum Reason {
     },
     /// `sriov_numvfs` cannot be written without the PF bound to its driver.
     PfDriverMissing {
-        /// The PF.
+        /// The PCI address of the PF that has no driver bound.
         pf: PciAddress,
     },
     /// NVIDIA SR-IOV GPU without VFs enabled.
     VfsNotEnabled {
-        /// The PF.
+        /// The PCI address of the PF whose `sriov_numvfs` is 0.
         pf: PciAddress,
         /// How to enable them.
         how: String,
     },
     /// VFs exist but none has the NVIDIA vendor-specific VFIO interface.
     NoVendorInterface {
-        /// The PF.
+        /// The PCI address of the PF whose VFs lack `nvidia/`.
         pf: PciAddress,
     },
     /// Every VF already holds a vGPU.

@@ -108,7 +108,7 @@ impl Delivery {
 pub enum Priority {
     /// Runs when nothing else wants to.
     Low,
-    /// The default.
+    /// Neither preferred nor deferred: the default.
     Normal,
     /// Preferred over normal.
     High,

@@ -108,7 +108,7 @@ pub struct SlotPlan {
     pub device: Option<String>,
     /// Who asked, when known (a profile name).
     pub label: Option<String>,
-    /// The requested weight.
+    /// The requested weight, relative to the other slots' weights on the GPU.
     pub weight: u32,
     /// The requested priority, when any.
     pub priority: Option<Priority>,
@@ -145,7 +145,7 @@ pub enum TakesEffect {
 pub enum SettingTarget {
     /// A sysfs attribute (kernel path) that `apply` writes.
     Sysfs {
-        /// The attribute.
+        /// The kernel path of the sysfs attribute.
         path: String,
     },
     /// A module option in modprobe configuration (`options MODULE NAME=VALUE`).
@@ -159,7 +159,7 @@ pub enum SettingTarget {
     ConfigFile {
         /// The file (`/etc/gim_config`).
         path: String,
-        /// The key.
+        /// The key of the `key=value` line.
         key: String,
     },
 }
@@ -167,9 +167,9 @@ pub enum SettingTarget {
 /// One value to set.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Setting {
-    /// Where.
+    /// Where the value goes: a sysfs attribute, module option or config file line.
     pub target: SettingTarget,
-    /// The value to write.
+    /// The value to write, as text.
     pub value: String,
     /// When it takes effect.
     pub takes_effect: TakesEffect,
@@ -295,7 +295,7 @@ pub fn pct(share: f64) -> String {
 /// What `apply` did.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ApplyReport {
-    /// The GPU.
+    /// The GPU's id (`Gpu::id`) the plan was applied to.
     pub gpu: String,
     /// Settings written now (sysfs), in order.
     pub written: Vec<Setting>,

@@ -41,6 +41,24 @@ impl Daemon {
         Daemon::start(&args, state, &bus, dir, extra).await
     }
 
+    /// Starts `vgpud --listen unix:path=<dir>/bus.sock --sim <sim> --sim-journal <journal> --state-dir
+    /// <state>` and waits until it owns its name. The simulated kernel keeps its state in `journal`, so it
+    /// outlives the daemon as a real kernel would: a daemon started again finds what the last one made.
+    pub async fn embedded_journaled(dir: &Path, sim: &str, journal: &Path, state: &Path) -> Daemon {
+        let bus = format!("unix:path={}", dir.join("bus.sock").display());
+        let journal = journal.to_str().expect("journal path is UTF-8");
+        let args = [
+            "--listen",
+            &bus,
+            "--sim",
+            sim,
+            "--sim-journal",
+            journal,
+            "--state-dir",
+        ];
+        Daemon::start(&args, state, &bus, dir, &[]).await
+    }
+
     /// Sends SIGHUP (vgpud applies its pool files again).
     pub fn hangup(&self) {
         kill(self.pid(), Signal::SIGHUP).expect("SIGHUP vgpud");
@@ -82,7 +100,8 @@ impl Daemon {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    fn pid(&self) -> Pid {
+    /// The daemon's process id (for a signal sent from another task).
+    pub fn pid(&self) -> Pid {
         Pid::from_raw(self.child.as_ref().expect("running").id() as i32)
     }
 
@@ -99,15 +118,18 @@ impl Daemon {
             {
                 panic!("vgpud exited early ({status}):\n{}", self.log());
             }
-            if let Ok(conn) = vgpu_client::connect(&bus).await {
-                let dbus = zbus::fdo::DBusProxy::new(&conn).await.expect("bus proxy");
-                if dbus
-                    .name_has_owner(SERVICE.try_into().expect("name"))
-                    .await
-                    .unwrap_or(false)
-                {
-                    return;
-                }
+            // Each step bounded: a daemon killed or still starting must not hang the wait.
+            let short = Duration::from_secs(2);
+            if let Ok(Ok(conn)) = tokio::time::timeout(short, vgpu_client::connect(&bus)).await
+                && let Ok(Ok(dbus)) =
+                    tokio::time::timeout(short, zbus::fdo::DBusProxy::new(&conn)).await
+                && let Ok(Ok(true)) = tokio::time::timeout(
+                    short,
+                    dbus.name_has_owner(SERVICE.try_into().expect("name")),
+                )
+                .await
+            {
+                return;
             }
             assert!(
                 Instant::now() < deadline,
@@ -116,6 +138,15 @@ impl Daemon {
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// Waits for the daemon to exit (after a signal sent through [`Daemon::pid`]).
+    pub fn wait(mut self) -> ExitStatus {
+        self.child
+            .take()
+            .expect("running")
+            .wait()
+            .expect("wait for vgpud")
     }
 
     /// Sends SIGTERM and waits for the exit status.

@@ -27,7 +27,7 @@ pub enum DiscoverError {
     /// An attribute holds text the kernel would never print.
     #[error("{path} is malformed: {source}", path = path.display())]
     Malformed {
-        /// The attribute.
+        /// The sysfs attribute file that held the malformed text.
         path: PathBuf,
         /// What was wrong.
         #[source]

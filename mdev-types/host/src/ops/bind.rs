@@ -15,7 +15,7 @@ use mdev_types::ids::PciAddress;
 /// What a device was bound to before [`bind_driver`], so [`restore_driver`] can put it back.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BindRecord {
-    /// The device.
+    /// The PCI address of the device that was rebound.
     pub addr: PciAddress,
     /// Its driver before, if any.
     pub previous_driver: Option<String>,
@@ -172,15 +172,15 @@ pub enum VfioBindError {
     /// message names the group, each member with its driver, and what to do.
     #[error("not binding {addr} to vfio-pci: {reason}")]
     Refused {
-        /// The device.
+        /// The PCI address of the device that was not bound.
         addr: PciAddress,
-        /// The refusal.
+        /// Why the viability check refused it (names the group's members and their drivers).
         reason: ViabilityError,
     },
     /// The host is using the device itself (a network interface on it is up).
     #[error("not binding {addr} to vfio-pci: the host is using it ({what}); stop using it first")]
     InUse {
-        /// The device.
+        /// The PCI address of the device the host is using.
         addr: PciAddress,
         /// What uses it.
         what: String,

@@ -27,7 +27,7 @@ pub enum LifecycleError {
         "an mdev with UUID {uuid} already exists: choose another UUID or destroy that instance first"
     )]
     DuplicateUuid {
-        /// The UUID asked for.
+        /// The UUID the create asked for, which an existing mdev already has.
         uuid: MdevUuid,
     },
     /// The type has no instance left (the kernel answered `errno`; `available_instances` reads 0).
@@ -35,9 +35,9 @@ pub enum LifecycleError {
         "mdev type {type_id} on {parent} is full (available_instances is 0; the kernel said {errno}): destroy an instance of it or pick another GPU or type"
     )]
     TypeFull {
-        /// The parent device name.
+        /// The mdev parent's sysfs device name, e.g. `0000:3b:00.0`.
         parent: String,
-        /// The type.
+        /// The mdev type whose `available_instances` is 0.
         type_id: MdevTypeId,
         /// The errno the driver used to refuse (EUSERS from the mdev core, ENOSPC/ENOMEM from drivers
         /// that count themselves).
@@ -48,9 +48,9 @@ pub enum LifecycleError {
         "{parent} offers no mdev type {type_id}: `vgpuctl types --gpu {parent}` lists the types it offers"
     )]
     UnknownType {
-        /// The parent device name.
+        /// The mdev parent's sysfs device name, e.g. `0000:3b:00.0`.
         parent: String,
-        /// The type asked for.
+        /// The mdev type id asked for, absent from the parent's `mdev_supported_types/`.
         type_id: MdevTypeId,
     },
     /// No registered mdev parent has this name.
@@ -66,7 +66,7 @@ pub enum LifecycleError {
         "no mdev with UUID {uuid} exists (already removed?): `vgpuctl discover` lists existing instances"
     )]
     NoSuchInstance {
-        /// The UUID.
+        /// The UUID that has no `/sys/bus/mdev/devices/<uuid>` entry.
         uuid: MdevUuid,
     },
     /// The PCI device is not there (removed, or a wrong address).
@@ -74,7 +74,7 @@ pub enum LifecycleError {
         "PCI device {addr} does not exist (removed, or a wrong address): `vgpuctl discover` lists devices"
     )]
     DeviceGone {
-        /// The address.
+        /// The PCI address that has no `/sys/bus/pci/devices/<addr>` entry.
         addr: PciAddress,
     },
     /// The device has no SR-IOV capability.
@@ -82,7 +82,7 @@ pub enum LifecycleError {
         "{pf} has no SR-IOV capability (no sriov_totalvfs): it cannot be split into virtual functions"
     )]
     NoSriov {
-        /// The device.
+        /// The PCI address of the device that lacks `sriov_totalvfs`.
         pf: PciAddress,
     },
     /// `sriov_numvfs` returned `ENOENT`: no driver with SR-IOV support is bound to the PF.
@@ -91,7 +91,7 @@ pub enum LifecycleError {
         match driver { Some(d) => format!("its driver {d} does not support SR-IOV configuration"), None => "no driver is bound to it".to_string() }
     )]
     NoPfDriver {
-        /// The physical function.
+        /// The PF whose VF count could not be configured.
         pf: PciAddress,
         /// The bound driver, when one is bound but lacks SR-IOV support.
         driver: Option<String>,
@@ -99,7 +99,7 @@ pub enum LifecycleError {
     /// `sriov_numvfs` returned `ERANGE`.
     #[error("{pf} supports at most {total} VFs (sriov_totalvfs), {requested} were asked for")]
     AboveTotalVfs {
-        /// The physical function.
+        /// The PF whose `sriov_numvfs` write returned `ERANGE`.
         pf: PciAddress,
         /// VFs asked for.
         requested: u32,
@@ -111,7 +111,7 @@ pub enum LifecycleError {
         "{pf} already has {current} VFs enabled; the kernel cannot change that to {requested} directly: set 0 first (destroys all its VFs)"
     )]
     VfsAlreadyEnabled {
-        /// The physical function.
+        /// The PF whose `sriov_numvfs` write returned `EBUSY`.
         pf: PciAddress,
         /// VFs enabled now.
         current: u32,
@@ -122,11 +122,11 @@ pub enum LifecycleError {
     #[error("{addr} is bound to {} after probing, not {expected}: check `dmesg` for the driver's probe error",
         actual.as_deref().unwrap_or("no driver"))]
     BindFailed {
-        /// The device.
+        /// The PCI address of the device that was probed.
         addr: PciAddress,
-        /// The driver we wanted.
+        /// The driver name the device should have ended up bound to.
         expected: String,
-        /// The driver it ended up with.
+        /// The driver bound after the probe, or `None` when no driver is bound.
         actual: Option<String>,
     },
     /// Any other kernel refusal, with operation, path and errno.

@@ -31,7 +31,7 @@ use super::daemon_cmds::BusArgs;
 
 mod ops;
 
-/// The mdevctl commands.
+/// The `vgpuctl mdevctl` subcommands, named and spelled as mdevctl's.
 #[derive(Debug, Subcommand)]
 pub enum MdevctlCommand {
     /// List running mdevs (or defined ones with --defined).
@@ -57,13 +57,13 @@ pub enum MdevctlCommand {
     Modify(ModifyArgs),
     /// vgpu-manager extension: write vgpud's definitions as mdevctl definition files.
     Export {
-        /// The definition directory.
+        /// The mdevctl definition directory to write `<parent>/<uuid>` files into.
         #[arg(long, value_name = "DIR", default_value = CONFIG_DIR)]
         dir: PathBuf,
     },
     /// vgpu-manager extension: define mdevctl's definition files in vgpud.
     Import {
-        /// The definition directory.
+        /// The mdevctl definition directory to read `<parent>/<uuid>` files from.
         #[arg(long, value_name = "DIR", default_value = CONFIG_DIR)]
         dir: PathBuf,
         /// Only show what would be defined.
@@ -95,13 +95,13 @@ pub struct ListArgs {
 /// A device given by UUID, parent, type or JSON file (`define`, `start`).
 #[derive(Debug, Args)]
 pub struct DeviceSpec {
-    /// The UUID.
+    /// The device's UUID; without one, a new UUID is made and printed.
     #[arg(short, long, value_name = "UUID")]
     uuid: Option<String>,
     /// The parent device (its sysfs name, e.g. 0000:3b:00.0).
     #[arg(short, long, value_name = "PARENT")]
     parent: Option<String>,
-    /// The mdev type.
+    /// The mdev type id (e.g. nvidia-231).
     #[arg(
         short = 't',
         long = "type",
@@ -123,10 +123,10 @@ pub struct DeviceSpec {
 /// A device given by UUID (and optionally its parent).
 #[derive(Debug, Args)]
 pub struct UuidSpec {
-    /// The UUID.
+    /// The device's mdev UUID.
     #[arg(short, long, value_name = "UUID")]
     uuid: String,
-    /// Its parent.
+    /// Its parent device (its sysfs name), checked against the device when given.
     #[arg(short, long, value_name = "PARENT")]
     parent: Option<String>,
     /// Accepted for compatibility; vgpud runs no call-out scripts.
@@ -138,10 +138,10 @@ pub struct UuidSpec {
 #[derive(Debug, Args)]
 #[command(group(ArgGroup::new("change").args(["auto", "manual", "mdev_type", "jsonfile", "addattr", "delattr"])))]
 pub struct ModifyArgs {
-    /// The UUID.
+    /// The UUID of the definition to change.
     #[arg(short, long, value_name = "UUID")]
     uuid: Option<String>,
-    /// Its parent.
+    /// Its parent device (its sysfs name, e.g. 0000:3b:00.0).
     #[arg(short, long, value_name = "PARENT")]
     parent: Option<String>,
     /// New mdev type.

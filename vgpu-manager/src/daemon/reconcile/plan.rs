@@ -358,10 +358,8 @@ fn plan_absent(
                 }
             },
         };
-        if !creating {
-            if let Some(e) = entry {
-                steps.push(Step::DropLedger { entry: e.clone() });
-            }
+        if !creating && let Some(e) = entry {
+            steps.push(Step::DropLedger { entry: e.clone() });
         }
         steps.push(step);
     } else if let Some(e) = entry {

@@ -1,5 +1,5 @@
 //! MIG geometry: the A100-40GB table and the H200 table NVML reported on real hardware
-//! (../shared/fixtures/h200-passthrough/nvml-mig-*.json, driver 580.159.04).
+//! (tests/fixtures/h200-passthrough/nvml-mig-*.json, driver 580.159.04).
 
 use super::super::mig::{MigError, MigGeometry, MigInstance, place_instances};
 use super::super::model::{Choice, Demand, GpuCap, Problem};
@@ -7,9 +7,9 @@ use super::super::{Policy, plan};
 use super::target;
 
 const PLACEMENTS: &str =
-    include_str!("../../../../../shared/fixtures/h200-passthrough/nvml-mig-placements.json");
+    include_str!("../../../../tests/fixtures/h200-passthrough/nvml-mig-placements.json");
 const PROFILES: &str =
-    include_str!("../../../../../shared/fixtures/h200-passthrough/nvml-mig-profiles.json");
+    include_str!("../../../../tests/fixtures/h200-passthrough/nvml-mig-profiles.json");
 
 fn h200() -> MigGeometry {
     MigGeometry::from_nvml_json("NVIDIA H200", PLACEMENTS, Some(PROFILES)).unwrap()

@@ -35,7 +35,7 @@ pub enum ProfileTarget {
     },
     /// Assign an SR-IOV VF of `pf` through vfio-pci.
     SriovVf {
-        /// The physical function.
+        /// The PCI address of the PF whose VF is assigned.
         pf: PciAddress,
         /// The VF to assign, when VFs exist; `None` when they must be enabled first.
         vf: Option<PciAddress>,
@@ -48,18 +48,18 @@ pub enum ProfileTarget {
     },
     /// Write `type_id` to `vf`'s `nvidia/current_vgpu_type` and assign the VF (`managed='no'`).
     NvidiaVendorVfio {
-        /// The physical function.
+        /// The PCI address of the PF the VF belongs to.
         pf: PciAddress,
-        /// The VF to use.
+        /// The PCI address of the VF that gets the type and is assigned.
         vf: PciAddress,
-        /// The numeric vGPU type id.
+        /// The numeric vGPU type id written to `nvidia/current_vgpu_type`.
         type_id: u32,
         /// The vGPU type name (`NVIDIA L40S-4Q`).
         type_name: String,
     },
     /// Assign the whole GPU through vfio-pci.
     Passthrough {
-        /// The GPU.
+        /// The GPU's PCI address.
         pci: PciAddress,
         /// Its IOMMU group (everything in it goes to the guest).
         iommu_group: IommuGroup,

@@ -38,8 +38,8 @@ fn passthrough_of_an_assignable_gpu() {
 fn h200_capture_cannot_serve_anything() {
     use vgpu_host::SysfsHost;
     use vgpu_host::discover::discover;
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/fixtures/h200-passthrough");
+    let root =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/h200-passthrough");
     let inv = discover(&SysfsHost::new(&root).unwrap()).unwrap();
     let m = one(&inv, "passthrough", "0000:00:06.0");
     assert!(m.best.is_none());

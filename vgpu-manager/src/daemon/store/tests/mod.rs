@@ -32,14 +32,14 @@ fn ledger(n: u32) -> LedgerEntry {
         uuid: uuid(n),
         parent: "mbochs".into(),
         type_id: "mbochs-1".parse().unwrap(),
-        ownership: if n % 2 == 0 {
+        ownership: if n.is_multiple_of(2) {
             LedgerOwnership::Daemon
         } else {
             LedgerOwnership::Adopted
         },
         created_at: 1_700_000_000,
-        gpu: (n % 3 == 0).then(|| "0000:3b:00.0".to_string()),
-        profile: (n % 3 == 0).then(|| "vdi-2g".to_string()),
+        gpu: n.is_multiple_of(3).then(|| "0000:3b:00.0".to_string()),
+        profile: n.is_multiple_of(3).then(|| "vdi-2g".to_string()),
         label: Some(format!("vm-{n}")),
     }
 }
@@ -50,7 +50,7 @@ fn pool(n: u32) -> AppliedPool {
         name: format!("pool-{n}"),
         text: format!(
             "name = \"pool-{n}\"\ndescription = \"desks {n}\"\nautostart = {}\n\n[profiles]\nvdi-2g = {}\n",
-            n % 2 == 0,
+            n.is_multiple_of(2),
             n + 1
         ),
         applied_at: 1_700_000_000 + u64::from(n) * 61,
@@ -64,7 +64,7 @@ fn vf_slot(n: u32) -> VfSlotRecord {
     let pf: mdev_types::ids::PciAddress = "0000:03:00.0".parse().unwrap();
     let vf: mdev_types::ids::PciAddress =
         format!("0000:03:{:02x}.{}", n / 8, n % 8).parse().unwrap();
-    let (holds, created) = if n % 2 == 0 {
+    let (holds, created) = if n.is_multiple_of(2) {
         (
             VfKind::SriovVf,
             crate::backend::Created::Vf {
@@ -73,7 +73,7 @@ fn vf_slot(n: u32) -> VfSlotRecord {
                 bind: vgpu_host::ops::BindRecord {
                     addr: vf,
                     previous_driver: None,
-                    previous_override: (n % 4 == 0).then(|| "vfio-pci".to_string()),
+                    previous_override: n.is_multiple_of(4).then(|| "vfio-pci".to_string()),
                 },
             },
         )
@@ -98,9 +98,9 @@ fn vf_slot(n: u32) -> VfSlotRecord {
         gpu: "0000:03:00.0".into(),
         pf,
         vf,
-        num_vfs: if n % 2 == 0 { 8 } else { 0 },
+        num_vfs: if n.is_multiple_of(2) { 8 } else { 0 },
         holds,
-        created: (n % 3 != 0).then_some(created),
+        created: (!n.is_multiple_of(3)).then_some(created),
     }
 }
 
