@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 
 use vgpu_client::Manager1Proxy;
 use vgpu_host::Host;
-use vgpu_manager::daemon::api::{Command as CoreCommand, CreateRequest, Target};
-use vgpu_manager::daemon::core::Core;
+use vgpu_manager::daemon::api::{DefineInstance, InstanceSpec, InstanceTarget};
+use vgpu_manager::daemon::engine::Core;
 use vgpu_manager::profile::Catalog;
 use vgpu_sim::SimHost;
 
@@ -52,8 +52,8 @@ fn define_all(dir: &Path) {
     let host = bench_host();
     let core = open(&host, dir);
     for i in 0..N {
-        core.execute(CoreCommand::Define(CreateRequest {
-            target: Target::Type("benchfb-1".parse().unwrap()),
+        core.execute(DefineInstance(InstanceSpec {
+            target: InstanceTarget::Type("benchfb-1".parse().unwrap()),
             gpu: Some("benchfb".into()),
             uuid: None,
             autostart: true,

@@ -9,9 +9,11 @@ use std::sync::Arc;
 use mdev_types::ids::{MdevTypeId, MdevUuid};
 use vgpu_host::{Host, HostExt, paths};
 use vgpu_manager::daemon::api::{
-    Command, CoreError, CreateRequest, Event, InstanceState, InstanceView, Ownership, Reply, Target,
+    Command, CoreError, CreateInstance, DefineInstance, DestroyInstance, Event, GetInstance,
+    Handle, InstanceSpec, InstanceState, InstanceTarget, InstanceView, ListInstances, Ownership,
+    Reconcile, SetAutostart, StartInstance, StopInstance, UndefineInstance,
 };
-use vgpu_manager::daemon::core::Core;
+use vgpu_manager::daemon::engine::Core;
 use vgpu_manager::profile::Catalog;
 use vgpu_sim::SimHost;
 
@@ -26,8 +28,8 @@ fn open(host: &Arc<SimHost>, dir: &Path) -> Core {
     .unwrap()
 }
 
-fn req(target: Target, gpu: Option<&str>) -> CreateRequest {
-    CreateRequest {
+fn req(target: InstanceTarget, gpu: Option<&str>) -> InstanceSpec {
+    InstanceSpec {
         target,
         gpu: gpu.map(str::to_string),
         uuid: None,
@@ -36,22 +38,28 @@ fn req(target: Target, gpu: Option<&str>) -> CreateRequest {
     }
 }
 
-fn ty(s: &str) -> Target {
-    Target::Type(s.parse::<MdevTypeId>().unwrap())
+fn ty(s: &str) -> InstanceTarget {
+    InstanceTarget::Type(s.parse::<MdevTypeId>().unwrap())
 }
 
-fn instance(r: Result<Reply, CoreError>) -> InstanceView {
-    match r.unwrap() {
-        Reply::Instance(v) => v,
-        other => panic!("expected an instance, got {other:?}"),
+fn instance<V: Into<Option<InstanceView>>>(r: Result<V, CoreError>) -> InstanceView {
+    r.unwrap().into().expect("expected an instance, got none")
+}
+
+/// The command (as debug text) and the error it was refused with.
+fn refusal<C: Command>(core: &Core, cmd: C) -> (String, CoreError)
+where
+    Core: Handle<C>,
+{
+    let text = format!("{cmd:?}");
+    match core.execute(cmd) {
+        Ok(_) => panic!("{text} was not refused"),
+        Err(e) => (text, e),
     }
 }
 
 fn list(core: &Core) -> Vec<InstanceView> {
-    match core.execute(Command::ListInstances).unwrap() {
-        Reply::Instances(v) => v,
-        other => panic!("{other:?}"),
-    }
+    core.execute(ListInstances).unwrap()
 }
 
 fn available(host: &dyn Host, parent: &str, t: &str) -> u32 {
@@ -72,8 +80,8 @@ fn create_define_start_stop_destroy_undefine() {
 
     // Transient, by profile: the matching code picks mbochs-medium.
     let before = available(host.as_ref(), "mbochs", "mbochs-medium");
-    let v = instance(core.execute(Command::Create(req(
-        Target::Profile("sample-display-16m".into()),
+    let v = instance(core.execute(CreateInstance(req(
+        InstanceTarget::Profile("sample-display-16m".into()),
         None,
     ))));
     assert_eq!(
@@ -96,42 +104,42 @@ fn create_define_start_stop_destroy_undefine() {
     // Defined by type, started, stopped, started, destroyed.
     let mut r = req(ty("mdpy-vga"), Some("mdpy"));
     r.autostart = true;
-    let d = instance(core.execute(Command::Define(r)));
+    let d = instance(core.execute(DefineInstance(r)));
     assert_eq!(
         (d.state, d.defined, d.autostart),
         (InstanceState::Stopped, true, true)
     );
     assert!(!host.exists(&paths::mdev_device(&d.uuid)));
-    let d = instance(core.execute(Command::Start { uuid: d.uuid }));
+    let d = instance(core.execute(StartInstance { uuid: d.uuid }));
     assert_eq!(d.state, InstanceState::Running);
-    let e = core.execute(Command::Start { uuid: d.uuid }).unwrap_err();
+    let e = core.execute(StartInstance { uuid: d.uuid }).unwrap_err();
     assert_eq!(e.kind(), "State", "{e}");
-    let d = instance(core.execute(Command::Stop { uuid: d.uuid }));
+    let d = instance(core.execute(StopInstance { uuid: d.uuid }));
     assert_eq!(d.state, InstanceState::Stopped);
     assert!(!host.exists(&paths::mdev_device(&d.uuid)));
-    instance(core.execute(Command::Start { uuid: d.uuid }));
-    let d2 = instance(core.execute(Command::SetAutostart {
+    instance(core.execute(StartInstance { uuid: d.uuid }));
+    let d2 = instance(core.execute(SetAutostart {
         uuid: d.uuid,
         autostart: false,
     }));
     assert!(!d2.autostart);
 
     // Undefine keeps the running device as transient; destroy removes everything.
-    let u = instance(core.execute(Command::Undefine { uuid: d.uuid }));
+    let u = instance(core.execute(UndefineInstance { uuid: d.uuid }));
     assert_eq!((u.defined, u.state), (false, InstanceState::Running));
     assert_eq!(
-        core.execute(Command::Destroy { uuid: d.uuid }).unwrap(),
-        Reply::Done
+        core.execute(DestroyInstance { uuid: d.uuid }).unwrap(),
+        None
     );
     assert!(!host.exists(&paths::mdev_device(&d.uuid)));
     assert!(matches!(
-        core.execute(Command::GetInstance { uuid: d.uuid }),
+        core.execute(GetInstance { uuid: d.uuid }),
         Err(CoreError::NotFound { .. })
     ));
 
     assert_eq!(
-        core.execute(Command::Destroy { uuid: v.uuid }).unwrap(),
-        Reply::Done
+        core.execute(DestroyInstance { uuid: v.uuid }).unwrap(),
+        None
     );
     assert_eq!(available(host.as_ref(), "mbochs", "mbochs-medium"), before);
     assert!(list(&core).is_empty());
@@ -145,10 +153,10 @@ fn definitions_survive_a_restart_and_autostart_comes_back() {
         let core = open(&host, dir.path());
         let mut r = req(ty("mbochs-small"), Some("mbochs"));
         r.autostart = true;
-        let auto = instance(core.execute(Command::Define(r))).uuid;
-        let manual = instance(core.execute(Command::Define(req(ty("mtty-1"), Some("mtty"))))).uuid;
+        let auto = instance(core.execute(DefineInstance(r))).uuid;
+        let manual = instance(core.execute(DefineInstance(req(ty("mtty-1"), Some("mtty"))))).uuid;
         let transient =
-            instance(core.execute(Command::Create(req(ty("mtty-2"), Some("mtty"))))).uuid;
+            instance(core.execute(CreateInstance(req(ty("mtty-2"), Some("mtty"))))).uuid;
         (auto, manual, transient)
     };
     // Host "reboot": a fresh kernel, same state directory.
@@ -185,21 +193,23 @@ fn foreign_devices_are_listed_and_never_touched() {
         .find(|v| v.uuid == foreign)
         .expect("foreign instance listed");
     assert_eq!(v.ownership, Ownership::Foreign);
-    for cmd in [
-        Command::Stop { uuid: foreign },
-        Command::Destroy { uuid: foreign },
-        Command::Start { uuid: foreign },
-        Command::Undefine { uuid: foreign },
-        Command::SetAutostart {
-            uuid: foreign,
-            autostart: true,
-        },
+    for (_, e) in [
+        refusal(&core, StopInstance { uuid: foreign }),
+        refusal(&core, DestroyInstance { uuid: foreign }),
+        refusal(&core, StartInstance { uuid: foreign }),
+        refusal(&core, UndefineInstance { uuid: foreign }),
+        refusal(
+            &core,
+            SetAutostart {
+                uuid: foreign,
+                autostart: true,
+            },
+        ),
     ] {
-        let e = core.execute(cmd).unwrap_err();
         assert_eq!(e.kind(), "Foreign", "{e}");
         assert!(e.to_string().contains(FOREIGN));
     }
-    core.execute(Command::Reconcile).unwrap();
+    core.execute(Reconcile).unwrap();
     assert!(
         host.exists(&paths::mdev_device(&foreign)),
         "reconcile must not remove a foreign device"
@@ -208,9 +218,9 @@ fn foreign_devices_are_listed_and_never_touched() {
     // An explicit definition with its UUID and type adopts it; then it is ours to stop.
     let mut r = req(ty("nvidia-231"), Some("0000:83:00.0"));
     r.uuid = Some(foreign);
-    let a = instance(core.execute(Command::Define(r)));
+    let a = instance(core.execute(DefineInstance(r)));
     assert_eq!((a.ownership, a.defined), (Ownership::Adopted, true));
-    instance(core.execute(Command::Stop { uuid: foreign }));
+    instance(core.execute(StopInstance { uuid: foreign }));
     assert!(!host.exists(&paths::mdev_device(&foreign)));
 }
 
@@ -220,58 +230,72 @@ fn bad_requests_get_typed_errors_and_change_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let core = open(&host, dir.path());
     let before = list(&core);
-    let cases: Vec<(Command, &str, &str)> = vec![
+    let cases: Vec<((String, CoreError), &str, &str)> = vec![
         (
-            Command::Create(req(Target::Profile("nope".into()), None)),
+            refusal(
+                &core,
+                CreateInstance(req(InstanceTarget::Profile("nope".into()), None)),
+            ),
             "Invalid",
             "vdi-2g",
         ),
         (
-            Command::Create(req(ty("nvidia-231"), Some("0000:3b:00.0"))),
+            refusal(
+                &core,
+                CreateInstance(req(ty("nvidia-231"), Some("0000:3b:00.0"))),
+            ),
             "Invalid",
             "0000:3b:00.0",
         ),
         (
-            Command::Create(req(ty("nvidia-999"), Some("01:00.0"))),
+            refusal(
+                &core,
+                CreateInstance(req(ty("nvidia-999"), Some("01:00.0"))),
+            ),
             "Invalid",
             "nvidia-999",
         ),
         (
-            Command::Create(req(ty("nvidia-999"), None)),
+            refusal(&core, CreateInstance(req(ty("nvidia-999"), None))),
             "Invalid",
             "nvidia-999",
         ),
         (
-            Command::Start {
-                uuid: MdevUuid::new_random(),
-            },
+            refusal(
+                &core,
+                StartInstance {
+                    uuid: MdevUuid::new_random(),
+                },
+            ),
             "NotFound",
             "vgpuctl list",
         ),
         (
-            Command::Create(req(
-                Target::Profile("compute-8g".into()),
-                Some("0000:00:02.0"),
-            )),
+            refusal(
+                &core,
+                CreateInstance(req(
+                    InstanceTarget::Profile("compute-8g".into()),
+                    Some("0000:00:02.0"),
+                )),
+            ),
             "Invalid",
             "0000:00:02.0",
         ),
     ];
-    for (cmd, kind, needle) in cases {
-        let e = core.execute(cmd.clone()).unwrap_err();
+    for ((cmd, e), kind, needle) in cases {
         assert_eq!(e.kind(), kind, "{cmd:?}: {e}");
         assert!(e.to_string().contains(needle), "{cmd:?}: {e}");
     }
     // Homogeneous rule: T4 #2 already runs nvidia-231, so another type there is full.
     let e = core
-        .execute(Command::Create(req(ty("nvidia-232"), Some("0000:83:00.0"))))
+        .execute(CreateInstance(req(ty("nvidia-232"), Some("0000:83:00.0"))))
         .unwrap_err();
     assert!(e.to_string().contains("full"), "{e}");
     // Duplicate UUID.
     let mut r = req(ty("nvidia-231"), Some("0000:01:00.0"));
     r.uuid = Some(FOREIGN.parse().unwrap());
     assert_eq!(
-        core.execute(Command::Create(r)).unwrap_err().kind(),
+        core.execute(CreateInstance(r)).unwrap_err().kind(),
         "Exists"
     );
     assert_eq!(list(&core), before);
@@ -292,14 +316,14 @@ fn concurrent_clients_never_exceed_capacity() {
                 for i in 0..100 {
                     let r = if i % 3 == 2 && !mine.is_empty() {
                         let u: MdevUuid = mine.remove((t + i) % mine.len());
-                        core.execute(Command::Destroy { uuid: u })
+                        core.execute(DestroyInstance { uuid: u }).map(|_| ())
                     } else {
                         let r =
-                            core.execute(Command::Create(req(ty("mbochs-large"), Some("mbochs"))));
-                        if let Ok(Reply::Instance(v)) = &r {
+                            core.execute(CreateInstance(req(ty("mbochs-large"), Some("mbochs"))));
+                        if let Ok(v) = &r {
                             mine.push(v.uuid);
                         }
-                        r
+                        r.map(|_| ())
                     };
                     match r {
                         Ok(_) => {}
@@ -340,7 +364,7 @@ fn a_parent_that_registers_late_gets_its_autostart_instances_and_removals_are_no
     let core = open(&host, dir.path());
     let mut r = req(ty("mbochs-medium"), Some("mbochs"));
     r.autostart = true;
-    let v = instance(core.execute(Command::Define(r)));
+    let v = instance(core.execute(DefineInstance(r)));
     assert_eq!(v.state, InstanceState::WaitingForParent);
 
     // modprobe mbochs: the daemon learns of it only through the kernel's uevents.
@@ -348,7 +372,7 @@ fn a_parent_that_registers_late_gets_its_autostart_instances_and_removals_are_no
     for ev in events.try_iter() {
         core.handle_uevent(&ev);
     }
-    let v = instance(core.execute(Command::GetInstance { uuid: v.uuid }));
+    let v = instance(core.execute(GetInstance { uuid: v.uuid }));
     assert_eq!(v.state, InstanceState::Running);
     assert!(host.exists(&paths::mdev_device(&v.uuid)));
 
@@ -358,7 +382,7 @@ fn a_parent_that_registers_late_gets_its_autostart_instances_and_removals_are_no
     for ev in events.try_iter() {
         core.handle_uevent(&ev);
     }
-    let v = instance(core.execute(Command::GetInstance { uuid: v.uuid }));
+    let v = instance(core.execute(GetInstance { uuid: v.uuid }));
     assert_eq!(v.state, InstanceState::Stopped);
 }
 
@@ -439,7 +463,7 @@ fn a_device_announced_before_its_mdev_type_link_exists_is_still_listed() {
     for ev in events.try_iter() {
         core.handle_uevent(&ev);
     }
-    let v = instance(core.execute(Command::GetInstance { uuid }));
+    let v = instance(core.execute(GetInstance { uuid }));
     assert_eq!(v.ownership, Ownership::Foreign);
     assert_eq!(v.state, InstanceState::Running);
 }

@@ -267,7 +267,7 @@ fn normalize(word: &str) -> String {
 }
 
 /// The kernel events that started the daemon's reconciles in `log` (its "reconcile after a kernel
-/// event" lines, vgpu-manager's daemon/core/mod.rs), counted by action and devpath with numbers and
+/// event" lines, vgpu-manager's daemon/engine/mod.rs), counted by action and devpath with numbers and
 /// UUIDs replaced, most frequent first.
 fn reconcile_triggers(log: &str) -> Vec<(String, usize)> {
     let mut counts: std::collections::BTreeMap<String, usize> = Default::default();
@@ -399,12 +399,12 @@ mod tests {
     #[test]
     fn reconcile_triggers_are_grouped() {
         let log = "\
-2026-11-29T14:00:00.000001Z  INFO vgpu_manager::daemon::core: reconcile after a kernel event scope=Refresh action=add devpath=/devices/virtual/vfio/7
-2026-11-29T14:00:00.000002Z  INFO vgpu_manager::daemon::core: instance created uuid=x
-2026-11-29T14:00:00.000003Z  INFO vgpu_manager::daemon::core: reconcile after a kernel event scope=Refresh action=remove devpath=/devices/virtual/vfio/12
-2026-11-29T14:00:00.000004Z  INFO vgpu_manager::daemon::core: reconcile after a kernel event scope=Refresh action=add devpath=/devices/virtual/vfio/8
-2026-11-29T14:00:00.000005Z  INFO vgpu_manager::daemon::core: reconcile after a kernel event scope=Refresh action=bind devpath=/devices/virtual/mbochs/mbochs/6d0c5a4e-7b1f-4c1e-9a55-766770757465
-2026-11-29T14:00:00.000006Z  WARN vgpu_manager::daemon::core: reconcile after a kernel event failed error=gone devpath=/devices/virtual/vfio/9
+2026-11-29T14:00:00.000001Z  INFO vgpu_manager::daemon::engine: reconcile after a kernel event scope=Refresh action=add devpath=/devices/virtual/vfio/7
+2026-11-29T14:00:00.000002Z  INFO vgpu_manager::daemon::engine: instance created uuid=x
+2026-11-29T14:00:00.000003Z  INFO vgpu_manager::daemon::engine: reconcile after a kernel event scope=Refresh action=remove devpath=/devices/virtual/vfio/12
+2026-11-29T14:00:00.000004Z  INFO vgpu_manager::daemon::engine: reconcile after a kernel event scope=Refresh action=add devpath=/devices/virtual/vfio/8
+2026-11-29T14:00:00.000005Z  INFO vgpu_manager::daemon::engine: reconcile after a kernel event scope=Refresh action=bind devpath=/devices/virtual/mbochs/mbochs/6d0c5a4e-7b1f-4c1e-9a55-766770757465
+2026-11-29T14:00:00.000006Z  WARN vgpu_manager::daemon::engine: reconcile after a kernel event failed error=gone devpath=/devices/virtual/vfio/9
 ";
         assert_eq!(
             reconcile_triggers(log),
@@ -420,7 +420,7 @@ mod tests {
         assert_eq!(
             warnings(log),
             vec![(
-                "WARN vgpu_manager::daemon::core: reconcile after a kernel event failed error=gone devpath=/devices/virtual/vfio/<n>"
+                "WARN vgpu_manager::daemon::engine: reconcile after a kernel event failed error=gone devpath=/devices/virtual/vfio/<n>"
                     .to_string(),
                 1
             )]

@@ -15,9 +15,9 @@ use tracing::{error, info, warn};
 use vgpu_client::{BusAddress, ClientError, SERVICE};
 use vgpu_manager::cli::HostArgs;
 use vgpu_manager::daemon::api::CoreError;
-use vgpu_manager::daemon::core::{Core, GpuImpact};
 use vgpu_manager::daemon::dbus::embedded_bus::{self, EmbeddedBus, EmbeddedBusError};
 use vgpu_manager::daemon::dbus::{self, Executor, ServeError};
+use vgpu_manager::daemon::engine::{Core, GpuImpact};
 use vgpu_manager::daemon::pool_files::{PoolFileOutcome, apply_pool_files};
 use vgpu_manager::profile::Catalog;
 

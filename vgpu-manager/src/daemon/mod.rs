@@ -1,10 +1,10 @@
-//! The daemon `vgpud`: one internal command type ([`api::Command`]) executed by [`core::Core`] over the
+//! The daemon `vgpud`: one internal command type ([`api::Command`]) executed by [`engine::Core`] over the
 //! hardware boundary, with persistent desired state ([`store`]) and a reconcile planner ([`reconcile`]).
 //! Transports (D-Bus) are thin adapters in [`dbus`].
 
 pub mod api;
-pub mod core;
 pub mod dbus;
+pub mod engine;
 pub mod pool_files;
 pub mod reconcile;
 pub mod store;

@@ -1,6 +1,6 @@
 //! The pool files of the host (`/etc/vgpu-manager/pools.d/*.toml`, [`crate::pool::DEFAULT_DIR`]): vgpud
 //! applies each at start and again on `SIGHUP`, so that "this host serves 40 × vdi-2g" written in a file
-//! holds after every reboot without a client. Each file goes through the same [`Command::ApplyPool`]
+//! holds after every reboot without a client. Each file goes through the same [`ApplyPool`]
 //! as a D-Bus `Apply` (plan, refusal of a shortfall before any change, rollback of a failed step).
 //!
 //! A file that does not load, or that names a pool an earlier file (in name order) already named, is
@@ -10,8 +10,8 @@
 
 use std::path::{Path, PathBuf};
 
-use super::api::{Command, Reply};
-use super::core::Core;
+use super::api::ApplyPool;
+use super::engine::Core;
 use crate::pool::Pool;
 use crate::profile::Catalog;
 
@@ -89,13 +89,12 @@ pub fn apply_pool_files(
             continue;
         }
         seen.push((pool.name.clone(), file.clone()));
-        out.push(match core.execute(Command::ApplyPool { toml: text }) {
-            Ok(Reply::Report(summary)) => PoolFileOutcome::Applied {
+        out.push(match core.execute(ApplyPool { toml: text }) {
+            Ok(summary) => PoolFileOutcome::Applied {
                 file: file.clone(),
                 pool: pool.name.clone(),
-                changed: summary["changed"].as_bool().unwrap_or(true),
+                changed: summary.changed,
             },
-            Ok(other) => failed(format!("unexpected reply {other:?}")),
             Err(e) => failed(e.to_string()),
         });
     }

@@ -113,7 +113,7 @@ impl FakeDaemon {
         }
         if let Some(i) = self.instances.get_mut(&uuid) {
             // The daemon adopts a foreign device when a definition with its UUID, parent and type
-            // arrives (daemon/core/lifecycle.rs `adopt`); anything else is a taken UUID.
+            // arrives (daemon/engine/lifecycle.rs `adopt`); anything else is a taken UUID.
             let same = req.target == i.type_id && req.gpu.as_deref().is_none_or(|g| g == i.parent);
             if defined && i.owner == "foreign" && same {
                 i.owner = "adopted".into();

@@ -1,6 +1,7 @@
 //! Who is calling, and whether they may change anything.
 //!
-//! Mutating calls ([`Command::is_mutating`](crate::daemon::api::Command::is_mutating)) are allowed for
+//! Calls that need authorization
+//! ([`Access::needs_authorization`](crate::daemon::api::Access::needs_authorization)) are allowed for
 //! uid 0 and for members of group `vgpu-admin`; the identity comes from the bus
 //! (`org.freedesktop.DBus.GetConnectionCredentials` of the caller's unique name), never from anything
 //! the caller sends. Where polkit runs (`org.freedesktop.PolicyKit1` has an owner), a non-root caller
@@ -237,7 +238,8 @@ impl Authorizer {
     }
 }
 
-fn denied(message: String) -> ApiError {
+/// The refusal of a caller who may not do what it asked (`Error.AccessDenied`).
+pub(super) fn denied(message: String) -> ApiError {
     ApiError::new("AccessDenied", message)
 }
 

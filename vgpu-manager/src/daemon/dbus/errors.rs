@@ -33,6 +33,11 @@ impl ApiError {
         }
     }
 
+    /// A malformed request, refused at the edge before any command runs (`Error.Invalid`).
+    pub fn invalid(message: impl Into<String>) -> ApiError {
+        ApiError::new("Invalid", message)
+    }
+
     /// A failure inside the daemon (a lost worker thread); says to look at the log.
     pub fn internal(what: impl std::fmt::Display) -> ApiError {
         ApiError::new(
@@ -91,8 +96,25 @@ mod tests {
         let e = ApiError::from(CoreError::NotFound { uuid });
         assert_eq!(e.error_name(), "org.vgpumanager.Error.NotFound");
         assert!(e.message().contains("4b20d080-1b54-4048-85b3-a6a62d165c01"));
-        let e = ApiError::from(CoreError::Denied("no".into()));
+        let e = super::super::auth::denied("no".into());
         assert_eq!(e.error_name(), "org.vgpumanager.Error.AccessDenied");
+        assert_eq!(
+            ApiError::invalid("bad").error_name(),
+            "org.vgpumanager.Error.Invalid"
+        );
+        // A failed host read is the host's fault, not the request's.
+        let host = vgpu_host::discover::DiscoverError::Host(vgpu_host::HostError::new(
+            vgpu_host::HostOp::Read,
+            "/sys/bus/pci/devices",
+            nix::errno::Errno::EIO,
+        ));
+        let e = ApiError::from(CoreError::from(host));
+        assert_eq!(e.error_name(), "org.vgpumanager.Error.Host");
+        assert!(
+            e.message().starts_with("cannot read the host"),
+            "{}",
+            e.message()
+        );
         assert_eq!(
             ApiError::internal("x").error_name(),
             "org.vgpumanager.Error.Internal"

@@ -7,9 +7,10 @@ use std::sync::Arc;
 
 use zbus::{OwnedObjectPath, Variant, interface};
 
-use super::Executor;
 use super::errors::ApiError;
-use crate::daemon::api::{Command, GpuView, Reply};
+use super::pools::json_text;
+use super::{Executor, QueryError, call};
+use crate::daemon::api::{GetScheduling, GpuView};
 use vgpu_client::{GpuInfo, TypeSlot, gpu_path, instance_path};
 
 fn numa_wire(n: Option<u32>) -> i32 {
@@ -148,18 +149,12 @@ impl GpuObject {
     /// property is read (no change signal): JSON {gpu, backend, state, reason} as docs/json.md shows.
     #[zbus(property(emits_changed_signal = "false"))]
     async fn scheduling(&self) -> zbus::fdo::Result<String> {
-        let exec = Arc::clone(&self.exec);
         let gpu = self.view.id.clone();
-        let reply =
-            tokio::task::spawn_blocking(move || exec.execute(Command::GetScheduling { gpu }))
-                .await
-                .map_err(|e| zbus::fdo::Error::Failed(ApiError::internal(e).to_string()))?;
-        match reply {
-            Ok(Reply::Report(v)) => Ok(v.to_string()),
-            Ok(other) => Err(zbus::fdo::Error::Failed(
-                ApiError::internal(format!("unexpected reply {other:?}")).to_string(),
-            )),
-            Err(e) => Err(zbus::fdo::Error::Failed(e.to_string())),
+        let failed = |e: ApiError| zbus::fdo::Error::Failed(e.message().to_string());
+        match call(&self.exec, GetScheduling { gpu }).await {
+            Ok(view) => json_text(&view).map_err(failed),
+            Err(QueryError::Core(e)) => Err(zbus::fdo::Error::Failed(e.to_string())),
+            Err(e) => Err(zbus::fdo::Error::Failed(ApiError::from(e).to_string())),
         }
     }
 }

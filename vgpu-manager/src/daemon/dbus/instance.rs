@@ -13,7 +13,8 @@ use zbus::{Connection, ObjectServer, OwnedVariant, Variant, interface};
 
 use super::errors::ApiError;
 use super::manager::Manager;
-use crate::daemon::api::{Command, CoreError, InstanceState, InstanceView, Ownership, Reply};
+use super::pools::json_value;
+use crate::daemon::api::{InstanceView, OpenDevice, Preflight};
 use vgpu_client::{InstanceInfo, MANAGER_PATH};
 
 /// What `OpenDevice` returns: device fd, IOMMU fd (type1 container or iommufd), backend (`type1` or
@@ -36,21 +37,19 @@ fn parse_open_options(
                     other => match other.parse::<VfioBackend>() {
                         Ok(b) => Some(b),
                         Err(_) => {
-                            return Err(CoreError::Invalid(format!(
+                            return Err(ApiError::invalid(format!(
                                 "OpenDevice: backend '{other}' is none of auto, type1, iommufd"
-                            ))
-                            .into());
+                            )));
                         }
                     },
                 }
             }
             ("bind", Variant::Bool(b)) => bind = *b,
             _ => {
-                return Err(CoreError::Invalid(format!(
+                return Err(ApiError::invalid(format!(
                     "OpenDevice: unknown option '{key}' of type '{}'; known options: {known}",
                     value.value_signature()
-                ))
-                .into());
+                )));
             }
         }
     }
@@ -78,24 +77,6 @@ async fn shared_state(server: &ObjectServer) -> Result<Arc<super::Shared>, ApiEr
     Ok(Arc::clone(&manager.get().await.shared))
 }
 
-/// The D-Bus name of an instance state.
-pub(super) fn state_name(s: InstanceState) -> &'static str {
-    match s {
-        InstanceState::Running => "running",
-        InstanceState::Stopped => "stopped",
-        InstanceState::WaitingForParent => "waiting-for-parent",
-    }
-}
-
-/// The D-Bus name of an ownership.
-pub(super) fn owner_name(o: Ownership) -> &'static str {
-    match o {
-        Ownership::Daemon => "daemon",
-        Ownership::Adopted => "adopted",
-        Ownership::Foreign => "foreign",
-    }
-}
-
 /// `-1` for no IOMMU group (kernel group ids are `int`: drivers/iommu/iommu.c `struct iommu_group`).
 fn iommu_group_wire(g: Option<u32>) -> i32 {
     g.and_then(|g| i32::try_from(g).ok()).unwrap_or(-1)
@@ -109,10 +90,10 @@ pub(super) fn info(v: &InstanceView) -> InstanceInfo {
         parent: v.parent.clone(),
         type_id: v.type_id.to_string(),
         profile: v.profile.clone().unwrap_or_default(),
-        state: state_name(v.state).to_string(),
+        state: v.state.to_string(),
         defined: v.defined,
         autostart: v.autostart,
-        owner: owner_name(v.ownership).to_string(),
+        owner: v.ownership.to_string(),
         label: v.label.clone().unwrap_or_default(),
         iommu_group: iommu_group_wire(v.iommu_group),
         created_at: v.created_at,
@@ -225,7 +206,7 @@ impl InstanceObject {
     /// running, stopped or waiting-for-parent.
     #[zbus(property)]
     fn state(&self) -> String {
-        state_name(self.view.state).to_string()
+        self.view.state.to_string()
     }
 
     /// A persistent definition exists.
@@ -243,7 +224,7 @@ impl InstanceObject {
     /// daemon (created by vgpud), adopted (taken over by a definition) or foreign (never touched).
     #[zbus(property)]
     fn owner(&self) -> String {
-        owner_name(self.view.ownership).to_string()
+        self.view.ownership.to_string()
     }
 
     /// Free-form label given at creation (a VM name, a pool slot); empty when none.
@@ -282,17 +263,9 @@ impl InstanceObject {
         #[zbus(signal_emitter)] emitter: SignalEmitter<'_>,
     ) -> Result<String, ApiError> {
         let shared = shared_state(server).await?;
-        let caller = shared.auth.authorize_change(conn, &hdr).await?;
         let uuid = self.view.uuid;
-        tracing::info!(%caller, %uuid, "preflight");
-        let exec = Arc::clone(&shared.exec);
-        let reply = tokio::task::spawn_blocking(move || exec.execute(Command::Preflight { uuid }))
-            .await
-            .map_err(ApiError::internal)??;
-        let Reply::Report(report) = reply else {
-            return Err(ApiError::internal(format!("unexpected reply {reply:?}")));
-        };
-        let text = stamped(report).to_string();
+        let report = shared.run(conn, &hdr, Preflight { uuid }).await?;
+        let text = stamped(json_value(&report)?).to_string();
         self.health = text.clone();
         // A lost signal only delays clients until their next read.
         let _ = self.health_changed(&emitter).await;
@@ -317,13 +290,19 @@ impl InstanceObject {
     ) -> Result<OpenDeviceReply, ApiError> {
         let (backend, bind) = parse_open_options(&options)?;
         let shared = shared_state(server).await?;
-        let caller = shared.auth.authorize_change(conn, &hdr).await?;
         let uuid = self.view.uuid;
-        let exec = Arc::clone(&shared.exec);
-        let opened = tokio::task::spawn_blocking(move || exec.open_device(uuid, backend, bind))
-            .await
-            .map_err(ApiError::internal)??;
-        tracing::info!(%caller, %uuid, device = %opened, "handing a VFIO device to a client");
+        let opened = shared
+            .run(
+                conn,
+                &hdr,
+                OpenDevice {
+                    uuid,
+                    backend,
+                    bind,
+                },
+            )
+            .await?;
+        tracing::info!(%uuid, device = %opened, "handing a VFIO device to a client");
         let backend = opened.backend.as_str();
         Ok((
             opened.device.into(),
@@ -338,6 +317,7 @@ impl InstanceObject {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::daemon::api::{InstanceState, Ownership};
 
     fn view() -> InstanceView {
         InstanceView {

@@ -11,8 +11,8 @@ use zbus::{Connection, ObjectPath, OwnedObjectPath, OwnedVariant, Variant, inter
 
 use super::Shared;
 use super::errors::ApiError;
-use super::pools;
-use crate::daemon::api::{Command, CoreError, CreateRequest, InstanceView, Reply, Target};
+use super::pools::{self, json_text};
+use crate::daemon::api::*;
 use mdev_types::ids::MdevUuid;
 use vgpu_client::{GpuInfo, InstanceInfo, TARGET_PROFILE, TARGET_TYPE, instance_path};
 
@@ -22,7 +22,7 @@ pub(super) struct Manager {
 }
 
 fn invalid(msg: String) -> ApiError {
-    CoreError::Invalid(msg).into()
+    ApiError::invalid(msg)
 }
 
 fn parse_uuid(uuid: &str) -> Result<MdevUuid, ApiError> {
@@ -38,11 +38,13 @@ fn parse_request(
     gpu: &str,
     uuid: &str,
     options: &HashMap<String, OwnedVariant>,
-) -> Result<CreateRequest, ApiError> {
+) -> Result<InstanceSpec, ApiError> {
     let target = match target_kind {
-        TARGET_PROFILE if !target.trim().is_empty() => Target::Profile(target.trim().to_string()),
+        TARGET_PROFILE if !target.trim().is_empty() => {
+            InstanceTarget::Profile(target.trim().to_string())
+        }
         TARGET_PROFILE => return Err(invalid(format!("{method}: the profile name is empty"))),
-        TARGET_TYPE => Target::Type(
+        TARGET_TYPE => InstanceTarget::Type(
             target
                 .parse()
                 .map_err(|e: mdev_types::ids::IdError| invalid(e.to_string()))?,
@@ -59,7 +61,7 @@ fn parse_request(
     } else {
         Some(parse_uuid(uuid)?)
     };
-    let mut req = CreateRequest {
+    let mut req = InstanceSpec {
         target,
         gpu,
         uuid,
@@ -94,8 +96,6 @@ fn parse_request(
 }
 
 impl Manager {
-    /// Runs `cmd` for the caller of `hdr`: authorization (mutating commands), execution, then waits
-    /// until the objects and signals reflect the result.
     /// The cached instance list, if it is current for generation `g`.
     fn cached_list(&self, g: u64) -> Option<Arc<Vec<InstanceInfo>>> {
         match &*self.list_cache() {
@@ -111,65 +111,12 @@ impl Manager {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
-
-    async fn run(
-        &self,
-        conn: &Connection,
-        hdr: &Header<'_>,
-        cmd: Command,
-    ) -> Result<Reply, ApiError> {
-        let mutating = cmd.is_mutating();
-        if mutating {
-            let caller = self.shared.auth.authorize_change(conn, hdr).await?;
-            tracing::info!(%caller, command = ?cmd, "request");
-        }
-        let exec = Arc::clone(&self.shared.exec);
-        let result = if cmd.is_memory_read() {
-            // No I/O: a hop to the blocking pool would cost more than the command.
-            exec.execute(cmd)
-        } else {
-            tokio::task::spawn_blocking(move || exec.execute(cmd))
-                .await
-                .map_err(ApiError::internal)?
-        };
-        if mutating {
-            // Even a failed command may have changed something (a rolled-back step); settle always.
-            self.shared.mirror.settle().await;
-        }
-        result.map_err(|e| {
-            if mutating {
-                tracing::info!(error = %e, "request refused");
-            }
-            ApiError::from(e)
-        })
-    }
-
-    async fn run_instance(
-        &self,
-        conn: &Connection,
-        hdr: &Header<'_>,
-        cmd: Command,
-    ) -> Result<InstanceView, ApiError> {
-        match self.run(conn, hdr, cmd).await? {
-            Reply::Instance(v) => Ok(v),
-            other => Err(ApiError::internal(format!("unexpected reply {other:?}"))),
-        }
-    }
-
-    async fn run_done(
-        &self,
-        conn: &Connection,
-        hdr: &Header<'_>,
-        cmd: Command,
-    ) -> Result<(), ApiError> {
-        self.run(conn, hdr, cmd).await.map(|_| ())
-    }
 }
 
 /// The vgpu-manager daemon: GPUs, mdev instances and their lifecycle. Mutating methods need root or
 /// membership in group vgpu-admin (and, where polkit runs, action org.vgpumanager.manage). Errors are
-/// org.vgpumanager.Error.KIND (NotFound, Foreign, Exists, Invalid, State, TypeFull, Kernel, Store,
-/// AccessDenied, Shortfall, NotSupported, Internal) with a one-line message that says what to do.
+/// org.vgpumanager.Error.KIND (NotFound, Foreign, Exists, Invalid, State, TypeFull, Kernel, Host,
+/// Store, AccessDenied, Shortfall, NotSupported, Internal) with a one-line message that says what to do.
 #[interface(name = "org.vgpumanager.Manager1")]
 impl Manager {
     /// Every GPU with the mdev types it offers (and how many more fit) and its running instances.
@@ -179,10 +126,8 @@ impl Manager {
         #[zbus(header)] hdr: Header<'_>,
         #[zbus(connection)] conn: &Connection,
     ) -> Result<Vec<GpuInfo>, ApiError> {
-        match self.run(conn, &hdr, Command::ListGpus).await? {
-            Reply::Gpus(g) => Ok(g.iter().map(super::gpu::info).collect()),
-            other => Err(ApiError::internal(format!("unexpected reply {other:?}"))),
-        }
+        let gpus = self.shared.run(conn, &hdr, ListGpus).await?;
+        Ok(gpus.iter().map(super::gpu::info).collect())
     }
 
     /// Every instance: created or defined by vgpud, and foreign ones (made by mdevctl or by hand).
@@ -204,12 +149,8 @@ impl Manager {
         {
             return Ok(list);
         }
-        let list = match self.run(conn, &hdr, Command::ListInstances).await? {
-            Reply::Instances(v) => {
-                Arc::new(v.iter().map(super::instance::info).collect::<Vec<_>>())
-            }
-            other => return Err(ApiError::internal(format!("unexpected reply {other:?}"))),
-        };
+        let views = self.shared.run(conn, &hdr, ListInstances).await?;
+        let list = Arc::new(views.iter().map(super::instance::info).collect::<Vec<_>>());
         if let Some(g) = generation {
             // Read after generation `g`: at least as new as `g` (see `Core::views_generation`).
             *self.list_cache() = Some((g, Arc::clone(&list)));
@@ -226,9 +167,7 @@ impl Manager {
         #[zbus(connection)] conn: &Connection,
     ) -> Result<(InstanceInfo,), ApiError> {
         let uuid = parse_uuid(uuid)?;
-        let v = self
-            .run_instance(conn, &hdr, Command::GetInstance { uuid })
-            .await?;
+        let v = self.shared.run(conn, &hdr, GetInstance { uuid }).await?;
         Ok((super::instance::info(&v),))
     }
 
@@ -248,7 +187,7 @@ impl Manager {
         #[zbus(connection)] conn: &Connection,
     ) -> Result<OwnedObjectPath, ApiError> {
         let req = parse_request("Create", target_kind, target, gpu, uuid, &options)?;
-        let v = self.run_instance(conn, &hdr, Command::Create(req)).await?;
+        let v = self.shared.run(conn, &hdr, CreateInstance(req)).await?;
         Ok(instance_path(&v.uuid.to_string()))
     }
 
@@ -268,7 +207,7 @@ impl Manager {
         #[zbus(connection)] conn: &Connection,
     ) -> Result<OwnedObjectPath, ApiError> {
         let req = parse_request("Define", target_kind, target, gpu, uuid, &options)?;
-        let v = self.run_instance(conn, &hdr, Command::Define(req)).await?;
+        let v = self.shared.run(conn, &hdr, DefineInstance(req)).await?;
         Ok(instance_path(&v.uuid.to_string()))
     }
 
@@ -280,7 +219,10 @@ impl Manager {
         #[zbus(connection)] conn: &Connection,
     ) -> Result<(), ApiError> {
         let uuid = parse_uuid(uuid)?;
-        self.run_done(conn, &hdr, Command::Destroy { uuid }).await
+        self.shared
+            .run(conn, &hdr, DestroyInstance { uuid })
+            .await?;
+        Ok(())
     }
 
     /// Starts a defined instance (creates its device).
@@ -291,7 +233,8 @@ impl Manager {
         #[zbus(connection)] conn: &Connection,
     ) -> Result<(), ApiError> {
         let uuid = parse_uuid(uuid)?;
-        self.run_done(conn, &hdr, Command::Start { uuid }).await
+        self.shared.run(conn, &hdr, StartInstance { uuid }).await?;
+        Ok(())
     }
 
     /// Stops an instance: removes its device, keeps its definition.
@@ -302,7 +245,8 @@ impl Manager {
         #[zbus(connection)] conn: &Connection,
     ) -> Result<(), ApiError> {
         let uuid = parse_uuid(uuid)?;
-        self.run_done(conn, &hdr, Command::Stop { uuid }).await
+        self.shared.run(conn, &hdr, StopInstance { uuid }).await?;
+        Ok(())
     }
 
     /// Deletes a definition; a running device stays, as a transient instance.
@@ -313,7 +257,10 @@ impl Manager {
         #[zbus(connection)] conn: &Connection,
     ) -> Result<(), ApiError> {
         let uuid = parse_uuid(uuid)?;
-        self.run_done(conn, &hdr, Command::Undefine { uuid }).await
+        self.shared
+            .run(conn, &hdr, UndefineInstance { uuid })
+            .await?;
+        Ok(())
     }
 
     /// Sets whether a definition starts automatically.
@@ -325,8 +272,10 @@ impl Manager {
         #[zbus(connection)] conn: &Connection,
     ) -> Result<(), ApiError> {
         let uuid = parse_uuid(uuid)?;
-        self.run_done(conn, &hdr, Command::SetAutostart { uuid, autostart })
-            .await
+        self.shared
+            .run(conn, &hdr, SetAutostart { uuid, autostart })
+            .await?;
+        Ok(())
     }
 
     /// Converges the host to the desired state now (normally done at start-up and on kernel events).
@@ -335,7 +284,7 @@ impl Manager {
         #[zbus(header)] hdr: Header<'_>,
         #[zbus(connection)] conn: &Connection,
     ) -> Result<(), ApiError> {
-        self.run_done(conn, &hdr, Command::Reconcile).await?;
+        self.shared.run(conn, &hdr, Reconcile).await?;
         self.shared.mirror.refresh_gpus();
         Ok(())
     }
@@ -350,7 +299,7 @@ impl Manager {
         #[zbus(connection)] conn: &Connection,
     ) -> Result<String, ApiError> {
         let cmd = pools::plan_command(pool_toml)?;
-        pools::report(self.run(conn, &hdr, cmd).await?)
+        json_text(&self.shared.run(conn, &hdr, cmd).await?)
     }
 
     /// Makes the host match a pool: each slot an instance with its stable UUID, defined and running.
@@ -365,7 +314,7 @@ impl Manager {
         #[zbus(connection)] conn: &Connection,
     ) -> Result<String, ApiError> {
         let cmd = pools::apply_command(pool_toml)?;
-        pools::report(self.run(conn, &hdr, cmd).await?)
+        json_text(&self.shared.run(conn, &hdr, cmd).await?)
     }
 
     /// The pools applied through vgpud and their slots, as a JSON array.
@@ -375,7 +324,7 @@ impl Manager {
         #[zbus(header)] hdr: Header<'_>,
         #[zbus(connection)] conn: &Connection,
     ) -> Result<String, ApiError> {
-        pools::report(self.run(conn, &hdr, Command::PoolStatus).await?)
+        json_text(&self.shared.run(conn, &hdr, GetPoolStatus).await?)
     }
 
     /// A GPU's time-slice scheduling plan as JSON. requests: a JSON array of {"weight": W, "slot"?,
@@ -389,11 +338,11 @@ impl Manager {
         #[zbus(connection)] conn: &Connection,
     ) -> Result<String, ApiError> {
         let requests = pools::sched_requests("PlanScheduling", requests)?;
-        let cmd = Command::PlanScheduling {
+        let cmd = PlanScheduling {
             gpu: gpu.to_string(),
             requests,
         };
-        pools::report(self.run(conn, &hdr, cmd).await?)
+        json_text(&self.shared.run(conn, &hdr, cmd).await?)
     }
 
     /// Plans as PlanScheduling and programs the plan (refused when it cannot be honoured); returns a
@@ -407,11 +356,11 @@ impl Manager {
         #[zbus(connection)] conn: &Connection,
     ) -> Result<String, ApiError> {
         let requests = pools::sched_requests("ApplyScheduling", requests)?;
-        let cmd = Command::ApplyScheduling {
+        let cmd = ApplyScheduling {
             gpu: gpu.to_string(),
             requests,
         };
-        pools::report(self.run(conn, &hdr, cmd).await?)
+        json_text(&self.shared.run(conn, &hdr, cmd).await?)
     }
 
     /// The daemon's version.
@@ -481,7 +430,7 @@ mod tests {
             ]),
         )
         .unwrap();
-        assert_eq!(r.target, Target::Profile("vdi-2g".into()));
+        assert_eq!(r.target, InstanceTarget::Profile("vdi-2g".into()));
         assert!(r.autostart);
         assert_eq!(r.label.as_deref(), Some("vm1"));
         assert_eq!((r.gpu, r.uuid), (None, None));
@@ -494,14 +443,17 @@ mod tests {
             &opts(&[]),
         )
         .unwrap();
-        assert_eq!(r.target, Target::Type("nvidia-231".parse().unwrap()));
+        assert_eq!(
+            r.target,
+            InstanceTarget::Type("nvidia-231".parse().unwrap())
+        );
         assert_eq!(r.gpu.as_deref(), Some("0000:3b:00.0"));
         assert!(r.uuid.is_some());
     }
 
     #[test]
     fn bad_requests_name_the_problem() {
-        let msg = |r: Result<CreateRequest, ApiError>| r.unwrap_err().message().to_string();
+        let msg = |r: Result<InstanceSpec, ApiError>| r.unwrap_err().message().to_string();
         assert!(
             msg(parse_request("Create", "flavour", "x", "", "", &opts(&[]))).contains("'flavour'")
         );

@@ -17,12 +17,14 @@ use zbus::Connection;
 use zbus::names::InterfaceName;
 use zbus::object_server::SignalEmitter;
 
-use super::Executor;
 use super::gpu::{self, GpuObject};
 use super::gpu_work::{GpuWork, Work};
 use super::instance::{self, InstanceObject};
 use super::manager::Manager;
-use crate::daemon::api::{Command, CoreError, Event, GpuView, InstanceView, Reply};
+use super::{Executor, QueryError, call};
+use crate::daemon::api::{
+    Event, GetGpuCapacity, GpuCapacity, GpuView, InstanceView, ListGpus, ListInstances,
+};
 use mdev_types::ids::{MdevTypeId, MdevUuid};
 use vgpu_client::{GPU_INTERFACE, INSTANCE_INTERFACE, MANAGER_PATH, gpu_path, instance_path};
 
@@ -48,32 +50,16 @@ impl MirrorHandle {
     }
 }
 
-/// Runs a read-only command on the core off the async threads.
-async fn query(exec: &Arc<dyn Executor>, cmd: Command) -> Result<Reply, CoreError> {
-    let exec = Arc::clone(exec);
-    tokio::task::spawn_blocking(move || exec.execute(cmd))
-        .await
-        .map_err(|e| CoreError::State(format!("core worker failed: {e}")))?
-}
-
-/// All instances, from the core.
+/// All instances, from the engine.
 pub(super) async fn list_instances(
     exec: &Arc<dyn Executor>,
-) -> Result<Vec<InstanceView>, CoreError> {
-    match query(exec, Command::ListInstances).await? {
-        Reply::Instances(v) => Ok(v),
-        other => Err(CoreError::State(format!(
-            "ListInstances answered {other:?}"
-        ))),
-    }
+) -> Result<Vec<InstanceView>, QueryError> {
+    call(exec, ListInstances).await
 }
 
-/// All GPUs, from the core.
-pub(super) async fn list_gpus(exec: &Arc<dyn Executor>) -> Result<Vec<GpuView>, CoreError> {
-    match query(exec, Command::ListGpus).await? {
-        Reply::Gpus(v) => Ok(v),
-        other => Err(CoreError::State(format!("ListGpus answered {other:?}"))),
-    }
+/// All GPUs, from the engine.
+pub(super) async fn list_gpus(exec: &Arc<dyn Executor>) -> Result<Vec<GpuView>, QueryError> {
+    call(exec, ListGpus).await
 }
 
 fn manager_emitter(conn: &Connection) -> zbus::Result<SignalEmitter<'static>> {
@@ -109,7 +95,7 @@ impl Instances {
                 let changed = instance::changed_properties(old, &view);
                 let state_changed = old.state != view.state;
                 self.known.insert(view.uuid, view.clone());
-                let state = instance::state_name(view.state);
+                let state = view.state.as_str();
                 let iface = server.interface::<_, InstanceObject>(&path).await?;
                 iface.get_mut().await.view = view;
                 if !changed.is_empty() {
@@ -338,17 +324,14 @@ async fn refresh_capacity(
         let Some(old) = known.get(id) else {
             return refresh_gpus(conn, exec, known).await;
         };
-        let (types, instances) = match query(exec, Command::GpuCapacity { id: id.clone() }).await {
-            Ok(Reply::GpuCapacity(t, i)) => (t, i),
-            Ok(other) => {
-                tracing::warn!(gpu = %id, "GpuCapacity answered {other:?}");
-                continue;
-            }
-            Err(e) => {
-                tracing::warn!(gpu = %id, error = %e, "cannot re-read the GPU's capacity");
-                continue;
-            }
-        };
+        let GpuCapacity { types, instances } =
+            match call(exec, GetGpuCapacity { id: id.clone() }).await {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(gpu = %id, error = %e, "cannot re-read the GPU's capacity");
+                    continue;
+                }
+            };
         let now: HashMap<&MdevTypeId, u32> = types.iter().map(|(t, n)| (t, *n)).collect();
         if now.len() != old.types.len() || old.types.iter().any(|(t, _)| !now.contains_key(t)) {
             return refresh_gpus(conn, exec, known).await;

@@ -23,61 +23,92 @@ use std::sync::Arc;
 use thiserror::Error;
 use tokio::sync::broadcast;
 use zbus::Connection;
+use zbus::message::Header;
 
-use crate::daemon::api::{Command, CoreError, Event, Reply};
+use crate::daemon::api::*;
 use vgpu_client::MANAGER_PATH;
 
 pub use auth::{Authorizer, Caller};
 pub use errors::ApiError;
 
-/// What the D-Bus layer drives: the daemon core (or anything that executes [`Command`]s the same way).
-pub trait Executor: Send + Sync + 'static {
-    /// Executes one command; blocking (sysfs I/O), so the D-Bus layer calls it off the async threads.
-    /// Every [`Event`] a command causes must be sent before this returns.
-    fn execute(&self, cmd: Command) -> Result<Reply, CoreError>;
+/// What the D-Bus layer drives: the daemon engine (or anything that handles every [`Command`] the
+/// same way). Each command's reply type is fixed by the command, so the layer never meets a reply it
+/// did not ask for.
+pub trait Executor:
+    Handle<ListGpus>
+    + Handle<GetGpuCapacity>
+    + Handle<ListInstances>
+    + Handle<GetInstance>
+    + Handle<CreateInstance>
+    + Handle<DefineInstance>
+    + Handle<StartInstance>
+    + Handle<StopInstance>
+    + Handle<DestroyInstance>
+    + Handle<UndefineInstance>
+    + Handle<SetAutostart>
+    + Handle<Reconcile>
+    + Handle<PlanPool>
+    + Handle<ApplyPool>
+    + Handle<GetPoolStatus>
+    + Handle<GetScheduling>
+    + Handle<PlanScheduling>
+    + Handle<ApplyScheduling>
+    + Handle<Preflight>
+    + Handle<OpenDevice>
+    + Send
+    + Sync
+    + 'static
+{
     /// A receiver of every event sent from now on.
     fn subscribe(&self) -> broadcast::Receiver<Event>;
-    /// The generation of the instance list (see [`Core::views_generation`](crate::daemon::core::Core::views_generation)),
+    /// The generation of the instance list (see [`Core::views_generation`](crate::daemon::engine::Core::views_generation)),
     /// if this executor keeps one; `None` disables caching of the list.
     fn views_generation(&self) -> Option<u64> {
         None
     }
-    /// Opens a running instance through VFIO for hand-off to a VMM (see
-    /// [`Core::open_device`](crate::daemon::core::Core::open_device)); blocking. Executors without
-    /// devices refuse.
-    fn open_device(
-        &self,
-        uuid: mdev_types::ids::MdevUuid,
-        backend: Option<vgpu_vfio::VfioBackend>,
-        bind: bool,
-    ) -> Result<vgpu_vfio::OpenedDevice, CoreError> {
-        let _ = (uuid, backend, bind);
-        Err(CoreError::NotSupported(
-            "this daemon has no devices to open".into(),
-        ))
-    }
 }
 
-impl Executor for crate::daemon::core::Core {
-    fn execute(&self, cmd: Command) -> Result<Reply, CoreError> {
-        crate::daemon::core::Core::execute(self, cmd)
-    }
-
+impl Executor for crate::daemon::engine::Core {
     fn subscribe(&self) -> broadcast::Receiver<Event> {
-        crate::daemon::core::Core::subscribe(self)
+        crate::daemon::engine::Core::subscribe(self)
     }
 
     fn views_generation(&self) -> Option<u64> {
-        Some(crate::daemon::core::Core::views_generation(self))
+        Some(crate::daemon::engine::Core::views_generation(self))
     }
+}
 
-    fn open_device(
-        &self,
-        uuid: mdev_types::ids::MdevUuid,
-        backend: Option<vgpu_vfio::VfioBackend>,
-        bind: bool,
-    ) -> Result<vgpu_vfio::OpenedDevice, CoreError> {
-        crate::daemon::core::Core::open_device(self, uuid, backend, bind)
+/// Runs `cmd` on `exec` off the async threads (it may do blocking sysfs and disk I/O), or inline when
+/// it is answered from memory alone.
+async fn call<C: Command>(exec: &Arc<dyn Executor>, cmd: C) -> Result<C::Reply, QueryError>
+where
+    dyn Executor: Handle<C>,
+{
+    if C::ACCESS.is_memory_read() {
+        // No I/O: a hop to the blocking pool would cost more than the command.
+        return Ok(exec.handle(cmd)?);
+    }
+    let exec = Arc::clone(exec);
+    Ok(tokio::task::spawn_blocking(move || exec.handle(cmd)).await??)
+}
+
+/// Why the D-Bus layer got no answer from the engine.
+#[derive(Debug, Error)]
+pub enum QueryError {
+    /// The engine refused the command.
+    #[error(transparent)]
+    Core(#[from] CoreError),
+    /// The worker thread that ran the command panicked or was cancelled (see the log).
+    #[error("the worker thread running the command failed: {0}")]
+    Worker(#[from] tokio::task::JoinError),
+}
+
+impl From<QueryError> for ApiError {
+    fn from(e: QueryError) -> ApiError {
+        match e {
+            QueryError::Core(e) => e.into(),
+            QueryError::Worker(e) => ApiError::internal(e),
+        }
     }
 }
 
@@ -90,12 +121,44 @@ struct Shared {
     instance_list: std::sync::Mutex<Option<(u64, Arc<Vec<vgpu_client::InstanceInfo>>)>>,
 }
 
+impl Shared {
+    /// Runs `cmd` for the caller of `hdr`: authorization (commands that change state or hold a
+    /// device), execution, then, for changes, waits until the objects and signals reflect the result.
+    /// Manager1 and Instance1 methods all come through here.
+    async fn run<C: Command>(
+        &self,
+        conn: &Connection,
+        hdr: &Header<'_>,
+        cmd: C,
+    ) -> Result<C::Reply, ApiError>
+    where
+        dyn Executor: Handle<C>,
+    {
+        let access = C::ACCESS;
+        if access.needs_authorization() {
+            let caller = self.auth.authorize_change(conn, hdr).await?;
+            tracing::info!(%caller, command = ?cmd, "request");
+        }
+        let result = call(&self.exec, cmd).await;
+        if access.is_change() {
+            // Even a failed command may have changed something (a rolled-back step); settle always.
+            self.mirror.settle().await;
+        }
+        result.map_err(|e| {
+            if access.needs_authorization() {
+                tracing::info!(error = %e, "request refused");
+            }
+            ApiError::from(e)
+        })
+    }
+}
+
 /// Why the objects could not be served.
 #[derive(Debug, Error)]
 pub enum ServeError {
-    /// The core could not list GPUs or instances.
+    /// The engine could not list GPUs or instances.
     #[error("cannot read the initial GPUs and instances: {0}")]
-    Core(#[from] CoreError),
+    Core(#[from] QueryError),
     /// zbus refused to register an object.
     #[error("cannot register the D-Bus objects: {0}")]
     Register(#[from] zbus::Error),

@@ -3,39 +3,45 @@
 //! [`vgpu_client::pools`]); the methods themselves are declared in [`super::manager`], as zbus wants
 //! one `impl` block per interface.
 
+use serde::Serialize;
+
 use super::errors::ApiError;
-use crate::daemon::api::{Command, CoreError, Reply};
+use crate::daemon::api::{ApplyPool, PlanPool};
 use crate::sched::SchedRequest;
 
-/// The JSON text of a [`Reply::Report`].
-pub(super) fn report(reply: Reply) -> Result<String, ApiError> {
-    match reply {
-        Reply::Report(v) => Ok(v.to_string()),
-        other => Err(ApiError::internal(format!("unexpected reply {other:?}"))),
-    }
+/// The JSON text of a reply (a report in the shape docs/json.md documents). It goes through
+/// `serde_json::Value`, whose objects keep their keys sorted, so the text is the same whatever the
+/// field order of the Rust type.
+pub(super) fn json_value<T: Serialize>(reply: &T) -> Result<serde_json::Value, ApiError> {
+    serde_json::to_value(reply)
+        .map_err(|e| ApiError::internal(format!("cannot encode the reply as JSON: {e}")))
+}
+
+/// [`json_value`] as text.
+pub(super) fn json_text<T: Serialize>(reply: &T) -> Result<String, ApiError> {
+    json_value(reply).map(|v| v.to_string())
 }
 
 /// Refuses an empty pool text with the format to send.
 fn pool_text(method: &str, toml: &str) -> Result<String, ApiError> {
     if toml.trim().is_empty() {
-        return Err(CoreError::Invalid(format!(
+        return Err(ApiError::invalid(format!(
             "{method}: the pool text is empty: send a pool file's contents (name = \"…\", [profiles] name = count)"
-        ))
-        .into());
+        )));
     }
     Ok(toml.to_string())
 }
 
 /// `Plan(s pool_toml)`.
-pub(super) fn plan_command(toml: &str) -> Result<Command, ApiError> {
-    Ok(Command::PlanPool {
+pub(super) fn plan_command(toml: &str) -> Result<PlanPool, ApiError> {
+    Ok(PlanPool {
         toml: pool_text("Plan", toml)?,
     })
 }
 
 /// `Apply(s pool_toml)`.
-pub(super) fn apply_command(toml: &str) -> Result<Command, ApiError> {
-    Ok(Command::ApplyPool {
+pub(super) fn apply_command(toml: &str) -> Result<ApplyPool, ApiError> {
+    Ok(ApplyPool {
         toml: pool_text("Apply", toml)?,
     })
 }
@@ -57,9 +63,9 @@ pub(super) fn sched_requests(method: &str, json: &str) -> Result<Vec<SchedReques
         label: Option<String>,
     }
     let wire: Vec<Wire> = serde_json::from_str(json).map_err(|e| {
-        ApiError::from(CoreError::Invalid(format!(
+        ApiError::invalid(format!(
             "{method}: requests are not a JSON array of {{\"weight\": W, \"slot\"?, \"priority\"?, \"framebuffer_mib\"?, \"label\"?}}: {e}"
-        )))
+        ))
     })?;
     Ok(wire
         .into_iter()

@@ -10,55 +10,57 @@ use crate::daemon::store::{LedgerEntry, LedgerOwnership};
 /// What the executor needs from the daemon core. Implementations must keep the ledger durable
 /// (`put_ledger` returns only once the entry is on disk).
 pub trait StepActions {
+    /// What an action fails with (the engine's [`CoreError`]; tests use their own).
+    type Error: std::fmt::Display + std::fmt::Debug;
     /// Durably writes (or replaces) a ledger entry. Entries for new devices come with `gpu`,
     /// `profile` and `label` unset; implementations may fill them from the definition.
-    fn put_ledger(&mut self, entry: &LedgerEntry) -> Result<(), CoreError>;
+    fn put_ledger(&mut self, entry: &LedgerEntry) -> Result<(), Self::Error>;
     /// Durably writes several new entries, returning once all of them are on disk. The executor
     /// writes the entries of every device a plan creates with one call before creating the first
     /// device (one flush instead of one per device). On error any subset may have been written.
     /// The default writes them one by one.
-    fn put_ledgers(&mut self, entries: &[LedgerEntry]) -> Result<(), CoreError> {
+    fn put_ledgers(&mut self, entries: &[LedgerEntry]) -> Result<(), Self::Error> {
         entries.iter().try_for_each(|e| self.put_ledger(e))
     }
     /// Durably removes a ledger entry.
-    fn remove_ledger(&mut self, uuid: &MdevUuid) -> Result<(), CoreError>;
+    fn remove_ledger(&mut self, uuid: &MdevUuid) -> Result<(), Self::Error>;
     /// Creates the mdev device (writes the parent's `create` attribute).
     fn create_device(
         &mut self,
         uuid: &MdevUuid,
         parent: &str,
         type_id: &MdevTypeId,
-    ) -> Result<(), CoreError>;
+    ) -> Result<(), Self::Error>;
     /// Removes an mdev device this run created (writes its `remove` attribute); only called to roll
     /// back.
-    fn remove_device(&mut self, uuid: &MdevUuid, parent: &str) -> Result<(), CoreError>;
+    fn remove_device(&mut self, uuid: &MdevUuid, parent: &str) -> Result<(), Self::Error>;
     /// Whether a device with this UUID exists; asked after a failed create, because only a device
     /// known to be absent may lose its ledger entry.
-    fn device_exists(&mut self, uuid: &MdevUuid) -> Result<bool, CoreError>;
+    fn device_exists(&mut self, uuid: &MdevUuid) -> Result<bool, Self::Error>;
     /// Seconds since the Unix epoch, for the ledger's `created_at`.
     fn now(&self) -> u64;
 }
 
 /// The step that failed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StepFailure {
+#[derive(Debug, Clone)]
+pub struct StepFailure<E = CoreError> {
     /// Its index in [`Plan::steps`].
     pub index: usize,
     /// The step.
     pub step: Step,
     /// The error.
-    pub error: CoreError,
+    pub error: E,
 }
 
 /// An undo action that failed; its effect stays in place.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RollbackError {
+#[derive(Debug, Clone)]
+pub struct RollbackError<E = CoreError> {
     /// The step being undone.
     pub step: Step,
     /// What could not be undone.
     pub what: UndoAction,
     /// The error.
-    pub error: CoreError,
+    pub error: E,
 }
 
 /// One undo action.
@@ -73,20 +75,31 @@ pub enum UndoAction {
 }
 
 /// What [`execute`] did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ExecReport {
+#[derive(Debug, Clone)]
+pub struct ExecReport<E = CoreError> {
     /// Action steps that completed, in order. Without a failure these are the plan's effects; with
     /// one they were undone (see `rolled_back`, `rollback_errors`).
     pub completed: Vec<Step>,
     /// The step that failed, if any (execution stops there).
-    pub failure: Option<StepFailure>,
+    pub failure: Option<StepFailure<E>>,
     /// Completed steps whose effects were undone, in the order undone (reverse of `completed`).
     pub rolled_back: Vec<Step>,
     /// Undo actions that failed (their effects remain; the next reconcile sees them).
-    pub rollback_errors: Vec<RollbackError>,
+    pub rollback_errors: Vec<RollbackError<E>>,
 }
 
-impl ExecReport {
+impl<E> Default for ExecReport<E> {
+    fn default() -> Self {
+        ExecReport {
+            completed: Vec::new(),
+            failure: None,
+            rolled_back: Vec::new(),
+            rollback_errors: Vec::new(),
+        }
+    }
+}
+
+impl<E> ExecReport<E> {
     /// True when every action step succeeded.
     pub fn succeeded(&self) -> bool {
         self.failure.is_none()
@@ -113,7 +126,10 @@ enum Done<'a> {
 /// the first failure it stops, undoes the failing step's partial effect, restores the pre-written
 /// entries of creates it did not reach, undoes every completed step in reverse order, and reports
 /// it all.
-pub fn execute(plan: &Plan, actions: &mut dyn StepActions) -> ExecReport {
+pub fn execute<E: std::fmt::Display + std::fmt::Debug>(
+    plan: &Plan,
+    actions: &mut dyn StepActions<Error = E>,
+) -> ExecReport<E> {
     let mut report = ExecReport::default();
     let creates: Vec<(usize, CreateDone<'_>)> = plan
         .steps
@@ -208,7 +224,7 @@ pub fn execute(plan: &Plan, actions: &mut dyn StepActions) -> ExecReport {
 }
 
 /// Records the failed step.
-fn fail(report: &mut ExecReport, index: usize, step: &Step, error: CoreError) {
+fn fail<E>(report: &mut ExecReport<E>, index: usize, step: &Step, error: E) {
     report.failure = Some(StepFailure {
         index,
         step: step.clone(),
@@ -217,8 +233,8 @@ fn fail(report: &mut ExecReport, index: usize, step: &Step, error: CoreError) {
 }
 
 /// The ledger entry a create writes before making its device.
-fn new_entry(
-    actions: &dyn StepActions,
+fn new_entry<E: std::fmt::Display + std::fmt::Debug>(
+    actions: &dyn StepActions<Error = E>,
     uuid: &MdevUuid,
     parent: &str,
     type_id: &MdevTypeId,
@@ -237,12 +253,12 @@ fn new_entry(
 
 /// Creates the device of a create whose ledger entry is already on disk. On failure returns the
 /// error and, if something is to be undone, what.
-fn run_create<'a>(
-    actions: &mut dyn StepActions,
+fn run_create<'a, E: std::fmt::Display + std::fmt::Debug>(
+    actions: &mut dyn StepActions<Error = E>,
     d: &mut CreateDone<'a>,
     type_id: &MdevTypeId,
-    report: &mut ExecReport,
-) -> Result<(), (CoreError, Option<CreateDone<'a>>)> {
+    report: &mut ExecReport<E>,
+) -> Result<(), (E, Option<CreateDone<'a>>)> {
     let Err(error) = actions.create_device(d.uuid, d.parent, type_id) else {
         d.device = true;
         return Ok(());
@@ -267,7 +283,12 @@ fn run_create<'a>(
 }
 
 /// Undoes one step; `listed` adds it to `rolled_back` when fully undone.
-fn undo(actions: &mut dyn StepActions, d: Done<'_>, report: &mut ExecReport, listed: bool) {
+fn undo<E: std::fmt::Display + std::fmt::Debug>(
+    actions: &mut dyn StepActions<Error = E>,
+    d: Done<'_>,
+    report: &mut ExecReport<E>,
+    listed: bool,
+) {
     let mut fail = |step: &Step, what, error| {
         report.rollback_errors.push(RollbackError {
             step: step.clone(),

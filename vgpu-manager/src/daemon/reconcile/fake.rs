@@ -7,7 +7,6 @@ use mdev_types::ids::{MdevTypeId, MdevUuid};
 
 use super::exec::StepActions;
 use super::input::{HostInstance, HostParent, HostType, ReconcileInput};
-use crate::daemon::api::CoreError;
 use crate::daemon::store::{Definition, LedgerEntry};
 
 /// The observable state: devices (uuid → parent, type) and the ledger.
@@ -83,27 +82,37 @@ impl FakeHost {
     }
 
     /// Counts a mutating call; `Err` if it is one of the injected failures.
-    fn call(&mut self, what: &str) -> Result<(), CoreError> {
+    fn call(&mut self, what: &str) -> Result<(), FakeError> {
         let n = self.calls;
         self.calls += 1;
         if self.fail_calls.contains(&n) {
-            Err(CoreError::State(format!(
-                "injected failure of call {n} ({what})"
-            )))
+            Err(FakeError(format!("injected failure of call {n} ({what})")))
         } else {
             Ok(())
         }
     }
 }
 
+/// A failure of the fake: what the kernel would have refused, or an injected failure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FakeError(pub(crate) String);
+
+impl std::fmt::Display for FakeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 impl StepActions for FakeHost {
-    fn put_ledger(&mut self, entry: &LedgerEntry) -> Result<(), CoreError> {
+    type Error = FakeError;
+
+    fn put_ledger(&mut self, entry: &LedgerEntry) -> Result<(), FakeError> {
         self.call("put_ledger")?;
         self.ledger.insert(entry.uuid, entry.clone());
         Ok(())
     }
 
-    fn remove_ledger(&mut self, uuid: &MdevUuid) -> Result<(), CoreError> {
+    fn remove_ledger(&mut self, uuid: &MdevUuid) -> Result<(), FakeError> {
         // Protocol: an entry goes only once the device it describes is gone.
         if let (Some(e), Some((p, t))) = (self.ledger.get(uuid), self.devices.get(uuid)) {
             assert!(
@@ -121,7 +130,7 @@ impl StepActions for FakeHost {
         uuid: &MdevUuid,
         parent: &str,
         type_id: &MdevTypeId,
-    ) -> Result<(), CoreError> {
+    ) -> Result<(), FakeError> {
         // Protocol: the ledger entry is written before the device.
         let e = self.ledger.get(uuid);
         assert!(
@@ -138,23 +147,23 @@ impl StepActions for FakeHost {
         // What the kernel checks (drivers/vfio/mdev/mdev_sysfs.c create_store, mdev_core.c
         // mdev_device_create): unique UUID, registered parent, supported type, available instances.
         if self.devices.contains_key(uuid) {
-            return Err(CoreError::Exists { uuid: *uuid });
+            return Err(FakeError(format!("instance {uuid} already exists")));
         }
         let cap = self
             .parents
             .get(parent)
             .and_then(|t| t.get(type_id))
             .copied()
-            .ok_or_else(|| CoreError::Invalid(format!("no type {type_id} on {parent}")))?;
+            .ok_or_else(|| FakeError(format!("no type {type_id} on {parent}")))?;
         if self.used(parent, type_id) >= cap {
-            return Err(CoreError::State(format!("{type_id} on {parent} is full")));
+            return Err(FakeError(format!("{type_id} on {parent} is full")));
         }
         self.devices
             .insert(*uuid, (parent.to_string(), type_id.clone()));
         Ok(())
     }
 
-    fn remove_device(&mut self, uuid: &MdevUuid, parent: &str) -> Result<(), CoreError> {
+    fn remove_device(&mut self, uuid: &MdevUuid, parent: &str) -> Result<(), FakeError> {
         // Protocol: only devices in the ledger are ever removed.
         assert!(
             self.ledger.contains_key(uuid),
@@ -166,15 +175,13 @@ impl StepActions for FakeHost {
                 self.devices.remove(uuid);
                 Ok(())
             }
-            _ => Err(CoreError::NotFound { uuid: *uuid }),
+            _ => Err(FakeError(format!("no instance {uuid}"))),
         }
     }
 
-    fn device_exists(&mut self, uuid: &MdevUuid) -> Result<bool, CoreError> {
+    fn device_exists(&mut self, uuid: &MdevUuid) -> Result<bool, FakeError> {
         if self.fail_exists {
-            return Err(CoreError::State(
-                "injected: cannot read the mdev bus".into(),
-            ));
+            return Err(FakeError("injected: cannot read the mdev bus".into()));
         }
         Ok(self.devices.contains_key(uuid))
     }

@@ -39,7 +39,11 @@ fn success_applies_every_action() {
 fn run_failing(
     k: usize,
     ghost: bool,
-) -> (crate::daemon::reconcile::ExecReport, FakeHost, FakeHost) {
+) -> (
+    crate::daemon::reconcile::ExecReport<crate::daemon::reconcile::fake::FakeError>,
+    FakeHost,
+    FakeHost,
+) {
     let (mut h, defs) = scenario();
     let before = h.clone();
     let p = plan(&h.input(&defs));

@@ -22,10 +22,10 @@ use vgpu_host::paths;
 
 use super::{Core, lock};
 use crate::backend::{Backend, Created, NewVgpu, detect_gpu};
-use crate::daemon::api::CoreError;
+use crate::daemon::api::{CoreError, RequestError, StateError, VfInUse};
 pub(super) use crate::daemon::store::{VfKind, VfSlotRecord};
 use crate::pool::{HeldSlot, SlotId};
-use crate::profile::ProfileTarget;
+use crate::profile::ProfileTarget as Target;
 
 impl VfSlotRecord {
     /// The slot.
@@ -34,16 +34,16 @@ impl VfSlotRecord {
     }
 
     /// The target that makes this slot again on the same VF.
-    pub(super) fn target(&self) -> ProfileTarget {
+    pub(super) fn target(&self) -> Target {
         match &self.holds {
-            VfKind::SriovVf => ProfileTarget::SriovVf {
+            VfKind::SriovVf => Target::SriovVf {
                 pf: self.pf,
                 vf: Some(self.vf),
                 vf_driver: None,
                 num_vfs: self.num_vfs,
                 enable_vfs: false,
             },
-            VfKind::NvidiaVgpu { type_id, type_name } => ProfileTarget::NvidiaVendorVfio {
+            VfKind::NvidiaVgpu { type_id, type_name } => Target::NvidiaVendorVfio {
                 pf: self.pf,
                 vf: self.vf,
                 type_id: *type_id,
@@ -59,10 +59,6 @@ impl VfSlotRecord {
             VfKind::NvidiaVgpu { type_name, .. } => format!("{type_name} on VF {}", self.vf),
         }
     }
-}
-
-fn backend_error(e: crate::backend::BackendError) -> CoreError {
-    CoreError::State(e.to_string())
 }
 
 impl Core {
@@ -130,7 +126,7 @@ impl Core {
 
     fn backend_of(&self, gpu: &str) -> Result<(Box<dyn Backend>, Inventory), CoreError> {
         let inv = discover(self.host.as_ref())?;
-        let b = detect_gpu(self.host.as_ref(), &inv, gpu).map_err(backend_error)?;
+        let b = detect_gpu(self.host.as_ref(), &inv, gpu)?;
         Ok((b, inv))
     }
 
@@ -148,8 +144,7 @@ impl Core {
             .find(|d| d.address == *pf)
             .and_then(|d| d.sriov.as_ref())
             .map_or(0, |s| s.num_vfs);
-        b.enable_vfs(self.host.as_ref(), num_vfs)
-            .map_err(backend_error)?;
+        b.enable_vfs(self.host.as_ref(), num_vfs)?;
         info!(%gpu, %pf, num_vfs, before, "SR-IOV VFs enabled");
         Ok(before)
     }
@@ -175,28 +170,25 @@ impl Core {
         let held: Vec<PciAddress> = self.vf_records().iter().map(|r| r.vf).collect();
         if let Some(v) = wanted {
             if held.contains(&v) {
-                return Err(CoreError::State(format!(
-                    "VF {v} of {pf} is already held by another slot: plan again (`vgpuctl pool plan`)"
-                )));
+                return Err(StateError::VfHeld { vf: v, pf: *pf }.into());
             }
             let dev = inv.pci_devices.iter().find(|d| d.address == v);
             // NVIDIA's VFs stay on the nvidia driver; a vGPU type set means someone uses it. Other VFs
             // must have no driver: a host driver or a foreign vfio-pci binding means they are in use.
             let busy = match dev {
-                None => Some("it does not exist".to_string()),
+                None => Some(VfInUse::Missing),
                 Some(d) => match &d.nvidia_vf {
-                    Some(n) => n
-                        .current_type
-                        .map(|t| format!("it already has vGPU type {t}")),
-                    None => d.driver.as_ref().map(|drv| {
-                        format!("it is bound to {drv}, so the host or another guest uses it")
-                    }),
+                    Some(n) => n.current_type.map(VfInUse::HasVgpuType),
+                    None => d.driver.clone().map(VfInUse::BoundTo),
                 },
             };
             if let Some(why) = busy {
-                return Err(CoreError::State(format!(
-                    "VF {v} of {pf} cannot be taken: {why}; plan again (`vgpuctl pool plan`) to pick another"
-                )));
+                return Err(StateError::VfBusy {
+                    vf: v,
+                    pf: *pf,
+                    why,
+                }
+                .into());
             }
             return Ok(v);
         }
@@ -215,11 +207,7 @@ impl Core {
                     .find(|d| d.address == *v)
                     .is_some_and(|d| d.driver.is_none())
             })
-            .ok_or_else(|| {
-                CoreError::State(format!(
-                    "no free VF on {pf}: every enabled VF is held by a slot or bound to a driver (`vgpuctl discover` lists them)"
-                ))
-            })
+            .ok_or_else(|| StateError::NoFreeVf { pf: *pf }.into())
     }
 
     /// Makes `slot` on GPU `gpu` as `target` (an SR-IOV VF or NVIDIA vGPU target of the plan): picks
@@ -228,11 +216,11 @@ impl Core {
         &self,
         slot: &SlotId,
         gpu: &str,
-        target: &ProfileTarget,
+        target: &Target,
     ) -> Result<VfSlotRecord, CoreError> {
         let (b, inv) = self.backend_of(gpu)?;
         let (pf, vf, num_vfs, holds) = match target {
-            ProfileTarget::SriovVf {
+            Target::SriovVf {
                 pf,
                 vf,
                 num_vfs,
@@ -247,7 +235,7 @@ impl Core {
                     VfKind::SriovVf,
                 )
             }
-            ProfileTarget::NvidiaVendorVfio {
+            Target::NvidiaVendorVfio {
                 pf,
                 vf,
                 type_id,
@@ -262,7 +250,10 @@ impl Core {
                 },
             ),
             other => {
-                return Err(CoreError::Invalid(format!("{other} is not a VF target")));
+                return Err(RequestError::NotVfTarget {
+                    target: other.to_string(),
+                }
+                .into());
             }
         };
         let mut record = VfSlotRecord {
@@ -299,7 +290,7 @@ impl Core {
             }
             Err(e) => {
                 let _ = self.drop_vf_record(&record.uuid);
-                Err(backend_error(e))
+                Err(e.into())
             }
         }
     }
@@ -356,8 +347,7 @@ impl Core {
                 if self.nvidia_vgpu_type(vf) != Some(*type_id) => {}
             _ => {
                 let (b, _) = self.backend_of(&r.gpu)?;
-                b.destroy(self.host.as_ref(), &created)
-                    .map_err(backend_error)?;
+                b.destroy(self.host.as_ref(), &created)?;
             }
         }
         Ok(())
@@ -377,7 +367,7 @@ impl Core {
             uuid: None,
             placement_id: None,
         };
-        let created = b.create(self.host.as_ref(), &req).map_err(backend_error)?;
+        let created = b.create(self.host.as_ref(), &req)?;
         rec.created = Some(created);
         self.put_vf_record(&rec)
     }

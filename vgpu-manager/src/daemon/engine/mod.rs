@@ -1,5 +1,7 @@
-//! [`Core`]: executes [`Command`]s against the host and the state directory. It knows nothing of D-Bus:
-//! transports call [`Core::execute`] and forward [`Core::subscribe`] events.
+//! The engine: [`Core`] executes [`Command`]s against the host and the state directory (the routing
+//! table is `routes.rs`: one `Handle` impl per command). It knows nothing of D-Bus: transports call
+//! [`Core::execute`] and forward [`Core::subscribe`] events. (Named `engine`, not `core`, so that it
+//! never shadows the `core` crate.)
 //!
 //! Semantics (close to mdevctl's, so libvirt users find what they know):
 //! * `Create` makes a transient instance now (ledger entry first, then the kernel's `create`).
@@ -21,8 +23,10 @@ use mdev_types::ids::{MdevTypeId, MdevUuid};
 use vgpu_host::discover::discover;
 use vgpu_host::{Host, HostExt, paths};
 
-use super::api::{Command, CoreError, Event, GpuView, InstanceState, InstanceView, Reply};
-use super::store::{StateDir, StoreError};
+use super::api::{
+    Command, CoreError, Event, GpuCapacity, GpuView, Handle, InstanceState, InstanceView,
+};
+use super::store::StateDir;
 use crate::profile::Catalog;
 
 mod choose;
@@ -30,8 +34,12 @@ mod gpu_impact;
 mod lifecycle;
 mod locks;
 mod pool;
+mod pool_exec;
+#[cfg(test)]
+mod pool_exec_tests;
 mod pool_record;
 mod reconcile;
+mod routes;
 mod sched;
 mod vf_slots;
 mod vfio;
@@ -39,18 +47,6 @@ mod views;
 
 pub use gpu_impact::GpuImpact;
 pub use reconcile::ReconcileScope;
-
-impl From<StoreError> for CoreError {
-    fn from(e: StoreError) -> Self {
-        CoreError::Store(e.to_string())
-    }
-}
-
-impl From<vgpu_host::discover::DiscoverError> for CoreError {
-    fn from(e: vgpu_host::discover::DiscoverError) -> Self {
-        CoreError::Invalid(format!("cannot read the host: {e}"))
-    }
-}
 
 /// The daemon's core. Thread-safe: every method takes `&self`; operations on one mdev parent are
 /// serialized, different parents proceed in parallel.
@@ -120,7 +116,7 @@ impl Core {
     }
 
     /// A number that changes after every change of the instance views, so a cache of something derived
-    /// from [`Command::ListInstances`] can tell it is still current: a reply obtained *after* reading
+    /// from [`ListInstances`](crate::daemon::api::ListInstances) can tell it is still current: a reply obtained *after* reading
     /// generation `g` is at least as new as every change before `g`, and while the generation still
     /// reads `g`, no change has happened since.
     pub fn views_generation(&self) -> u64 {
@@ -134,35 +130,12 @@ impl Core {
         self.events.subscribe()
     }
 
-    /// Executes one command.
-    pub fn execute(&self, cmd: Command) -> Result<Reply, CoreError> {
-        match cmd {
-            Command::ListGpus => self.list_gpus().map(Reply::Gpus),
-            Command::GpuCapacity { id } => Ok(self.gpu_capacity(&id)),
-            Command::ListInstances => Ok(Reply::Instances(
-                lock(&self.views).values().cloned().collect(),
-            )),
-            Command::GetInstance { uuid } => lock(&self.views)
-                .get(&uuid)
-                .cloned()
-                .map(Reply::Instance)
-                .ok_or(CoreError::NotFound { uuid }),
-            Command::Create(req) => self.create(req),
-            Command::Define(req) => self.define(req),
-            Command::Start { uuid } => self.start(uuid),
-            Command::Stop { uuid } => self.stop(uuid),
-            Command::Destroy { uuid } => self.destroy(uuid),
-            Command::Undefine { uuid } => self.undefine(uuid),
-            Command::SetAutostart { uuid, autostart } => self.set_autostart(uuid, autostart),
-            Command::Reconcile => self.reconcile(ReconcileScope::Startup).map(|_| Reply::Done),
-            Command::PlanPool { toml } => self.pool_plan(&toml),
-            Command::ApplyPool { toml } => self.pool_apply(&toml),
-            Command::PoolStatus => self.pool_status(),
-            Command::GetScheduling { gpu } => self.get_scheduling(&gpu),
-            Command::PlanScheduling { gpu, requests } => self.plan_scheduling(&gpu, &requests),
-            Command::ApplyScheduling { gpu, requests } => self.apply_scheduling(&gpu, &requests),
-            Command::Preflight { uuid } => self.preflight(uuid),
-        }
+    /// Executes one command (the same as [`Handle::handle`], callable without naming the trait).
+    pub fn execute<C: Command>(&self, cmd: C) -> Result<C::Reply, CoreError>
+    where
+        Self: Handle<C>,
+    {
+        self.handle(cmd)
     }
 
     /// Handles a kernel uevent. An mdev event refreshes that instance (one removed behind our back is
@@ -251,7 +224,7 @@ impl Core {
 
     /// The types' available instances on mdev parent `id` (none when it is not a registered parent, as
     /// in [`Core::list_gpus`]) and its running instances.
-    fn gpu_capacity(&self, id: &str) -> Reply {
+    fn gpu_capacity(&self, id: &str) -> GpuCapacity {
         let dir = paths::mdev_parent(id).join("mdev_supported_types");
         let types = self
             .host
@@ -269,7 +242,7 @@ impl Core {
             .filter(|v| v.gpu == id && v.state == InstanceState::Running)
             .map(|v| v.uuid)
             .collect();
-        Reply::GpuCapacity(types, instances)
+        GpuCapacity { types, instances }
     }
 
     /// Waits (briefly) until a new mdev's `mdev_type` link exists. The kernel announces the device

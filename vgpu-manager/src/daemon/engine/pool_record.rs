@@ -3,7 +3,7 @@
 //! A pool that applied is kept in the state directory ([`AppliedPool`], `pools/<name>.toml`), with the
 //! exact text it was applied with (so it reads back as the same pool). Its slots' instances are
 //! ordinary definitions in the state directory; the record only says which pools exist, for
-//! [`Command::PoolStatus`](crate::daemon::api::Command::PoolStatus). A pool whose text no longer
+//! [`GetPoolStatus`](crate::daemon::api::GetPoolStatus). A pool whose text no longer
 //! loads with the current profiles (e.g. a profile removed since) is reported in the log and skipped.
 
 use std::collections::BTreeMap;
@@ -12,18 +12,10 @@ use mdev_types::model::Inventory;
 use tracing::warn;
 
 use super::{Core, lock};
-use crate::daemon::api::{CoreError, InstanceState, Reply};
+use crate::daemon::api::CoreError;
 use crate::daemon::store::{AppliedPool, unix_now};
 use crate::pool::{Pool, SlotId};
 use vgpu_client::{PoolGpu, PoolStatus, SlotRow};
-
-fn state_name(s: InstanceState) -> &'static str {
-    match s {
-        InstanceState::Running => "running",
-        InstanceState::Stopped => "stopped",
-        InstanceState::WaitingForParent => "waiting-for-parent",
-    }
-}
 
 impl Core {
     /// Records that `pool` was applied with `text`.
@@ -100,7 +92,7 @@ impl Core {
                         .map(|v| v.type_id.to_string())
                         .or_else(|| vf.map(|r| r.holds_text())),
                     state: match (view, vf) {
-                        (Some(v), _) => state_name(v.state),
+                        (Some(v), _) => v.state.as_str(),
                         (None, Some(r)) if self.vf_slot_running(r) => "running",
                         (None, Some(_)) => "stopped",
                         (None, None) => "missing",
@@ -114,8 +106,8 @@ impl Core {
         (rows, gpus)
     }
 
-    /// [`Command::PoolStatus`](crate::daemon::api::Command::PoolStatus).
-    pub(super) fn pool_status(&self) -> Result<Reply, CoreError> {
+    /// [`GetPoolStatus`](crate::daemon::api::GetPoolStatus).
+    pub(super) fn pool_status(&self) -> Result<Vec<PoolStatus>, CoreError> {
         let applied = self.applied_pools();
         let inv = vgpu_host::discover::discover(self.host.as_ref())?;
         let mut out = Vec::new();
@@ -141,8 +133,6 @@ impl Core {
                 gpus,
             });
         }
-        serde_json::to_value(&out)
-            .map(Reply::Report)
-            .map_err(|e| CoreError::State(format!("cannot encode the pool status: {e}")))
+        Ok(out)
     }
 }

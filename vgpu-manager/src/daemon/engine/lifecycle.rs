@@ -1,8 +1,9 @@
 //! The mutating commands. Each follows the ledger protocol of [`crate::daemon::store`]: the ledger entry
-//! is written before a device is created and removed only after it is gone, so a crash at any point
-//! leaves nothing the next start cannot reconcile.
+//! is written before a device is created (through the reconcile executor,
+//! [`Core::create_device_owned`]) and removed only after it is gone, so a crash at any point leaves
+//! nothing the next start cannot reconcile.
 
-use tracing::{info, warn};
+use tracing::info;
 
 use mdev_types::ids::MdevUuid;
 use vgpu_host::ops::{self, LifecycleError};
@@ -10,7 +11,7 @@ use vgpu_host::ops::{self, LifecycleError};
 use super::choose::Placement;
 use super::views::device_identity;
 use super::{Core, lock};
-use crate::daemon::api::{CoreError, CreateRequest, InstanceView, Ownership, Reply};
+use crate::daemon::api::{CoreError, InstanceSpec, InstanceView, Ownership, StateError};
 use crate::daemon::store::{Definition, LedgerEntry, LedgerOwnership, unix_now};
 
 /// Releases a UUID reservation when dropped.
@@ -25,8 +26,13 @@ impl Drop for Reservation<'_> {
     }
 }
 
-fn reply(view: Option<InstanceView>) -> Reply {
-    view.map(Reply::Instance).unwrap_or(Reply::Done)
+/// The view of an instance a command just made; it vanishing meanwhile is a state error.
+fn made(
+    view: Option<InstanceView>,
+    uuid: MdevUuid,
+    doing: &'static str,
+) -> Result<InstanceView, CoreError> {
+    view.ok_or_else(|| StateError::Vanished { uuid, doing }.into())
 }
 
 impl Core {
@@ -45,37 +51,6 @@ impl Core {
         Ok(Reservation { core: self, uuid })
     }
 
-    /// Creates the device of `uuid` with the ledger protocol. The parent lock must be held.
-    fn create_device_owned(
-        &self,
-        uuid: &MdevUuid,
-        place: &Placement,
-        label: Option<String>,
-    ) -> Result<(), CoreError> {
-        let entry = LedgerEntry {
-            uuid: *uuid,
-            parent: place.parent.clone(),
-            type_id: place.type_id.clone(),
-            ownership: LedgerOwnership::Daemon,
-            created_at: unix_now(),
-            gpu: Some(place.gpu.clone()),
-            profile: place.profile.clone(),
-            label,
-        };
-        lock(&self.store).put_ledger(&entry)?;
-        if let Err(e) = ops::create_mdev(self.host.as_ref(), &place.parent, &place.type_id, uuid) {
-            // Only a device known to be absent may lose its ledger entry.
-            if !self.device_exists(uuid)
-                && let Err(se) = lock(&self.store).remove_ledger(uuid)
-            {
-                warn!(%uuid, error = %se, "could not drop the ledger entry of a failed create; reconcile will");
-            }
-            return Err(e.into());
-        }
-        info!(%uuid, parent = %place.parent, type_id = %place.type_id, "instance created");
-        Ok(())
-    }
-
     /// Removes our device of `uuid`, then its ledger entry. The parent lock must be held.
     fn remove_device_owned(&self, uuid: &MdevUuid) -> Result<(), CoreError> {
         match ops::remove_mdev(self.host.as_ref(), uuid) {
@@ -83,26 +58,24 @@ impl Core {
             Err(e) => return Err(e.into()),
         }
         if self.device_exists(uuid) {
-            return Err(CoreError::State(format!(
-                "instance {uuid} is still present after remove (in use by a VM?): stop the VM first"
-            )));
+            return Err(StateError::StillPresent { uuid: *uuid }.into());
         }
         lock(&self.store).remove_ledger(uuid)?;
         info!(%uuid, "instance removed");
         Ok(())
     }
 
-    pub(super) fn create(&self, req: CreateRequest) -> Result<Reply, CoreError> {
+    pub(super) fn create(&self, req: InstanceSpec) -> Result<InstanceView, CoreError> {
         let place = self.place(&req, true)?;
         let uuid = req.uuid.unwrap_or_else(MdevUuid::new_random);
         let _reserved = self.reserve_new(uuid)?;
         self.locks.with_parent(&place.parent, || {
             self.create_device_owned(&uuid, &place, req.label.clone())
         })?;
-        Ok(reply(self.refresh_one(&uuid)))
+        made(self.refresh_one(&uuid), uuid, "created")
     }
 
-    pub(super) fn define(&self, req: CreateRequest) -> Result<Reply, CoreError> {
+    pub(super) fn define(&self, req: InstanceSpec) -> Result<InstanceView, CoreError> {
         if let Some(uuid) = req.uuid
             && self.device_exists(&uuid)
             && lock(&self.store).get_ledger(&uuid).is_none()
@@ -124,15 +97,17 @@ impl Core {
         };
         lock(&self.store).put_definition(&def)?;
         info!(%uuid, parent = %def.parent, type_id = %def.type_id, "instance defined");
-        Ok(reply(self.refresh_one(&uuid)))
+        made(self.refresh_one(&uuid), uuid, "defined")
     }
 
     /// Defining the UUID of an existing foreign device takes it over, if parent and type agree.
-    fn adopt(&self, uuid: MdevUuid, req: &CreateRequest) -> Result<Reply, CoreError> {
+    fn adopt(&self, uuid: MdevUuid, req: &InstanceSpec) -> Result<InstanceView, CoreError> {
         let Some((parent, type_id)) = device_identity(self.host.as_ref(), &uuid) else {
-            return Err(CoreError::State(format!(
-                "instance {uuid} vanished while being adopted"
-            )));
+            return Err(StateError::Vanished {
+                uuid,
+                doing: "adopted",
+            }
+            .into());
         };
         let place = self.place(req, false)?;
         if place.type_id != type_id || place.parent != parent {
@@ -165,7 +140,7 @@ impl Core {
                 Ok(())
             })?;
         info!(%uuid, %parent, %type_id, "foreign instance adopted by an explicit definition");
-        Ok(reply(self.refresh_one(&uuid)))
+        made(self.refresh_one(&uuid), uuid, "adopted")
     }
 
     fn reserve_new_for_adoption(&self, uuid: MdevUuid) -> Result<Reservation<'_>, CoreError> {
@@ -193,14 +168,12 @@ impl Core {
         Ok(())
     }
 
-    pub(super) fn start(&self, uuid: MdevUuid) -> Result<Reply, CoreError> {
+    pub(super) fn start(&self, uuid: MdevUuid) -> Result<Option<InstanceView>, CoreError> {
         let v = self.view(&uuid)?;
         self.not_foreign(&v)?;
         let def = lock(&self.store).get_definition(&uuid).cloned();
         let Some(def) = def else {
-            return Err(CoreError::State(format!(
-                "instance {uuid} is transient and already running; only defined instances can be started"
-            )));
+            return Err(StateError::TransientRunning { uuid }.into());
         };
         let place = Placement {
             parent: def.parent.clone(),
@@ -210,29 +183,31 @@ impl Core {
         };
         self.locks.with_parent(&def.parent, || {
             if self.device_exists(&uuid) {
-                return Err(CoreError::State(format!("instance {uuid} is already running")));
+                return Err(StateError::AlreadyRunning { uuid }.into());
             }
             if !self.parent_exists(&def.parent) {
-                return Err(CoreError::State(format!(
-                    "cannot start {uuid}: its parent {} is not registered (vGPU driver not loaded?)",
-                    def.parent
-                )));
+                return Err(StateError::ParentMissing {
+                    uuid,
+                    parent: def.parent.clone(),
+                }
+                .into());
             }
             self.create_device_owned(&uuid, &place, def.label.clone())
         })?;
-        Ok(reply(self.refresh_one(&uuid)))
+        Ok(self.refresh_one(&uuid))
     }
 
     /// Removes the running device of an instance we own; `what` names the command for messages.
-    fn remove_running(&self, v: &InstanceView, what: &str) -> Result<(), CoreError> {
+    fn remove_running(&self, v: &InstanceView, what: &'static str) -> Result<(), CoreError> {
         self.not_foreign(v)?;
         let owned = lock(&self.store).get_ledger(&v.uuid).is_some();
         self.locks.with_parent(&v.parent, || {
             if !self.device_exists(&v.uuid) {
-                return Err(CoreError::State(format!(
-                    "cannot {what} {}: it is not running",
-                    v.uuid
-                )));
+                return Err(StateError::NotRunning {
+                    uuid: v.uuid,
+                    action: what,
+                }
+                .into());
             }
             if !owned {
                 return Err(CoreError::Foreign { uuid: v.uuid });
@@ -241,50 +216,46 @@ impl Core {
         })
     }
 
-    pub(super) fn stop(&self, uuid: MdevUuid) -> Result<Reply, CoreError> {
+    pub(super) fn stop(&self, uuid: MdevUuid) -> Result<Option<InstanceView>, CoreError> {
         let v = self.view(&uuid)?;
         self.remove_running(&v, "stop")?;
-        Ok(reply(self.refresh_one(&uuid)))
+        Ok(self.refresh_one(&uuid))
     }
 
-    pub(super) fn destroy(&self, uuid: MdevUuid) -> Result<Reply, CoreError> {
+    pub(super) fn destroy(&self, uuid: MdevUuid) -> Result<Option<InstanceView>, CoreError> {
         let v = self.view(&uuid)?;
         self.not_foreign(&v)?;
         if self.device_exists(&uuid) {
             self.remove_running(&v, "destroy")?;
         }
         lock(&self.store).remove_definition(&uuid)?;
-        Ok(reply(self.refresh_one(&uuid)))
+        Ok(self.refresh_one(&uuid))
     }
 
-    pub(super) fn undefine(&self, uuid: MdevUuid) -> Result<Reply, CoreError> {
+    pub(super) fn undefine(&self, uuid: MdevUuid) -> Result<Option<InstanceView>, CoreError> {
         let v = self.view(&uuid)?;
         self.not_foreign(&v)?;
         if lock(&self.store).remove_definition(&uuid)?.is_none() {
-            return Err(CoreError::State(format!(
-                "instance {uuid} is not defined (it is transient)"
-            )));
+            return Err(StateError::NotDefined { uuid }.into());
         }
-        Ok(reply(self.refresh_one(&uuid)))
+        Ok(self.refresh_one(&uuid))
     }
 
     pub(super) fn set_autostart(
         &self,
         uuid: MdevUuid,
         autostart: bool,
-    ) -> Result<Reply, CoreError> {
+    ) -> Result<Option<InstanceView>, CoreError> {
         let v = self.view(&uuid)?;
         self.not_foreign(&v)?;
         {
             let mut store = lock(&self.store);
             let Some(mut def) = store.get_definition(&uuid).cloned() else {
-                return Err(CoreError::State(format!(
-                    "instance {uuid} is transient: define it first (`vgpuctl define --uuid {uuid} …`)"
-                )));
+                return Err(StateError::TransientAutostart { uuid }.into());
             };
             def.autostart = autostart;
             store.put_definition(&def)?;
         }
-        Ok(reply(self.refresh_one(&uuid)))
+        Ok(self.refresh_one(&uuid))
     }
 }

@@ -6,6 +6,7 @@ use mdev_types::ids::{MdevTypeId, MdevUuid};
 use vgpu_host::discover::discover;
 use vgpu_host::ops::{self, LifecycleError};
 
+use super::choose::Placement;
 use super::{Core, lock};
 use crate::daemon::api::CoreError;
 use crate::daemon::reconcile::{
@@ -24,21 +25,46 @@ pub enum ReconcileScope {
     Refresh,
 }
 
+/// The executor's actions on the real host and store.
 struct Actions<'a> {
     core: &'a Core,
+    /// What clients see of a device a command creates (gpu, profile, label), written into its new
+    /// ledger entry; reconcile's creates take these from their definitions instead.
+    shown: Option<Shown>,
+}
+
+/// See [`Actions::shown`].
+struct Shown {
+    gpu: String,
+    profile: Option<String>,
+    label: Option<String>,
+}
+
+impl Actions<'_> {
+    /// `entry` with what clients see filled in.
+    fn complete(&self, store: &StateDir, entry: &LedgerEntry) -> LedgerEntry {
+        let mut entry = entry.clone();
+        if let Some(s) = &self.shown {
+            entry.gpu = entry.gpu.or_else(|| Some(s.gpu.clone()));
+            entry.profile = entry.profile.or_else(|| s.profile.clone());
+            entry.label = entry.label.or_else(|| s.label.clone());
+        }
+        with_definition(store, &entry)
+    }
 }
 
 impl StepActions for Actions<'_> {
+    type Error = CoreError;
+
     fn put_ledger(&mut self, entry: &LedgerEntry) -> Result<(), CoreError> {
         let mut store = lock(&self.core.store);
-        let entry = with_definition(&store, entry);
+        let entry = self.complete(&store, entry);
         store.put_ledger(&entry).map_err(Into::into)
     }
 
     fn put_ledgers(&mut self, entries: &[LedgerEntry]) -> Result<(), CoreError> {
         let mut store = lock(&self.core.store);
-        let entries: Vec<LedgerEntry> =
-            entries.iter().map(|e| with_definition(&store, e)).collect();
+        let entries: Vec<LedgerEntry> = entries.iter().map(|e| self.complete(&store, e)).collect();
         store.put_ledgers(&entries).map_err(Into::into)
     }
 
@@ -97,6 +123,45 @@ fn scoped(mut plan: Plan, scope: &ReconcileScope) -> Plan {
 }
 
 impl Core {
+    /// Creates the device of `uuid` at `place` through the reconcile executor, so a command's create
+    /// follows the same ledger protocol and rollback as reconcile's: the ledger entry is written first;
+    /// if the kernel refuses, a device it made anyway is removed and the entry dropped, and the entry
+    /// is kept whenever the device may still exist. The parent lock must be held.
+    pub(super) fn create_device_owned(
+        &self,
+        uuid: &MdevUuid,
+        place: &Placement,
+        label: Option<String>,
+    ) -> Result<(), CoreError> {
+        let plan = Plan {
+            steps: vec![Step::Create {
+                uuid: *uuid,
+                parent: place.parent.clone(),
+                type_id: place.type_id.clone(),
+                replaces: None,
+            }],
+        };
+        let mut actions = Actions {
+            core: self,
+            shown: Some(Shown {
+                gpu: place.gpu.clone(),
+                profile: place.profile.clone(),
+                label,
+            }),
+        };
+        let report = execute(&plan, &mut actions);
+        for e in &report.rollback_errors {
+            warn!(%uuid, step = %e.step, error = %e.error, "undoing a failed create is incomplete; reconcile finishes it");
+        }
+        match report.failure {
+            Some(f) => Err(f.error),
+            None => {
+                info!(%uuid, parent = %place.parent, type_id = %place.type_id, "instance created");
+                Ok(())
+            }
+        }
+    }
+
     /// Plans and executes a reconcile with every other operation held off, then refreshes all views.
     pub fn reconcile(&self, scope: ReconcileScope) -> Result<ExecReport, CoreError> {
         let report = {
@@ -118,7 +183,13 @@ impl Core {
             {
                 info!(?scope, %step, "reconcile step");
             }
-            execute(&plan, &mut Actions { core: self })
+            execute(
+                &plan,
+                &mut Actions {
+                    core: self,
+                    shown: None,
+                },
+            )
         };
         if let Some(f) = &report.failure {
             warn!(step = %f.step, error = %f.error, rolled_back = report.rolled_back.len(), "reconcile step failed; this run was rolled back");

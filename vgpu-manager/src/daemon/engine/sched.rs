@@ -5,36 +5,24 @@
 use vgpu_host::discover::discover;
 
 use super::Core;
-use crate::backend::{BackendError, detect, detect_gpu};
-use crate::daemon::api::{CoreError, Reply};
-use crate::sched::{PlanOptions, SchedRequest};
+use crate::backend::{detect, detect_gpu};
+use crate::daemon::api::{CoreError, RequestError};
+use crate::sched::{ApplyReport, PlanOptions, SchedPlan, SchedRequest};
 use vgpu_client::SchedulingView;
 
-fn backend_error(e: BackendError) -> CoreError {
-    match e {
-        BackendError::UnknownGpu { .. } => CoreError::Invalid(e.to_string()),
-        other => CoreError::State(other.to_string()),
-    }
-}
-
-fn report<T: serde::Serialize>(what: &str, v: &T) -> Result<Reply, CoreError> {
-    serde_json::to_value(v)
-        .map(Reply::Report)
-        .map_err(|e| CoreError::State(format!("cannot encode the {what}: {e}")))
-}
-
 impl Core {
-    /// [`Command::GetScheduling`](crate::daemon::api::Command::GetScheduling): never fails for a GPU
+    /// [`GetScheduling`](crate::daemon::api::GetScheduling): never fails for a GPU
     /// that exists; a GPU without backend, or a read that failed, is a view with a `reason`.
-    pub(super) fn get_scheduling(&self, gpu: &str) -> Result<Reply, CoreError> {
+    pub(super) fn get_scheduling(&self, gpu: &str) -> Result<SchedulingView, CoreError> {
         let inv = discover(self.host.as_ref())?;
         let Some(g) = inv.gpus.iter().find(|g| g.id == gpu) else {
-            return Err(CoreError::Invalid(format!(
-                "no GPU {gpu} on {}: `vgpuctl status` lists the GPUs",
-                inv.host
-            )));
+            return Err(RequestError::NoSchedulingGpu {
+                gpu: gpu.to_string(),
+                host: inv.host.clone(),
+            }
+            .into());
         };
-        let detected = detect(self.host.as_ref(), &inv).map_err(backend_error)?;
+        let detected = detect(self.host.as_ref(), &inv)?;
         let d = detected.into_iter().find(|d| d.gpu == g.id);
         let view = match d.as_ref().and_then(|d| d.backend.as_ref()) {
             Some(b) => match b.read_back(self.host.as_ref()) {
@@ -61,7 +49,7 @@ impl Core {
                 ),
             },
         };
-        report("scheduling", &view)
+        Ok(view)
     }
 
     /// The plan for `requests` on `gpu` (weight 1 for each existing slot when empty).
@@ -69,45 +57,42 @@ impl Core {
         &self,
         gpu: &str,
         requests: &[SchedRequest],
-    ) -> Result<(Box<dyn crate::backend::Backend>, crate::sched::SchedPlan), CoreError> {
+    ) -> Result<(Box<dyn crate::backend::Backend>, SchedPlan), CoreError> {
         let inv = discover(self.host.as_ref())?;
-        let b = detect_gpu(self.host.as_ref(), &inv, gpu).map_err(backend_error)?;
+        let b = detect_gpu(self.host.as_ref(), &inv, gpu)?;
         let reqs = if requests.is_empty() {
             b.default_requests()
         } else {
             requests.to_vec()
         };
         if reqs.is_empty() {
-            return Err(CoreError::Invalid(format!(
-                "{gpu} has no vGPU yet: give one request per vGPU that will run there, e.g. [{{\"weight\":10}},{{\"weight\":30}}]"
-            )));
+            return Err(RequestError::NoVgpuYet {
+                gpu: gpu.to_string(),
+            }
+            .into());
         }
         let plan = b.plan(&reqs, &PlanOptions::default());
         Ok((b, plan))
     }
 
-    /// [`Command::PlanScheduling`](crate::daemon::api::Command::PlanScheduling).
+    /// [`PlanScheduling`](crate::daemon::api::PlanScheduling).
     pub(super) fn plan_scheduling(
         &self,
         gpu: &str,
         requests: &[SchedRequest],
-    ) -> Result<Reply, CoreError> {
+    ) -> Result<SchedPlan, CoreError> {
         let (_, plan) = self.sched_plan(gpu, requests)?;
-        report("scheduling plan", &plan)
+        Ok(plan)
     }
 
-    /// [`Command::ApplyScheduling`](crate::daemon::api::Command::ApplyScheduling): refused (nothing
+    /// [`ApplyScheduling`](crate::daemon::api::ApplyScheduling): refused (nothing
     /// written) when the plan has refusals.
     pub(super) fn apply_scheduling(
         &self,
         gpu: &str,
         requests: &[SchedRequest],
-    ) -> Result<Reply, CoreError> {
+    ) -> Result<ApplyReport, CoreError> {
         let (b, plan) = self.sched_plan(gpu, requests)?;
-        let applied = b.apply(self.host.as_ref(), &plan).map_err(|e| match e {
-            BackendError::UnknownGpu { .. } => CoreError::Invalid(e.to_string()),
-            other => CoreError::State(other.to_string()),
-        })?;
-        report("scheduling report", &applied)
+        Ok(b.apply(self.host.as_ref(), &plan)?)
     }
 }

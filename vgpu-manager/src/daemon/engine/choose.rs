@@ -5,7 +5,7 @@ use vgpu_host::discover::discover;
 use vgpu_host::{HostExt, paths};
 
 use super::Core;
-use crate::daemon::api::{CoreError, CreateRequest, Target};
+use crate::daemon::api::{CoreError, InstanceSpec, InstanceTarget, RequestError};
 use crate::profile::{ProfileTarget as OptionTarget, match_profile};
 
 /// Where an instance goes.
@@ -32,13 +32,13 @@ impl Core {
     /// Chooses parent and type. With `need_capacity` (Create), the type must have an instance left.
     pub(super) fn place(
         &self,
-        req: &CreateRequest,
+        req: &InstanceSpec,
         need_capacity: bool,
     ) -> Result<Placement, CoreError> {
         let gpu = req.gpu.as_deref().map(normalize_gpu);
         match &req.target {
-            Target::Type(type_id) => self.place_type(type_id, gpu, need_capacity),
-            Target::Profile(name) => self.place_profile(name, gpu, need_capacity),
+            InstanceTarget::Type(type_id) => self.place_type(type_id, gpu, need_capacity),
+            InstanceTarget::Profile(name) => self.place_profile(name, gpu, need_capacity),
         }
     }
 
@@ -67,21 +67,26 @@ impl Core {
                     });
                 }
                 if !self.parent_exists(&p) {
-                    return Err(CoreError::Invalid(format!(
-                        "no mdev parent {p} on {}: `vgpuctl types` lists parents and their types",
-                        self.host.describe()
-                    )));
+                    return Err(RequestError::NoParent {
+                        parent: p,
+                        host: self.host.describe(),
+                    }
+                    .into());
                 }
                 match self.available(&p, type_id) {
                     None => {
-                        return Err(CoreError::Invalid(format!(
-                            "{p} offers no mdev type {type_id}: `vgpuctl types --gpu {p}` lists its types"
-                        )));
+                        return Err(RequestError::TypeNotOffered {
+                            parent: p,
+                            type_id: type_id.clone(),
+                        }
+                        .into());
                     }
                     Some(0) if need_capacity => {
-                        return Err(CoreError::Invalid(format!(
-                            "mdev type {type_id} on {p} is full (available_instances is 0): destroy an instance or choose another GPU"
-                        )));
+                        return Err(RequestError::TypeFull {
+                            parent: p,
+                            type_id: type_id.clone(),
+                        }
+                        .into());
                     }
                     Some(_) => p,
                 }
@@ -100,10 +105,11 @@ impl Core {
                     })
                     .collect();
                 if offers.is_empty() {
-                    return Err(CoreError::Invalid(format!(
-                        "no GPU on {} offers mdev type {type_id}: `vgpuctl types` lists the types",
-                        self.host.describe()
-                    )));
+                    return Err(RequestError::NoGpuOffers {
+                        type_id: type_id.clone(),
+                        host: self.host.describe(),
+                    }
+                    .into());
                 }
                 let best = offers
                     .iter()
@@ -111,9 +117,10 @@ impl Core {
                 match best {
                     Some((n, name)) if *n > 0 || !need_capacity => name.clone(),
                     _ => {
-                        return Err(CoreError::Invalid(format!(
-                            "every GPU offering mdev type {type_id} is full: destroy an instance first"
-                        )));
+                        return Err(RequestError::EveryGpuFull {
+                            type_id: type_id.clone(),
+                        }
+                        .into());
                     }
                 }
             }
@@ -132,12 +139,13 @@ impl Core {
         gpu: Option<String>,
         need_capacity: bool,
     ) -> Result<Placement, CoreError> {
-        let profile = self.catalog.get(name).ok_or_else(|| {
-            CoreError::Invalid(format!(
-                "unknown profile {name:?}: known profiles are {}",
-                self.catalog.names().join(", ")
-            ))
-        })?;
+        let profile = self
+            .catalog
+            .get(name)
+            .ok_or_else(|| RequestError::UnknownProfile {
+                name: name.to_string(),
+                known: self.catalog.names().join(", "),
+            })?;
         let inv = discover(self.host.as_ref())?;
         let report = match_profile(profile, &inv);
         let candidates: Vec<_> = report
@@ -148,10 +156,11 @@ impl Core {
         if let Some(want) = &gpu
             && candidates.is_empty()
         {
-            return Err(CoreError::Invalid(format!(
-                "no GPU {want} on {}: `vgpuctl list-gpus` or `vgpuctl discover` lists them",
-                inv.host
-            )));
+            return Err(RequestError::NoGpu {
+                gpu: want.clone(),
+                host: inv.host.clone(),
+            }
+            .into());
         }
         // Every mdev option of every candidate GPU, best first per GPU.
         let mut options = Vec::new();
@@ -212,13 +221,10 @@ impl Core {
                 other_backends.join(", ")
             ));
         }
-        Err(CoreError::Invalid(format!(
-            "no GPU can take an instance of profile {name} now{}",
-            if why.is_empty() {
-                String::new()
-            } else {
-                format!(" — {}", why.join(" | "))
-            }
-        )))
+        Err(RequestError::NoRoom {
+            profile: name.to_string(),
+            why,
+        }
+        .into())
     }
 }

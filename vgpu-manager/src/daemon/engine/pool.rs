@@ -1,0 +1,393 @@
+//! Pools in the daemon: plan, apply, status.
+//!
+//! Apply is all-or-nothing as far as the daemon can make it:
+//! * **Refused before any change** when the plan leaves a profile short (the exact shortfall per
+//!   profile is the message).
+//! * **mdev slots** run through the core's own commands ([`DefineInstance`], [`StartInstance`],
+//!   [`DestroyInstance`]), so the ledger protocol, per-parent locks, the kernel's capacity check and
+//!   persistence apply to slots exactly as to any instance. A slot is defined (autostart as the pool
+//!   says) with its stable UUID, labelled `pool:<pool>/<profile>/<index>`, then started.
+//! * **VF slots** (xe/i915 VFs on vfio-pci, NVIDIA vendor-VFIO vGPUs; see [`super::vf_slots`]) are
+//!   made through the GPU's vendor backend: `EnableVfs` steps enable the PF's VFs (autoprobe off),
+//!   each slot takes a free VF and is recorded before the VF is touched.
+//! * **Stopped slots**: the plan sees running instances only. A slot of the pool that is defined but
+//!   stopped is started again when the plan puts it where it is defined, moved (destroyed and defined
+//!   anew) when the plan puts it elsewhere, and removed when the pool no longer wants it. A definition
+//!   with a slot's UUID that this pool did not make (no slot label) is never replaced: the apply fails.
+//! * **A failed step undoes this apply**: what it created is destroyed, what it started is stopped,
+//!   what it removed is defined and started again, in reverse order.
+//!
+//! A pool that applied is recorded (see [`super::pool_record`]) for [`GetPoolStatus`](crate::daemon::api::GetPoolStatus).
+
+use std::sync::{Mutex, PoisonError};
+
+use mdev_types::ids::MdevUuid;
+use tracing::{info, warn};
+use vgpu_host::discover::discover;
+
+use super::pool_exec::{
+    Applying, PoolActions, Undo, describe, labelled_slot, rollback, run_step, slot_name,
+};
+use super::{Core, lock};
+use crate::daemon::api::{
+    CoreError, CreateInstance, DefineInstance, DestroyInstance, Event, GetInstance, InstanceSpec,
+    InstanceState, InstanceTarget, InstanceView, StartInstance, StopInstance, UndoFailure,
+};
+use crate::daemon::store::{Definition, VfSlotRecord};
+use crate::pool::{Pool, PoolPlan, PoolStep as Step, SlotId, plan_pool};
+use crate::profile::ProfileTarget as OptionTarget;
+use mdev_types::ids::{MdevTypeId, PciAddress};
+use vgpu_client::PoolSummary;
+
+/// Where pools received as text are said to come from in error messages.
+const ORIGIN: &str = "pool";
+
+/// One apply at a time: two concurrent applies of one pool would both plan the same creates. A
+/// process-wide lock (rather than a `Core` field) because there is one core per daemon.
+static APPLYING: Mutex<()> = Mutex::new(());
+
+/// The label of a slot's instance.
+pub(super) fn slot_label(slot: &SlotId) -> String {
+    format!("pool:{}/{}/{}", slot.pool, slot.profile, slot.index)
+}
+
+/// The refusal of a plan that leaves a profile short, or `None` when every slot is placed.
+fn shortfall(plan: &PoolPlan) -> Option<CoreError> {
+    (!plan.shortfall.is_empty()).then(|| CoreError::Shortfall {
+        pool: plan.pool.clone(),
+        host: plan.host.clone(),
+        shortfall: plan.shortfall.clone(),
+        proven_optimal: plan.proven_optimal,
+    })
+}
+
+impl Core {
+    fn parse_pool(&self, text: &str) -> Result<Pool, CoreError> {
+        Ok(Pool::from_toml(ORIGIN, text, &self.catalog)?)
+    }
+
+    fn plan_of(&self, pool: &Pool) -> Result<(PoolPlan, mdev_types::model::Inventory), CoreError> {
+        let inv = discover(self.host.as_ref())?;
+        let held = self.held_vf_slots(&pool.name);
+        let plan = plan_pool(pool, &self.catalog, &inv, &held)?;
+        Ok((plan, inv))
+    }
+
+    /// [`PlanPool`](crate::daemon::api::PlanPool).
+    pub(super) fn pool_plan(&self, text: &str) -> Result<PoolPlan, CoreError> {
+        let pool = self.parse_pool(text)?;
+        let (plan, _) = self.plan_of(&pool)?;
+        Ok(plan)
+    }
+
+    /// [`ApplyPool`](crate::daemon::api::ApplyPool).
+    pub(super) fn pool_apply(&self, text: &str) -> Result<PoolSummary, CoreError> {
+        let _one = APPLYING.lock().unwrap_or_else(PoisonError::into_inner);
+        let pool = self.parse_pool(text)?;
+        let applying = Applying {
+            name: &pool.name,
+            autostart: pool.autostart,
+        };
+        let mut undo = Vec::new();
+        let mut created = Vec::new();
+        let mut removed = Vec::new();
+        // VF slots the pool still wants whose VF is not set up (after a reboot, for a pool applied
+        // without autostart) are made again first, on their recorded VFs, so that the plan sees the
+        // VFs they hold (a PF whose VFs a reboot disabled would otherwise look free).
+        let restarts = self.stopped_vf_slots(&pool);
+        for (i, step) in restarts.iter().enumerate() {
+            if let Err(e) = run_step(&mut Slots(self), applying, step, &mut undo) {
+                return Err(self.failed_apply(&pool, step, i, restarts.len(), e, undo));
+            }
+            if let Step::Create { slot, .. } = step {
+                created.push(slot_name(slot));
+            }
+        }
+        let plan = match self.plan_of(&pool) {
+            Ok((plan, _)) => plan,
+            Err(e) => {
+                self.log_rollback(&pool, rollback(&mut Slots(self), undo));
+                return Err(e);
+            }
+        };
+        if let Some(refusal) = shortfall(&plan) {
+            self.log_rollback(&pool, rollback(&mut Slots(self), undo));
+            return Err(refusal);
+        }
+        // The plan sees running slots only; a stopped slot the pool no longer wants is removed too.
+        let mut steps = restarts;
+        let first = steps.len();
+        steps.extend(self.unwanted_stopped_slots(&pool));
+        steps.extend(plan.steps.iter().cloned());
+        let total = u32::try_from(steps.len()).unwrap_or(u32::MAX);
+        for (i, step) in steps.iter().enumerate() {
+            if i >= first {
+                if let Err(e) = run_step(&mut Slots(self), applying, step, &mut undo) {
+                    return Err(self.failed_apply(&pool, step, i, steps.len(), e, undo));
+                }
+                match step {
+                    Step::Create { slot, .. } => created.push(slot_name(slot)),
+                    Step::Remove { slot, .. } => removed.push(slot_name(slot)),
+                    Step::EnableVfs { .. } => {}
+                }
+            }
+            // Nobody listening is fine: progress is a courtesy. (The restarts ran before the plan
+            // existed; their progress goes out now, with the final total.)
+            let _ = self.events.send(Event::PoolProgress {
+                pool: pool.name.clone(),
+                done: u32::try_from(i + 1).unwrap_or(u32::MAX),
+                total,
+                step: describe(step),
+            });
+        }
+        self.record_pool(&pool, text)?;
+        info!(pool = %pool.name, steps = total, created = created.len(), removed = removed.len(), "pool applied");
+        let inv = discover(self.host.as_ref())?;
+        let (slots, gpus) = self.slot_rows(&pool, &inv);
+        let summary = PoolSummary {
+            pool: pool.name.clone(),
+            host: inv.host.clone(),
+            changed: total > 0,
+            steps: total,
+            created,
+            removed,
+            kept: u32::try_from(plan.keep.len().saturating_sub(first)).unwrap_or(u32::MAX),
+            slots,
+            gpus,
+        };
+        Ok(summary)
+    }
+
+    /// Undoes `undo` after step `i` of `total` failed with `e`; the error to return.
+    fn failed_apply(
+        &self,
+        pool: &Pool,
+        step: &Step,
+        i: usize,
+        total: usize,
+        e: CoreError,
+        undo: Vec<Undo>,
+    ) -> CoreError {
+        let line = describe(step);
+        let done = undo.len();
+        let failed = rollback(&mut Slots(self), undo);
+        warn!(pool = %pool.name, step = %line, error = %e, "pool apply failed; undone");
+        self.log_rollback(pool, failed.clone());
+        CoreError::PoolStep {
+            pool: pool.name.clone(),
+            number: i + 1,
+            total,
+            step: line,
+            cause: Box::new(e),
+            undone: done,
+            rollback: failed,
+        }
+    }
+
+    /// Logs the undos of a rollback that failed.
+    fn log_rollback(&self, pool: &Pool, failed: Vec<UndoFailure>) {
+        for f in failed {
+            warn!(pool = %pool.name, undo = %f.undo, error = %f.error, "undoing a pool apply failed; `vgpuctl pool status` shows what is left");
+        }
+    }
+
+    /// Create steps for the VF slots of `pool` that it still wants whose VF is not set up now: each
+    /// makes the slot again on its recorded VF.
+    fn stopped_vf_slots(&self, pool: &Pool) -> Vec<Step> {
+        self.vf_records()
+            .into_iter()
+            .filter(|r| r.pool == pool.name)
+            .filter(|r| pool.profiles.get(&r.profile).is_some_and(|n| r.index < *n))
+            .filter(|r| !self.vf_slot_running(r))
+            .map(|r| Step::Create {
+                slot: r.slot(),
+                gpu: r.gpu.clone(),
+                numa_node: None,
+                target: r.target(),
+                start: None,
+            })
+            .collect()
+    }
+
+    /// Remove steps for the defined, stopped slots of `pool` that it no longer wants (a profile it
+    /// dropped, an index past its count).
+    fn unwanted_stopped_slots(&self, pool: &Pool) -> Vec<Step> {
+        let store = lock(&self.store);
+        store
+            .definitions()
+            .filter(|d| !self.device_exists(&d.uuid))
+            .filter_map(|d| {
+                let slot = labelled_slot(&pool.name, d.label.as_deref(), &d.uuid)?;
+                let wanted = pool
+                    .profiles
+                    .get(&slot.profile)
+                    .is_some_and(|n| slot.index < *n);
+                (!wanted).then(|| Step::Remove {
+                    slot,
+                    gpu: d.gpu.clone(),
+                    holds: d.type_id.to_string(),
+                })
+            })
+            .collect()
+    }
+
+    /// The core places a type without knowing the profile it serves; a slot does know it, so it is
+    /// written into the definition before the device is started (and so reaches the ledger too).
+    fn set_slot_profile(&self, uuid: &MdevUuid, profile: &str) -> Result<(), CoreError> {
+        {
+            let mut store = lock(&self.store);
+            if let Some(mut def) = store.get_definition(uuid).cloned()
+                && def.profile.is_none()
+            {
+                def.profile = Some(profile.to_string());
+                store.put_definition(&def)?;
+            }
+        }
+        self.refresh_one(uuid);
+        Ok(())
+    }
+
+    /// Brings back an instance this apply removed: its definition (if it had one) and its device (if
+    /// it ran).
+    fn restore(&self, v: &InstanceView) -> Result<(), CoreError> {
+        let req = InstanceSpec {
+            target: InstanceTarget::Type(v.type_id.clone()),
+            gpu: Some(v.parent.clone()),
+            uuid: Some(v.uuid),
+            autostart: v.autostart,
+            label: v.label.clone(),
+        };
+        if !v.defined {
+            self.execute(CreateInstance(req))?;
+            return Ok(());
+        }
+        self.execute(DefineInstance(req))?;
+        if let Some(p) = &v.profile {
+            self.set_slot_profile(&v.uuid, p)?;
+        }
+        if v.state == InstanceState::Running {
+            self.execute(StartInstance { uuid: v.uuid })?;
+        }
+        Ok(())
+    }
+}
+
+/// The engine's side of the pool executor.
+struct Slots<'a>(&'a Core);
+
+impl PoolActions for Slots<'_> {
+    fn vf_record(&self, uuid: &MdevUuid) -> Option<VfSlotRecord> {
+        self.0.vf_record(uuid)
+    }
+
+    fn definition(&self, uuid: &MdevUuid) -> Option<Definition> {
+        lock(&self.0.store).get_definition(uuid).cloned()
+    }
+
+    fn instance(&mut self, uuid: &MdevUuid) -> Result<InstanceView, CoreError> {
+        self.0.execute(GetInstance { uuid: *uuid })
+    }
+
+    fn enable_vfs(&mut self, gpu: &str, pf: &PciAddress, num_vfs: u32) -> Result<u32, CoreError> {
+        self.0.enable_vfs_on(gpu, pf, num_vfs)
+    }
+
+    fn restore_num_vfs(&mut self, pf: &PciAddress, previous: u32) -> Result<(), CoreError> {
+        self.0.restore_num_vfs(pf, previous)
+    }
+
+    fn create_vf(
+        &mut self,
+        slot: &SlotId,
+        gpu: &str,
+        target: &OptionTarget,
+    ) -> Result<(), CoreError> {
+        self.0.create_vf_slot(slot, gpu, target).map(|_| ())
+    }
+
+    fn recreate_vf(&mut self, r: &VfSlotRecord) -> Result<(), CoreError> {
+        self.0.recreate_vf_slot(r)
+    }
+
+    fn release_vf(&mut self, uuid: &MdevUuid) -> Result<VfSlotRecord, CoreError> {
+        self.0.release_vf_slot(uuid)
+    }
+
+    fn stop_vf(&mut self, uuid: &MdevUuid) -> Result<(), CoreError> {
+        self.0.stop_vf_slot(uuid)
+    }
+
+    fn define(
+        &mut self,
+        slot: &SlotId,
+        parent: &str,
+        type_id: &MdevTypeId,
+        autostart: bool,
+    ) -> Result<(), CoreError> {
+        self.0
+            .execute(DefineInstance(InstanceSpec {
+                target: InstanceTarget::Type(type_id.clone()),
+                gpu: Some(parent.to_string()),
+                uuid: Some(slot.uuid),
+                autostart,
+                label: Some(slot_label(slot)),
+            }))
+            .map(|_| ())
+    }
+
+    fn set_profile(&mut self, uuid: &MdevUuid, profile: &str) -> Result<(), CoreError> {
+        self.0.set_slot_profile(uuid, profile)
+    }
+
+    fn start(&mut self, uuid: &MdevUuid) -> Result<(), CoreError> {
+        self.0.execute(StartInstance { uuid: *uuid }).map(|_| ())
+    }
+
+    fn stop(&mut self, uuid: &MdevUuid) -> Result<(), CoreError> {
+        self.0.execute(StopInstance { uuid: *uuid }).map(|_| ())
+    }
+
+    fn destroy(&mut self, uuid: &MdevUuid) -> Result<(), CoreError> {
+        self.0.execute(DestroyInstance { uuid: *uuid }).map(|_| ())
+    }
+
+    fn restore(&mut self, v: &InstanceView) -> Result<(), CoreError> {
+        self.0.restore(v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_and_step_lines_name_the_slot() {
+        let slot = SlotId::new("vdi", "vdi-2g", 3);
+        assert_eq!(slot_label(&slot), "pool:vdi/vdi-2g/3");
+        let step = Step::Remove {
+            slot,
+            gpu: "0000:83:00.0".into(),
+            holds: "nvidia-231".into(),
+        };
+        assert_eq!(
+            describe(&step),
+            "remove vdi-2g/3 (nvidia-231) from 0000:83:00.0"
+        );
+    }
+
+    #[test]
+    fn only_a_true_slot_label_names_a_slot() {
+        let slot = SlotId::new("vdi", "vdi-2g", 3);
+        let label = slot_label(&slot);
+        assert_eq!(
+            labelled_slot("vdi", Some(&label), &slot.uuid),
+            Some(slot.clone())
+        );
+        // Another pool's label, a label on another UUID, free text: not this pool's slot.
+        assert_eq!(labelled_slot("vdi2", Some(&label), &slot.uuid), None);
+        let other = SlotId::new("vdi", "vdi-2g", 4).uuid;
+        assert_eq!(labelled_slot("vdi", Some(&label), &other), None);
+        assert_eq!(labelled_slot("vdi", Some("desk-3"), &slot.uuid), None);
+        assert_eq!(labelled_slot("vdi", None, &slot.uuid), None);
+    }
+}

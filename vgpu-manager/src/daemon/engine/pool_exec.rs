@@ -1,0 +1,262 @@
+//! The pool executor: carries out the steps of a pool plan ([`crate::pool::PoolStep`]) through
+//! [`PoolActions`], recording for each what undoes it ([`Undo`]), and on a failure undoes them all in
+//! reverse order ([`rollback`]). It decides; the actions only do. Each action is itself one atomic
+//! command of the engine (a define, a start, a VF slot made through its backend), so a device a step
+//! creates goes through the ledger protocol of the reconcile executor like any other.
+//!
+//! Pure: tested against a fake ([`super::pool_exec_tests`]) with proptest, as reconcile is.
+
+use std::fmt;
+
+use mdev_types::ids::{MdevTypeId, MdevUuid, PciAddress};
+
+use crate::daemon::api::{CoreError, InstanceView, StateError, UndoFailure};
+use crate::daemon::store::{Definition, VfSlotRecord};
+use crate::pool::{PoolStep as Step, SlotId};
+use crate::profile::ProfileTarget as Target;
+
+/// What the executor needs from the engine. Every change is atomic: it either happens or fails
+/// leaving nothing behind.
+pub(super) trait PoolActions {
+    /// The VF slot record of slot `uuid`, if it is a VF slot.
+    fn vf_record(&self, uuid: &MdevUuid) -> Option<VfSlotRecord>;
+    /// The definition with UUID `uuid`, if any.
+    fn definition(&self, uuid: &MdevUuid) -> Option<Definition>;
+    /// The instance `uuid` as clients see it.
+    fn instance(&mut self, uuid: &MdevUuid) -> Result<InstanceView, CoreError>;
+    /// Enables `num_vfs` VFs on PF `pf` of GPU `gpu`; returns the VF count before.
+    fn enable_vfs(&mut self, gpu: &str, pf: &PciAddress, num_vfs: u32) -> Result<u32, CoreError>;
+    /// Puts the VF count of `pf` back to `previous`.
+    fn restore_num_vfs(&mut self, pf: &PciAddress, previous: u32) -> Result<(), CoreError>;
+    /// Makes VF slot `slot` on GPU `gpu` as `target` (records it first).
+    fn create_vf(&mut self, slot: &SlotId, gpu: &str, target: &Target) -> Result<(), CoreError>;
+    /// Makes recorded VF slot `r` again on its VF.
+    fn recreate_vf(&mut self, r: &VfSlotRecord) -> Result<(), CoreError>;
+    /// Gives VF slot `uuid`'s VF back and drops its record; returns the record.
+    fn release_vf(&mut self, uuid: &MdevUuid) -> Result<VfSlotRecord, CoreError>;
+    /// Gives VF slot `uuid`'s VF back, keeping its record.
+    fn stop_vf(&mut self, uuid: &MdevUuid) -> Result<(), CoreError>;
+    /// Defines slot `slot` as `type_id` on `parent`, labelled as the slot, not started.
+    fn define(
+        &mut self,
+        slot: &SlotId,
+        parent: &str,
+        type_id: &MdevTypeId,
+        autostart: bool,
+    ) -> Result<(), CoreError>;
+    /// Writes the profile a slot serves into its definition.
+    fn set_profile(&mut self, uuid: &MdevUuid, profile: &str) -> Result<(), CoreError>;
+    /// Starts defined instance `uuid`.
+    fn start(&mut self, uuid: &MdevUuid) -> Result<(), CoreError>;
+    /// Stops instance `uuid` (keeps its definition).
+    fn stop(&mut self, uuid: &MdevUuid) -> Result<(), CoreError>;
+    /// Removes instance `uuid` entirely.
+    fn destroy(&mut self, uuid: &MdevUuid) -> Result<(), CoreError>;
+    /// Brings back instance `v` as it was (definition and device).
+    fn restore(&mut self, v: &InstanceView) -> Result<(), CoreError>;
+}
+
+/// How to undo one change of an apply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Undo {
+    /// The apply defined it: destroy it.
+    Destroy(MdevUuid),
+    /// The apply started an existing definition: stop it.
+    Stop(MdevUuid),
+    /// The apply removed it: define (or create) and start it again as it was.
+    Restore(Box<InstanceView>),
+    /// The apply made this VF slot: give its VF back.
+    ReleaseVf(MdevUuid),
+    /// The apply set up this recorded VF slot again: give its VF back, keep the record.
+    StopVf(MdevUuid),
+    /// The apply released this VF slot: make it again.
+    RecreateVf(Box<VfSlotRecord>),
+    /// The apply enabled VFs on this PF, which had `previous` before.
+    NumVfs {
+        /// The PF.
+        pf: PciAddress,
+        /// Its VF count before.
+        previous: u32,
+    },
+}
+
+impl fmt::Display for Undo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Undo::Destroy(u) => write!(f, "destroy {u}"),
+            Undo::Stop(u) => write!(f, "stop {u}"),
+            Undo::Restore(v) => write!(f, "restore {} ({} on {})", v.uuid, v.type_id, v.parent),
+            Undo::ReleaseVf(u) => write!(f, "release the VF of slot {u}"),
+            Undo::StopVf(u) => write!(f, "give back the VF of slot {u}"),
+            Undo::RecreateVf(r) => write!(f, "make slot {} again on VF {}", r.uuid, r.vf),
+            Undo::NumVfs { pf, previous } => write!(f, "set {pf} back to {previous} VFs"),
+        }
+    }
+}
+
+/// The slot a label names, when the label is a slot label of `pool` and `uuid` really is that slot's
+/// UUID (a label alone is free text anyone could have given).
+pub(super) fn labelled_slot(pool: &str, label: Option<&str>, uuid: &MdevUuid) -> Option<SlotId> {
+    let rest = label?.strip_prefix("pool:")?;
+    let (name, rest) = rest.split_once('/')?;
+    let (profile, index) = rest.rsplit_once('/')?;
+    if name != pool {
+        return None;
+    }
+    let slot = SlotId::new(name, profile, index.parse().ok()?);
+    (slot.uuid == *uuid).then_some(slot)
+}
+
+/// `profile/index` of a slot.
+pub(super) fn slot_name(slot: &SlotId) -> String {
+    format!("{}/{}", slot.profile, slot.index)
+}
+
+/// A step in a line, for progress and errors.
+pub(super) fn describe(step: &Step) -> String {
+    match step {
+        Step::Remove { slot, gpu, holds } => {
+            format!("remove {} ({holds}) from {gpu}", slot_name(slot))
+        }
+        Step::EnableVfs { gpu, num_vfs, .. } => format!("enable {num_vfs} SR-IOV VFs on {gpu}"),
+        Step::Create {
+            slot, gpu, target, ..
+        } => format!("create {} on {gpu} as {target}", slot_name(slot)),
+    }
+}
+
+/// The pool being applied, as far as the executor needs it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Applying<'a> {
+    /// Its name (slot labels carry it).
+    pub name: &'a str,
+    /// Whether its slots are defined with autostart.
+    pub autostart: bool,
+}
+
+/// Executes one step, pushing onto `undo` how to undo each change it made (also when it fails
+/// halfway: what it did before failing is undone with the rest).
+pub(super) fn run_step(
+    a: &mut dyn PoolActions,
+    pool: Applying<'_>,
+    step: &Step,
+    undo: &mut Vec<Undo>,
+) -> Result<(), CoreError> {
+    match step {
+        Step::Remove { slot, .. } if a.vf_record(&slot.uuid).is_some() => {
+            let record = a.release_vf(&slot.uuid)?;
+            undo.push(Undo::RecreateVf(Box::new(record)));
+            Ok(())
+        }
+        Step::EnableVfs { gpu, pf, num_vfs } => {
+            let previous = a.enable_vfs(gpu, pf, *num_vfs)?;
+            if previous != *num_vfs {
+                undo.push(Undo::NumVfs { pf: *pf, previous });
+            }
+            Ok(())
+        }
+        Step::Create {
+            slot,
+            gpu,
+            target: target @ (Target::SriovVf { .. } | Target::NvidiaVendorVfio { .. }),
+            ..
+        } => {
+            // A recorded slot whose VF is not set up (a reboot, with a pool applied without
+            // autostart) is made again where it is recorded.
+            if let Some(r) = a.vf_record(&slot.uuid) {
+                a.recreate_vf(&r)?;
+                undo.push(Undo::StopVf(slot.uuid));
+                return Ok(());
+            }
+            a.create_vf(slot, gpu, target)?;
+            undo.push(Undo::ReleaseVf(slot.uuid));
+            Ok(())
+        }
+        Step::Remove { slot, .. } => {
+            let view = a.instance(&slot.uuid)?;
+            a.destroy(&slot.uuid)?;
+            undo.push(Undo::Restore(Box::new(view)));
+            Ok(())
+        }
+        Step::Create {
+            slot,
+            target: Target::Mdev {
+                parent, type_id, ..
+            },
+            ..
+        } => {
+            let uuid = slot.uuid;
+            match a.definition(&uuid) {
+                // A slot defined earlier and stopped since, where the plan puts it: start it.
+                Some(d) if d.parent == *parent && d.type_id == *type_id => {
+                    a.start(&uuid)?;
+                    undo.push(Undo::Stop(uuid));
+                    Ok(())
+                }
+                // This pool's own slot, defined where the plan no longer puts it (its GPU left the
+                // selection, or another took its room while it was stopped): move it.
+                Some(d) if labelled_slot(pool.name, d.label.as_deref(), &uuid).is_some() => {
+                    let remove = Step::Remove {
+                        slot: slot.clone(),
+                        gpu: d.gpu.clone(),
+                        holds: d.type_id.to_string(),
+                    };
+                    run_step(a, pool, &remove, undo)?;
+                    define_and_start(a, pool, slot, parent, type_id, undo)
+                }
+                Some(d) => Err(StateError::SlotDefinedElsewhere {
+                    slot: slot_name(slot),
+                    uuid,
+                    defined_type: d.type_id,
+                    defined_parent: d.parent,
+                    type_id: type_id.clone(),
+                    parent: parent.clone(),
+                }
+                .into()),
+                None => define_and_start(a, pool, slot, parent, type_id, undo),
+            }
+        }
+        other => Err(CoreError::WholeGpuSlot {
+            step: describe(other),
+        }),
+    }
+}
+
+/// Defines `slot` as `type_id` on `parent` (autostart as the pool says) and starts it.
+fn define_and_start(
+    a: &mut dyn PoolActions,
+    pool: Applying<'_>,
+    slot: &SlotId,
+    parent: &str,
+    type_id: &MdevTypeId,
+    undo: &mut Vec<Undo>,
+) -> Result<(), CoreError> {
+    a.define(slot, parent, type_id, pool.autostart)?;
+    undo.push(Undo::Destroy(slot.uuid));
+    a.set_profile(&slot.uuid, &slot.profile)?;
+    a.start(&slot.uuid)
+}
+
+/// Undoes `undo` in reverse order. Every undo is tried; the ones that failed are returned, in the
+/// order tried (their effects stay in place).
+pub(super) fn rollback(a: &mut dyn PoolActions, undo: Vec<Undo>) -> Vec<UndoFailure> {
+    let mut failed = Vec::new();
+    for u in undo.into_iter().rev() {
+        let result = match &u {
+            Undo::Destroy(uuid) => a.destroy(uuid),
+            Undo::Stop(uuid) => a.stop(uuid),
+            Undo::Restore(v) => a.restore(v),
+            Undo::ReleaseVf(uuid) => a.release_vf(uuid).map(|_| ()),
+            Undo::StopVf(uuid) => a.stop_vf(uuid),
+            Undo::RecreateVf(r) => a.recreate_vf(r),
+            Undo::NumVfs { pf, previous } => a.restore_num_vfs(pf, *previous),
+        };
+        if let Err(error) = result {
+            failed.push(UndoFailure {
+                undo: u.to_string(),
+                error,
+            });
+        }
+    }
+    failed
+}

@@ -1,0 +1,492 @@
+//! The pool executor against a fake engine: a failure at any change undoes the apply exactly, and
+//! undos that fail are each reported.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use mdev_types::ids::{MdevTypeId, MdevUuid, PciAddress};
+use proptest::prelude::*;
+
+use super::pool::slot_label;
+use super::pool_exec::{Applying, PoolActions, Undo, rollback, run_step};
+use crate::daemon::api::{CoreError, InstanceState, InstanceView, Ownership};
+use crate::daemon::store::{Definition, VfKind, VfSlotRecord};
+use crate::pool::{PoolStep as Step, SlotId};
+use crate::profile::ProfileTarget as Target;
+
+const POOL: &str = "vdi";
+
+/// One mdev instance of the fake.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Inst {
+    parent: String,
+    type_id: MdevTypeId,
+    defined: bool,
+    running: bool,
+    label: Option<String>,
+    profile: Option<String>,
+}
+
+/// What the fake engine holds, and which of its changes fail.
+#[derive(Debug, Clone, Default)]
+struct Fake {
+    instances: BTreeMap<MdevUuid, Inst>,
+    /// VF slots: the record and whether its VF is set up.
+    vfs: BTreeMap<MdevUuid, (VfSlotRecord, bool)>,
+    num_vfs: BTreeMap<PciAddress, u32>,
+    calls: usize,
+    fail: BTreeSet<usize>,
+    failed: usize,
+}
+
+type State = (
+    BTreeMap<MdevUuid, Inst>,
+    BTreeMap<MdevUuid, (VfSlotRecord, bool)>,
+    BTreeMap<PciAddress, u32>,
+);
+
+impl Fake {
+    fn state(&self) -> State {
+        (
+            self.instances.clone(),
+            self.vfs.clone(),
+            self.num_vfs.clone(),
+        )
+    }
+
+    /// Counts a change; `Err` (and no effect) if it is an injected failure.
+    fn call(&mut self, uuid: &MdevUuid) -> Result<(), CoreError> {
+        let n = self.calls;
+        self.calls += 1;
+        if self.fail.contains(&n) {
+            self.failed += 1;
+            return Err(CoreError::NotFound { uuid: *uuid });
+        }
+        Ok(())
+    }
+
+    fn inst(&mut self, uuid: &MdevUuid) -> Result<&mut Inst, CoreError> {
+        self.instances
+            .get_mut(uuid)
+            .ok_or(CoreError::NotFound { uuid: *uuid })
+    }
+}
+
+fn ty(s: &str) -> MdevTypeId {
+    s.parse().unwrap()
+}
+
+/// The UUID the fake's PF-level changes count under (errors need one).
+fn pf_uuid() -> MdevUuid {
+    SlotId::new(POOL, "pf", 0).uuid
+}
+
+fn pf() -> PciAddress {
+    "0000:03:00.0".parse().unwrap()
+}
+
+fn vf_of(index: u32) -> PciAddress {
+    format!("0000:03:00.{}", index + 1).parse().unwrap()
+}
+
+fn record(slot: &SlotId) -> VfSlotRecord {
+    VfSlotRecord {
+        uuid: slot.uuid,
+        pool: slot.pool.clone(),
+        profile: slot.profile.clone(),
+        index: slot.index,
+        gpu: pf().to_string(),
+        pf: pf(),
+        vf: vf_of(slot.index),
+        num_vfs: 0,
+        holds: VfKind::SriovVf,
+        created: None,
+    }
+}
+
+impl PoolActions for Fake {
+    fn vf_record(&self, uuid: &MdevUuid) -> Option<VfSlotRecord> {
+        self.vfs.get(uuid).map(|(r, _)| r.clone())
+    }
+
+    fn definition(&self, uuid: &MdevUuid) -> Option<Definition> {
+        let i = self.instances.get(uuid).filter(|i| i.defined)?;
+        Some(Definition {
+            uuid: *uuid,
+            parent: i.parent.clone(),
+            gpu: i.parent.clone(),
+            type_id: i.type_id.clone(),
+            profile: i.profile.clone(),
+            autostart: false,
+            label: i.label.clone(),
+            created_at: 0,
+        })
+    }
+
+    fn instance(&mut self, uuid: &MdevUuid) -> Result<InstanceView, CoreError> {
+        let i = self.inst(uuid)?.clone();
+        Ok(InstanceView {
+            uuid: *uuid,
+            gpu: i.parent.clone(),
+            parent: i.parent,
+            type_id: i.type_id,
+            profile: i.profile,
+            state: if i.running {
+                InstanceState::Running
+            } else {
+                InstanceState::Stopped
+            },
+            defined: i.defined,
+            autostart: false,
+            ownership: Ownership::Daemon,
+            label: i.label,
+            iommu_group: None,
+            created_at: 0,
+        })
+    }
+
+    fn enable_vfs(&mut self, _gpu: &str, pf: &PciAddress, num_vfs: u32) -> Result<u32, CoreError> {
+        self.call(&pf_uuid())?;
+        Ok(self.num_vfs.insert(*pf, num_vfs).unwrap_or(0))
+    }
+
+    fn restore_num_vfs(&mut self, pf: &PciAddress, previous: u32) -> Result<(), CoreError> {
+        self.call(&pf_uuid())?;
+        if previous == 0 {
+            self.num_vfs.remove(pf);
+        } else {
+            self.num_vfs.insert(*pf, previous);
+        }
+        Ok(())
+    }
+
+    fn create_vf(&mut self, slot: &SlotId, _gpu: &str, _t: &Target) -> Result<(), CoreError> {
+        self.call(&slot.uuid)?;
+        assert!(!self.vfs.contains_key(&slot.uuid), "slot made twice");
+        self.vfs.insert(slot.uuid, (record(slot), true));
+        Ok(())
+    }
+
+    fn recreate_vf(&mut self, r: &VfSlotRecord) -> Result<(), CoreError> {
+        self.call(&r.uuid)?;
+        self.vfs.insert(r.uuid, (r.clone(), true));
+        Ok(())
+    }
+
+    fn release_vf(&mut self, uuid: &MdevUuid) -> Result<VfSlotRecord, CoreError> {
+        self.call(uuid)?;
+        self.vfs
+            .remove(uuid)
+            .map(|(r, _)| r)
+            .ok_or(CoreError::NotFound { uuid: *uuid })
+    }
+
+    fn stop_vf(&mut self, uuid: &MdevUuid) -> Result<(), CoreError> {
+        self.call(uuid)?;
+        let v = self
+            .vfs
+            .get_mut(uuid)
+            .ok_or(CoreError::NotFound { uuid: *uuid })?;
+        v.1 = false;
+        Ok(())
+    }
+
+    fn define(
+        &mut self,
+        slot: &SlotId,
+        parent: &str,
+        type_id: &MdevTypeId,
+        _autostart: bool,
+    ) -> Result<(), CoreError> {
+        self.call(&slot.uuid)?;
+        assert!(
+            !self.instances.contains_key(&slot.uuid),
+            "defined over an existing instance"
+        );
+        self.instances.insert(
+            slot.uuid,
+            Inst {
+                parent: parent.to_string(),
+                type_id: type_id.clone(),
+                defined: true,
+                running: false,
+                label: Some(slot_label(slot)),
+                profile: None,
+            },
+        );
+        Ok(())
+    }
+
+    fn set_profile(&mut self, uuid: &MdevUuid, profile: &str) -> Result<(), CoreError> {
+        self.call(uuid)?;
+        self.inst(uuid)?.profile = Some(profile.to_string());
+        Ok(())
+    }
+
+    fn start(&mut self, uuid: &MdevUuid) -> Result<(), CoreError> {
+        self.call(uuid)?;
+        let i = self.inst(uuid)?;
+        assert!(i.defined && !i.running, "start of {i:?}");
+        i.running = true;
+        Ok(())
+    }
+
+    fn stop(&mut self, uuid: &MdevUuid) -> Result<(), CoreError> {
+        self.call(uuid)?;
+        self.inst(uuid)?.running = false;
+        Ok(())
+    }
+
+    fn destroy(&mut self, uuid: &MdevUuid) -> Result<(), CoreError> {
+        self.call(uuid)?;
+        self.instances
+            .remove(uuid)
+            .map(|_| ())
+            .ok_or(CoreError::NotFound { uuid: *uuid })
+    }
+
+    fn restore(&mut self, v: &InstanceView) -> Result<(), CoreError> {
+        self.call(&v.uuid)?;
+        self.instances.insert(
+            v.uuid,
+            Inst {
+                parent: v.parent.clone(),
+                type_id: v.type_id.clone(),
+                defined: v.defined,
+                running: v.state == InstanceState::Running,
+                label: v.label.clone(),
+                profile: v.profile.clone(),
+            },
+        );
+        Ok(())
+    }
+}
+
+/// What a slot is before the apply, and so which step the plan gives it.
+#[derive(Debug, Clone, Copy)]
+enum Before {
+    /// Nothing: defined and started on p1.
+    Absent,
+    /// Running on p1: removed.
+    Running,
+    /// Defined and stopped on p1: started.
+    Stopped,
+    /// Defined and stopped on p2 (this pool's slot): moved to p1.
+    Elsewhere,
+    /// A VF slot not there yet: made.
+    NewVf,
+    /// A VF slot set up: released.
+    VfUp,
+    /// A VF slot recorded, its VF not set up: made again.
+    VfDown,
+}
+
+fn before() -> impl Strategy<Value = Before> {
+    prop_oneof![
+        Just(Before::Absent),
+        Just(Before::Running),
+        Just(Before::Stopped),
+        Just(Before::Elsewhere),
+        Just(Before::NewVf),
+        Just(Before::VfUp),
+        Just(Before::VfDown),
+    ]
+}
+
+fn mdev(parent: &str, defined: bool, running: bool, slot: &SlotId) -> Inst {
+    Inst {
+        parent: parent.into(),
+        type_id: ty("nvidia-1"),
+        defined,
+        running,
+        label: Some(slot_label(slot)),
+        profile: Some(slot.profile.clone()),
+    }
+}
+
+/// The fake before the apply and the apply's steps.
+fn scenario(slots: &[Before], enable: bool) -> (Fake, Vec<Step>) {
+    let mut fake = Fake::default();
+    let mut steps = Vec::new();
+    if enable {
+        steps.push(Step::EnableVfs {
+            gpu: pf().to_string(),
+            pf: pf(),
+            num_vfs: 8,
+        });
+    }
+    let mdev_target = Target::Mdev {
+        parent: "p1".into(),
+        type_id: ty("nvidia-1"),
+        type_name: Some("T".into()),
+    };
+    let vf_target = Target::SriovVf {
+        pf: pf(),
+        vf: None,
+        vf_driver: None,
+        num_vfs: 0,
+        enable_vfs: false,
+    };
+    for (i, b) in slots.iter().enumerate() {
+        let slot = SlotId::new(POOL, "vdi-2g", u32::try_from(i).unwrap());
+        let create = |target: &Target| Step::Create {
+            slot: slot.clone(),
+            gpu: "p1".into(),
+            numa_node: None,
+            target: target.clone(),
+            start: None,
+        };
+        let remove = Step::Remove {
+            slot: slot.clone(),
+            gpu: "p1".into(),
+            holds: "nvidia-1".into(),
+        };
+        match b {
+            Before::Absent => steps.push(create(&mdev_target)),
+            Before::Running => {
+                fake.instances
+                    .insert(slot.uuid, mdev("p1", true, true, &slot));
+                steps.push(remove);
+            }
+            Before::Stopped => {
+                fake.instances
+                    .insert(slot.uuid, mdev("p1", true, false, &slot));
+                steps.push(create(&mdev_target));
+            }
+            Before::Elsewhere => {
+                fake.instances
+                    .insert(slot.uuid, mdev("p2", true, false, &slot));
+                steps.push(create(&mdev_target));
+            }
+            Before::NewVf => steps.push(create(&vf_target)),
+            Before::VfUp => {
+                fake.vfs.insert(slot.uuid, (record(&slot), true));
+                steps.push(remove);
+            }
+            Before::VfDown => {
+                fake.vfs.insert(slot.uuid, (record(&slot), false));
+                steps.push(create(&vf_target));
+            }
+        }
+    }
+    (fake, steps)
+}
+
+/// Runs `steps` as an apply does; on the first failure rolls back. Returns the failed step's index
+/// and the undos that failed.
+fn apply(fake: &mut Fake, steps: &[Step]) -> Option<(usize, usize)> {
+    let pool = Applying {
+        name: POOL,
+        autostart: false,
+    };
+    let mut undo: Vec<Undo> = Vec::new();
+    for (i, step) in steps.iter().enumerate() {
+        if run_step(fake, pool, step, &mut undo).is_err() {
+            let failed = rollback(fake, undo);
+            return Some((i, failed.len()));
+        }
+    }
+    None
+}
+
+proptest! {
+    /// Without failures every slot ends as its step says; with one failure at any change, the apply
+    /// is undone exactly.
+    #[test]
+    fn a_failure_at_any_change_undoes_the_apply(
+        slots in proptest::collection::vec(before(), 1..7),
+        enable in any::<bool>(),
+        k in 0usize..40,
+    ) {
+        let (start, steps) = scenario(&slots, enable);
+        let mut fake = start.clone();
+        prop_assert_eq!(apply(&mut fake, &steps), None);
+        let changes = fake.calls;
+        for (i, b) in slots.iter().enumerate() {
+            let uuid = SlotId::new(POOL, "vdi-2g", u32::try_from(i).unwrap()).uuid;
+            match b {
+                Before::Absent | Before::Stopped | Before::Elsewhere => {
+                    let inst = &fake.instances[&uuid];
+                    prop_assert!(inst.running && inst.defined && inst.parent == "p1", "{:?}", inst);
+                    prop_assert_eq!(inst.profile.as_deref(), Some("vdi-2g"));
+                }
+                Before::Running | Before::VfUp => {
+                    prop_assert!(!fake.instances.contains_key(&uuid) && !fake.vfs.contains_key(&uuid));
+                }
+                Before::NewVf | Before::VfDown => prop_assert!(fake.vfs[&uuid].1),
+            }
+        }
+        // The same apply with change k failing.
+        let mut fake = start.clone();
+        fake.fail.insert(k);
+        let outcome = apply(&mut fake, &steps);
+        if k < changes {
+            let (_, undo_failures) = outcome.expect("the injected failure stops the apply");
+            prop_assert_eq!(undo_failures, 0);
+            prop_assert_eq!(fake.state(), start.state());
+        } else {
+            prop_assert_eq!(outcome, None);
+        }
+    }
+
+    /// Undos that fail are each reported; the others still run.
+    #[test]
+    fn failing_undos_are_each_reported(
+        slots in proptest::collection::vec(before(), 1..7),
+        k in 0usize..30,
+        undo_fails in proptest::collection::btree_set(0usize..60, 0..4),
+    ) {
+        let (start, steps) = scenario(&slots, true);
+        let mut probe = start.clone();
+        apply(&mut probe, &steps);
+        prop_assume!(k < probe.calls);
+        let mut fake = start.clone();
+        fake.fail.insert(k);
+        // Failures injected after the first one can only hit undos.
+        fake.fail.extend(undo_fails.iter().map(|u| k + 1 + u));
+        let (_, reported) = apply(&mut fake, &steps).expect("the injected failure stops the apply");
+        prop_assert_eq!(reported, fake.failed - 1);
+        if reported == 0 {
+            prop_assert_eq!(fake.state(), start.state());
+        }
+    }
+}
+
+#[test]
+fn a_slot_defined_as_something_else_is_refused_before_any_change() {
+    let slot = SlotId::new(POOL, "vdi-2g", 0);
+    let mut fake = Fake::default();
+    let mut other = mdev("p2", true, false, &slot);
+    other.label = Some("desk-3".into());
+    fake.instances.insert(slot.uuid, other);
+    let start = fake.state();
+    let step = Step::Create {
+        slot: slot.clone(),
+        gpu: "p1".into(),
+        numa_node: None,
+        target: Target::Mdev {
+            parent: "p1".into(),
+            type_id: ty("nvidia-1"),
+            type_name: Some("T".into()),
+        },
+        start: None,
+    };
+    let mut undo = Vec::new();
+    let e = run_step(
+        &mut fake,
+        Applying {
+            name: POOL,
+            autostart: false,
+        },
+        &step,
+        &mut undo,
+    )
+    .unwrap_err();
+    assert_eq!(e.kind(), "State");
+    assert!(
+        e.to_string().contains("already defined as nvidia-1 on p2"),
+        "{e}"
+    );
+    assert!(undo.is_empty());
+    assert_eq!(fake.state(), start);
+}

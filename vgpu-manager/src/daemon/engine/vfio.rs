@@ -1,0 +1,54 @@
+//! VFIO on behalf of clients: the preflight of an instance, and opening one for an unprivileged VMM
+//! (the fds are handed over by the transport; the core only opens).
+
+use mdev_types::ids::MdevUuid;
+use vgpu_vfio::{
+    OpenedDevice, OpenedDeviceExt, PreflightReport, VfioBackend, VfioTarget, preflight,
+};
+
+use super::{Core, lock};
+use crate::daemon::api::{CoreError, InstanceState, Ownership, StateError};
+
+impl Core {
+    /// [`crate::daemon::api::Preflight`].
+    pub(super) fn preflight(&self, uuid: MdevUuid) -> Result<PreflightReport, CoreError> {
+        preflight(
+            self.host.as_ref(),
+            &VfioTarget::Mdev(uuid),
+            &Default::default(),
+        )
+        .map_err(|e| CoreError::vfio(uuid, e))
+    }
+
+    /// Opens running instance `uuid` through VFIO (the backend `backend`, or the automatic choice;
+    /// bound and attached for DMA or not: [`OpenedDevice::open`]) so its fds can be handed to a VMM.
+    /// Only instances vgpu-manager manages are handed out, and only while running
+    /// ([`crate::daemon::api::OpenDevice`]).
+    pub(super) fn open_device(
+        &self,
+        uuid: MdevUuid,
+        backend: Option<VfioBackend>,
+        bind: bool,
+    ) -> Result<OpenedDevice, CoreError> {
+        let parent = lock(&self.views)
+            .get(&uuid)
+            .map(|v| v.parent.clone())
+            .ok_or(CoreError::NotFound { uuid })?;
+        // Checked and opened under the parent's lock, so a Stop or Destroy cannot remove the device in
+        // between.
+        self.locks.with_parent(&parent, || {
+            let view = lock(&self.views)
+                .get(&uuid)
+                .cloned()
+                .ok_or(CoreError::NotFound { uuid })?;
+            if view.ownership == Ownership::Foreign {
+                return Err(CoreError::Foreign { uuid });
+            }
+            if view.state != InstanceState::Running {
+                return Err(StateError::NoDeviceToOpen { uuid }.into());
+            }
+            OpenedDevice::open(self.host.as_ref(), &VfioTarget::Mdev(uuid), backend, bind)
+                .map_err(|e| CoreError::vfio(uuid, e))
+        })
+    }
+}
