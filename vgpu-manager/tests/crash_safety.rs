@@ -21,23 +21,9 @@ use vgpu_sim::SimHost;
 
 mod dbus_common;
 use dbus_common::Daemon;
+use dbus_common::crash::{self, Rng};
 
 const OPS: usize = 1000;
-
-/// xorshift64*: a small deterministic generator, seeded per run and printed so a failure can be replayed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 struct World {
     dir: PathBuf,
@@ -255,18 +241,7 @@ async fn check(
 #[tokio::test(flavor = "multi_thread")]
 async fn kill_9_at_random_points_loses_nothing_and_leaks_nothing() {
     let tmp = tempfile::tempdir().unwrap();
-    let seed = std::env::var("VGPU_CRASH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-                | 1
-        });
-    eprintln!("crash test seed {seed} (VGPU_CRASH_SEED={seed} replays the operation sequence)");
-    let mut rng = Rng(seed);
+    let mut rng = crash::seeded("crash test", "the operation sequence");
     let mut world = World {
         dir: tmp.path().to_path_buf(),
         bus: format!("unix:path={}", tmp.path().join("bus.sock").display()),

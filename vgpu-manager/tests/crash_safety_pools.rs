@@ -18,6 +18,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use dbus_common::crash;
 use dbus_common::{Daemon, client};
 use vgpu_client::{Manager1Proxy, PoolStatus};
 use vgpu_sim::SimHost;
@@ -25,21 +26,6 @@ use vgpu_sim::SimHost;
 const L40S: &str = "0000:85:00.0";
 const FLEX: &str = "0000:03:00.0";
 const ROUNDS: usize = 12;
-
-/// xorshift64*: a small deterministic generator, seeded per run and printed so a failure can be replayed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// A pool of `n` 2 GiB desktops on the L40S and the Flex 170 only, so every slot is a VF slot.
 fn pool_text(n: u64, autostart: bool) -> String {
@@ -106,18 +92,7 @@ fn check(state: &Path, journal: &Path, when: &str) {
 #[tokio::test(flavor = "multi_thread")]
 async fn kill_9_during_pool_apply_tears_no_file_and_leaks_no_vf() {
     let tmp = tempfile::tempdir().unwrap();
-    let seed = std::env::var("VGPU_CRASH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-                | 1
-        });
-    eprintln!("pool crash test seed {seed} (VGPU_CRASH_SEED={seed} replays the sizes and delays)");
-    let mut rng = Rng(seed);
+    let mut rng = crash::seeded("pool crash test", "the sizes and delays");
     let state = tmp.path().join("state");
     let journal = tmp.path().join("kernel.journal");
 

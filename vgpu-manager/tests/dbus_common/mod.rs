@@ -2,6 +2,7 @@
 //! run the real `vgpuctl` against it, and watch the daemon's signals.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod crash;
 pub mod system_bus;
 
 use std::path::{Path, PathBuf};
