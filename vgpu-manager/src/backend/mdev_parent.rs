@@ -6,14 +6,12 @@
 
 use std::fmt;
 
-use mdev_types::ids::MdevUuid;
 use mdev_types::model::{Gpu, Inventory, MdevParent};
 use vgpu_host::Host;
-use vgpu_host::ops::{create_mdev, remove_mdev};
 
 use super::common::{Slot, assign, unsupported};
 use super::{Backend, BackendError, BackendKind, Capabilities, Created, NewVgpu, SchedCaps};
-use crate::profile::{self, ProfileTarget};
+use crate::profile;
 use crate::sched::{PlanOptions, SchedPlan, SchedRefusal, SchedRequest, SchedState};
 
 /// The mdev parent of a GPU: the one at its PCI address, or the virtual parent of its name.
@@ -139,38 +137,22 @@ impl<V: MdevVendor> Backend for MdevParentBackend<V> {
         }
     }
 
-    /// Creates an mdev of the target's type on this parent.
-    fn create(&self, host: &dyn Host, req: &NewVgpu) -> Result<Created, BackendError> {
-        let parent = &self.base.parent.name;
-        match &req.target {
-            ProfileTarget::Mdev {
-                parent: p, type_id, ..
-            } if p == parent => {
-                let uuid = req.uuid.unwrap_or_else(MdevUuid::new_random);
-                create_mdev(host, parent, type_id, &uuid)?;
-                Ok(Created::Mdev {
-                    parent: parent.clone(),
-                    uuid,
-                })
-            }
-            other => Err(unsupported(
-                self,
-                &format!("create {other}"),
-                "it only creates mdevs of its own parent; take the target from this backend's options",
-            )),
-        }
+    /// Refuses: an mdev parent's instances are created by the daemon, under its ownership ledger.
+    fn create(&self, _host: &dyn Host, req: &NewVgpu) -> Result<Created, BackendError> {
+        Err(unsupported(
+            self,
+            &format!("create {}", req.target),
+            "mdev instances are created by vgpud under its ownership ledger: `vgpuctl create` or `vgpuctl define` + `vgpuctl start` (D-Bus Manager1.Create)",
+        ))
     }
 
-    /// Removes an mdev this backend created.
-    fn destroy(&self, host: &dyn Host, created: &Created) -> Result<(), BackendError> {
-        match created {
-            Created::Mdev { uuid, .. } => Ok(remove_mdev(host, uuid)?),
-            other => Err(unsupported(
-                self,
-                &format!("destroy {other:?}"),
-                "it only destroys mdevs",
-            )),
-        }
+    /// Refuses: this backend creates nothing it could undo.
+    fn destroy(&self, _host: &dyn Host, created: &Created) -> Result<(), BackendError> {
+        Err(unsupported(
+            self,
+            &format!("destroy {created:?}"),
+            "it creates no VF-backed vGPUs; mdev instances are removed by vgpud (`vgpuctl stop`, `vgpuctl destroy`)",
+        ))
     }
 
     fn plan(&self, requests: &[SchedRequest], opts: &PlanOptions) -> SchedPlan {

@@ -37,7 +37,7 @@
 
 use std::fmt;
 
-use mdev_types::ids::{MdevUuid, PciAddress};
+use mdev_types::ids::PciAddress;
 use mdev_types::model::Inventory;
 use serde::{Deserialize, Serialize};
 use vgpu_host::Host;
@@ -135,23 +135,12 @@ pub struct Capabilities {
 pub struct NewVgpu {
     /// The option's target.
     pub target: ProfileTarget,
-    /// The mdev's UUID (mdev targets; a random one when `None`).
-    pub uuid: Option<MdevUuid>,
-    /// A placement id for NVIDIA heterogeneous mode (`vgpu-placement-id=<id>` in `vgpu_params`).
-    pub placement_id: Option<u32>,
 }
 
 /// A created vGPU, with what [`Backend::destroy`] needs to undo it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum Created {
-    /// An mdev instance.
-    Mdev {
-        /// The mdev parent's sysfs device name the instance was created on.
-        parent: String,
-        /// The instance's UUID, as in `/sys/bus/mdev/devices/<uuid>`.
-        uuid: MdevUuid,
-    },
     /// A VF bound to vfio-pci.
     Vf {
         /// The PCI address of the PF the VF belongs to.
@@ -201,7 +190,10 @@ pub trait Backend: fmt::Debug + Send + Sync {
             .unwrap_or_default()
     }
 
-    /// Creates a vGPU for `req`.
+    /// Creates a VF-backed vGPU for `req` (a VF bound to vfio-pci, or a vGPU type set on a VF
+    /// through NVIDIA's vendor-specific VFIO interface). mdev instances are not made here: the daemon
+    /// creates them itself, ledger entry first, on its executor (`vgpu_host::ops::create_mdev`), so
+    /// mdev-parent backends refuse.
     fn create(&self, host: &dyn Host, req: &NewVgpu) -> Result<Created, BackendError>;
 
     /// Undoes [`Backend::create`].

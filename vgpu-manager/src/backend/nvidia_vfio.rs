@@ -203,13 +203,6 @@ impl PfVendor for NvidiaVfio {
                 &format!("the target's PF is not {}", base.pf),
             ));
         }
-        if let Some(id) = req.placement_id {
-            host.write(
-                &Self::nvidia_attr(vf, "vgpu_params"),
-                &format!("vgpu-placement-id={id}"),
-            )
-            .map_err(|e| BackendError::host(&base.gpu, e))?;
-        }
         host.write(
             &Self::nvidia_attr(vf, "current_vgpu_type"),
             &type_id.to_string(),

@@ -5,6 +5,7 @@
 pub mod api;
 pub mod dbus;
 pub mod engine;
+pub mod exec;
 pub mod pool_files;
 pub mod reconcile;
 pub mod store;

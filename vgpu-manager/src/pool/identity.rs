@@ -41,6 +41,11 @@ impl SlotId {
             uuid: MdevUuid::derived(&namespace(), &format!("{pool}/{profile}/{index}")),
         }
     }
+
+    /// `profile/index`: the slot's name within its pool, as progress lines and summaries show it.
+    pub fn name(&self) -> String {
+        format!("{}/{}", self.profile, self.index)
+    }
 }
 
 #[cfg(test)]

@@ -66,6 +66,23 @@ pub enum PoolStep {
     },
 }
 
+/// A step in a line, for progress and errors.
+impl std::fmt::Display for PoolStep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PoolStep::Remove { slot, gpu, holds } => {
+                write!(f, "remove {} ({holds}) from {gpu}", slot.name())
+            }
+            PoolStep::EnableVfs { gpu, num_vfs, .. } => {
+                write!(f, "enable {num_vfs} SR-IOV VFs on {gpu}")
+            }
+            PoolStep::Create {
+                slot, gpu, target, ..
+            } => write!(f, "create {} on {gpu} as {target}", slot.name()),
+        }
+    }
+}
+
 /// A slot that exists and stays.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Kept {

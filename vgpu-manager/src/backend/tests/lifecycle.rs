@@ -18,11 +18,7 @@ fn option_target(h: &vgpu_sim::SimHost, gpu: &str, profile: &str) -> ProfileTarg
 }
 
 fn req(target: ProfileTarget) -> NewVgpu {
-    NewVgpu {
-        target,
-        uuid: None,
-        placement_id: None,
-    }
+    NewVgpu { target }
 }
 
 #[test]
@@ -91,18 +87,16 @@ fn nvidia_vendor_vfio_sets_and_clears_the_type() {
 }
 
 #[test]
-fn mdev_backends_create_and_remove() {
+fn mdev_backends_leave_creating_mdevs_to_the_daemon() {
     let (h, inv) = host("demo");
     let target = option_target(&h, "0000:00:02.0", "vdi-1g");
     let b = backend(&h, &inv, "0000:00:02.0");
-    let created = b.create(&h, &req(target)).unwrap();
-    let Created::Mdev { uuid, .. } = &created else {
-        panic!("{created:?}")
-    };
-    let dev = format!("/sys/bus/mdev/devices/{uuid}");
-    assert!(h.exists(Path::new(&dev)));
-    b.destroy(&h, &created).unwrap();
-    assert!(!h.exists(Path::new(&dev)));
+    let before = h.list_optional(Path::new("/sys/bus/mdev/devices")).unwrap();
+    let e = b.create(&h, &req(target)).unwrap_err();
+    assert!(matches!(e, BackendError::Unsupported { .. }), "{e}");
+    assert!(e.to_string().contains("vgpuctl create"), "{e}");
+    let after = h.list_optional(Path::new("/sys/bus/mdev/devices")).unwrap();
+    assert_eq!(before, after, "nothing was created");
     // A target of another interface is refused by name.
     let other = option_target(&h, "0000:03:00.0", "vdi-2g");
     let e = b.create(&h, &req(other)).unwrap_err();

@@ -1,12 +1,11 @@
-//! The mutating commands. Each follows the ledger protocol of [`crate::daemon::store`]: the ledger entry
-//! is written before a device is created (through the reconcile executor,
-//! [`Core::create_device_owned`]) and removed only after it is gone, so a crash at any point leaves
-//! nothing the next start cannot reconcile.
+//! The mutating commands. Devices are created and removed on the daemon's one executor
+//! ([`Core::create_device_owned`], [`Core::remove_device_owned`]), which follows the ledger protocol of
+//! [`crate::daemon::store`]: the ledger entry is written before a device is created and removed only
+//! after it is gone, so a crash at any point leaves nothing the next start cannot reconcile.
 
 use tracing::info;
 
 use mdev_types::ids::MdevUuid;
-use vgpu_host::ops::{self, LifecycleError};
 
 use super::choose::Placement;
 use super::views::device_identity;
@@ -49,20 +48,6 @@ impl Core {
         }
         inflight.insert(uuid);
         Ok(Reservation { core: self, uuid })
-    }
-
-    /// Removes our device of `uuid`, then its ledger entry. The parent lock must be held.
-    fn remove_device_owned(&self, uuid: &MdevUuid) -> Result<(), CoreError> {
-        match ops::remove_mdev(self.host.as_ref(), uuid) {
-            Ok(()) | Err(LifecycleError::NoSuchInstance { .. }) => {}
-            Err(e) => return Err(e.into()),
-        }
-        if self.device_exists(uuid) {
-            return Err(StateError::StillPresent { uuid: *uuid }.into());
-        }
-        lock(&self.store).remove_ledger(uuid)?;
-        info!(%uuid, "instance removed");
-        Ok(())
     }
 
     pub(super) fn create(&self, req: InstanceSpec) -> Result<InstanceView, CoreError> {
@@ -212,7 +197,7 @@ impl Core {
             if !owned {
                 return Err(CoreError::Foreign { uuid: v.uuid });
             }
-            self.remove_device_owned(&v.uuid)
+            self.remove_device_owned(&v.uuid, &v.parent)
         })
     }
 

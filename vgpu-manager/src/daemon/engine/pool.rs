@@ -25,14 +25,13 @@ use mdev_types::ids::MdevUuid;
 use tracing::{info, warn};
 use vgpu_host::discover::discover;
 
-use super::pool_exec::{
-    Applying, PoolActions, Undo, describe, labelled_slot, rollback, run_step, slot_name,
-};
+use super::pool_exec::{Applying, PoolActions, SlotSteps, Undo, labelled_slot};
 use super::{Core, lock};
 use crate::daemon::api::{
     CoreError, CreateInstance, DefineInstance, DestroyInstance, Event, GetInstance, InstanceSpec,
     InstanceState, InstanceTarget, InstanceView, StartInstance, StopInstance, UndoFailure,
 };
+use crate::daemon::exec::{Report, Transaction, Undone};
 use crate::daemon::store::{Definition, VfSlotRecord};
 use crate::pool::{Pool, PoolPlan, PoolStep as Step, SlotId, plan_pool};
 use crate::profile::ProfileTarget as OptionTarget;
@@ -80,15 +79,20 @@ impl Core {
         Ok(plan)
     }
 
-    /// [`ApplyPool`](crate::daemon::api::ApplyPool).
+    /// [`ApplyPool`](crate::daemon::api::ApplyPool): one run of the daemon's executor, kept only
+    /// when every step succeeds.
     pub(super) fn pool_apply(&self, text: &str) -> Result<PoolSummary, CoreError> {
         let _one = APPLYING.lock().unwrap_or_else(PoisonError::into_inner);
         let pool = self.parse_pool(text)?;
-        let applying = Applying {
-            name: &pool.name,
-            autostart: pool.autostart,
+        let mut slots = Slots(self);
+        let mut steps_of = SlotSteps {
+            actions: &mut slots,
+            pool: Applying {
+                name: &pool.name,
+                autostart: pool.autostart,
+            },
         };
-        let mut undo = Vec::new();
+        let mut run = Transaction::new(&mut steps_of);
         let mut created = Vec::new();
         let mut removed = Vec::new();
         // VF slots the pool still wants whose VF is not set up (after a reboot, for a pool applied
@@ -96,22 +100,25 @@ impl Core {
         // VFs they hold (a PF whose VFs a reboot disabled would otherwise look free).
         let restarts = self.stopped_vf_slots(&pool);
         for (i, step) in restarts.iter().enumerate() {
-            if let Err(e) = run_step(&mut Slots(self), applying, step, &mut undo) {
-                return Err(self.failed_apply(&pool, step, i, restarts.len(), e, undo));
-            }
+            run = match run.run(i, step) {
+                Ok(run) => run,
+                Err(failed) => {
+                    return Err(self.failed_apply(&pool, restarts.len(), failed.roll_back()));
+                }
+            };
             if let Step::Create { slot, .. } = step {
-                created.push(slot_name(slot));
+                created.push(slot.name());
             }
         }
         let plan = match self.plan_of(&pool) {
             Ok((plan, _)) => plan,
             Err(e) => {
-                self.log_rollback(&pool, rollback(&mut Slots(self), undo));
+                self.log_rollback(&pool, &run.roll_back());
                 return Err(e);
             }
         };
         if let Some(refusal) = shortfall(&plan) {
-            self.log_rollback(&pool, rollback(&mut Slots(self), undo));
+            self.log_rollback(&pool, &run.roll_back());
             return Err(refusal);
         }
         // The plan sees running slots only; a stopped slot the pool no longer wants is removed too.
@@ -122,12 +129,15 @@ impl Core {
         let total = u32::try_from(steps.len()).unwrap_or(u32::MAX);
         for (i, step) in steps.iter().enumerate() {
             if i >= first {
-                if let Err(e) = run_step(&mut Slots(self), applying, step, &mut undo) {
-                    return Err(self.failed_apply(&pool, step, i, steps.len(), e, undo));
-                }
+                run = match run.run(i, step) {
+                    Ok(run) => run,
+                    Err(failed) => {
+                        return Err(self.failed_apply(&pool, steps.len(), failed.roll_back()));
+                    }
+                };
                 match step {
-                    Step::Create { slot, .. } => created.push(slot_name(slot)),
-                    Step::Remove { slot, .. } => removed.push(slot_name(slot)),
+                    Step::Create { slot, .. } => created.push(slot.name()),
+                    Step::Remove { slot, .. } => removed.push(slot.name()),
                     Step::EnableVfs { .. } => {}
                 }
             }
@@ -137,9 +147,10 @@ impl Core {
                 pool: pool.name.clone(),
                 done: u32::try_from(i + 1).unwrap_or(u32::MAX),
                 total,
-                step: describe(step),
+                step: step.to_string(),
             });
         }
+        run.commit();
         self.record_pool(&pool, text)?;
         info!(pool = %pool.name, steps = total, created = created.len(), removed = removed.len(), "pool applied");
         let inv = discover(self.host.as_ref())?;
@@ -158,36 +169,40 @@ impl Core {
         Ok(summary)
     }
 
-    /// Undoes `undo` after step `i` of `total` failed with `e`; the error to return.
+    /// The error of an apply whose step failed, out of `total`, and was undone as `report` says.
     fn failed_apply(
         &self,
         pool: &Pool,
-        step: &Step,
-        i: usize,
         total: usize,
-        e: CoreError,
-        undo: Vec<Undo>,
+        Undone { failure, report }: Undone<Step, Undo, CoreError>,
     ) -> CoreError {
-        let line = describe(step);
-        let done = undo.len();
-        let failed = rollback(&mut Slots(self), undo);
-        warn!(pool = %pool.name, step = %line, error = %e, "pool apply failed; undone");
-        self.log_rollback(pool, failed.clone());
+        warn!(pool = %pool.name, step = %failure.step, error = %failure.error, "pool apply failed; undone");
+        self.log_rollback(pool, &report);
         CoreError::PoolStep {
             pool: pool.name.clone(),
-            number: i + 1,
+            number: failure.index + 1,
             total,
-            step: line,
-            cause: Box::new(e),
-            undone: done,
-            rollback: failed,
+            step: failure.step.to_string(),
+            cause: Box::new(failure.error),
+            undone: report.effects,
+            rollback: report
+                .rollback_errors
+                .into_iter()
+                .map(|e| UndoFailure {
+                    undo: e.what.to_string(),
+                    error: e.error,
+                })
+                .collect(),
         }
     }
 
-    /// Logs the undos of a rollback that failed.
-    fn log_rollback(&self, pool: &Pool, failed: Vec<UndoFailure>) {
-        for f in failed {
-            warn!(pool = %pool.name, undo = %f.undo, error = %f.error, "undoing a pool apply failed; `vgpuctl pool status` shows what is left");
+    /// Logs what a rollback could not undo.
+    fn log_rollback(&self, pool: &Pool, report: &Report<Step, Undo, CoreError>) {
+        for f in &report.rollback_errors {
+            warn!(pool = %pool.name, undo = %f.what, error = %f.error, "undoing a pool apply failed; `vgpuctl pool status` shows what is left");
+        }
+        for l in &report.left {
+            warn!(pool = %pool.name, undo = %l.what, step = %l.step, "left in place: undoing a later change of the same slot failed");
         }
     }
 
@@ -370,7 +385,7 @@ mod tests {
             holds: "nvidia-231".into(),
         };
         assert_eq!(
-            describe(&step),
+            step.to_string(),
             "remove vdi-2g/3 (nvidia-231) from 0000:83:00.0"
         );
     }

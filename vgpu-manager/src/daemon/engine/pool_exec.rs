@@ -1,8 +1,9 @@
-//! The pool executor: carries out the steps of a pool plan ([`crate::pool::PoolStep`]) through
-//! [`PoolActions`], recording for each what undoes it ([`Undo`]), and on a failure undoes them all in
-//! reverse order ([`rollback`]). It decides; the actions only do. Each action is itself one atomic
-//! command of the engine (a define, a start, a VF slot made through its backend), so a device a step
-//! creates goes through the ledger protocol of the reconcile executor like any other.
+//! Pool apply on the daemon's one executor ([`crate::daemon::exec`]): the steps of a pool plan
+//! ([`crate::pool::PoolStep`]) run through [`PoolActions`] ([`SlotSteps`]), each recording what
+//! undoes each of its changes ([`Undo`]); on a failure the executor undoes them all in reverse order.
+//! It decides; the actions only do. Each action is itself one atomic command of the engine (a
+//! define, a start, a VF slot made through its backend), so a device a step creates goes through the
+//! ledger protocol like any other.
 //!
 //! Pure: tested against a fake ([`super::pool_exec_tests`]) with proptest, as reconcile is.
 
@@ -10,7 +11,8 @@ use std::fmt;
 
 use mdev_types::ids::{MdevTypeId, MdevUuid, PciAddress};
 
-use crate::daemon::api::{CoreError, InstanceView, StateError, UndoFailure};
+use crate::daemon::api::{CoreError, InstanceView, StateError};
+use crate::daemon::exec::{self, Effects, Object};
 use crate::daemon::store::{Definition, VfSlotRecord};
 use crate::pool::{PoolStep as Step, SlotId};
 use crate::profile::ProfileTarget as Target;
@@ -80,6 +82,20 @@ pub(super) enum Undo {
     },
 }
 
+impl Undo {
+    /// What the undone change was made to.
+    fn object(&self) -> Object {
+        match self {
+            Undo::Destroy(u) | Undo::Stop(u) | Undo::ReleaseVf(u) | Undo::StopVf(u) => {
+                Object::Instance(*u)
+            }
+            Undo::Restore(v) => Object::Instance(v.uuid),
+            Undo::RecreateVf(r) => Object::Instance(r.uuid),
+            Undo::NumVfs { pf, .. } => Object::Pf(*pf),
+        }
+    }
+}
+
 impl fmt::Display for Undo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -107,24 +123,6 @@ pub(super) fn labelled_slot(pool: &str, label: Option<&str>, uuid: &MdevUuid) ->
     (slot.uuid == *uuid).then_some(slot)
 }
 
-/// `profile/index` of a slot.
-pub(super) fn slot_name(slot: &SlotId) -> String {
-    format!("{}/{}", slot.profile, slot.index)
-}
-
-/// A step in a line, for progress and errors.
-pub(super) fn describe(step: &Step) -> String {
-    match step {
-        Step::Remove { slot, gpu, holds } => {
-            format!("remove {} ({holds}) from {gpu}", slot_name(slot))
-        }
-        Step::EnableVfs { gpu, num_vfs, .. } => format!("enable {num_vfs} SR-IOV VFs on {gpu}"),
-        Step::Create {
-            slot, gpu, target, ..
-        } => format!("create {} on {gpu} as {target}", slot_name(slot)),
-    }
-}
-
 /// The pool being applied, as far as the executor needs it.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Applying<'a> {
@@ -134,24 +132,32 @@ pub(super) struct Applying<'a> {
     pub autostart: bool,
 }
 
-/// Executes one step, pushing onto `undo` how to undo each change it made (also when it fails
+/// What a step records of its changes: the executor's [`Effects`].
+type Journal = Effects<Undo, CoreError>;
+
+/// Records `u` as the undo of a change just made.
+fn done(undo: &mut Journal, u: Undo) {
+    undo.done(u.object(), u);
+}
+
+/// Executes one step, recording in `undo` how to undo each change it made (also when it fails
 /// halfway: what it did before failing is undone with the rest).
 pub(super) fn run_step(
     a: &mut dyn PoolActions,
     pool: Applying<'_>,
     step: &Step,
-    undo: &mut Vec<Undo>,
+    undo: &mut Journal,
 ) -> Result<(), CoreError> {
     match step {
         Step::Remove { slot, .. } if a.vf_record(&slot.uuid).is_some() => {
             let record = a.release_vf(&slot.uuid)?;
-            undo.push(Undo::RecreateVf(Box::new(record)));
+            done(undo, Undo::RecreateVf(Box::new(record)));
             Ok(())
         }
         Step::EnableVfs { gpu, pf, num_vfs } => {
             let previous = a.enable_vfs(gpu, pf, *num_vfs)?;
             if previous != *num_vfs {
-                undo.push(Undo::NumVfs { pf: *pf, previous });
+                done(undo, Undo::NumVfs { pf: *pf, previous });
             }
             Ok(())
         }
@@ -165,17 +171,17 @@ pub(super) fn run_step(
             // autostart) is made again where it is recorded.
             if let Some(r) = a.vf_record(&slot.uuid) {
                 a.recreate_vf(&r)?;
-                undo.push(Undo::StopVf(slot.uuid));
+                done(undo, Undo::StopVf(slot.uuid));
                 return Ok(());
             }
             a.create_vf(slot, gpu, target)?;
-            undo.push(Undo::ReleaseVf(slot.uuid));
+            done(undo, Undo::ReleaseVf(slot.uuid));
             Ok(())
         }
         Step::Remove { slot, .. } => {
             let view = a.instance(&slot.uuid)?;
             a.destroy(&slot.uuid)?;
-            undo.push(Undo::Restore(Box::new(view)));
+            done(undo, Undo::Restore(Box::new(view)));
             Ok(())
         }
         Step::Create {
@@ -190,7 +196,7 @@ pub(super) fn run_step(
                 // A slot defined earlier and stopped since, where the plan puts it: start it.
                 Some(d) if d.parent == *parent && d.type_id == *type_id => {
                     a.start(&uuid)?;
-                    undo.push(Undo::Stop(uuid));
+                    done(undo, Undo::Stop(uuid));
                     Ok(())
                 }
                 // This pool's own slot, defined where the plan no longer puts it (its GPU left the
@@ -205,7 +211,7 @@ pub(super) fn run_step(
                     define_and_start(a, pool, slot, parent, type_id, undo)
                 }
                 Some(d) => Err(StateError::SlotDefinedElsewhere {
-                    slot: slot_name(slot),
+                    slot: slot.name(),
                     uuid,
                     defined_type: d.type_id,
                     defined_parent: d.parent,
@@ -217,7 +223,7 @@ pub(super) fn run_step(
             }
         }
         other => Err(CoreError::WholeGpuSlot {
-            step: describe(other),
+            step: other.to_string(),
         }),
     }
 }
@@ -229,20 +235,33 @@ fn define_and_start(
     slot: &SlotId,
     parent: &str,
     type_id: &MdevTypeId,
-    undo: &mut Vec<Undo>,
+    undo: &mut Journal,
 ) -> Result<(), CoreError> {
     a.define(slot, parent, type_id, pool.autostart)?;
-    undo.push(Undo::Destroy(slot.uuid));
+    done(undo, Undo::Destroy(slot.uuid));
     a.set_profile(&slot.uuid, &slot.profile)?;
     a.start(&slot.uuid)
 }
 
-/// Undoes `undo` in reverse order. Every undo is tried; the ones that failed are returned, in the
-/// order tried (their effects stay in place).
-pub(super) fn rollback(a: &mut dyn PoolActions, undo: Vec<Undo>) -> Vec<UndoFailure> {
-    let mut failed = Vec::new();
-    for u in undo.into_iter().rev() {
-        let result = match &u {
+/// A pool apply's steps on the daemon's executor: [`run_step`] over `actions`.
+pub(super) struct SlotSteps<'a> {
+    /// The engine (or a fake).
+    pub actions: &'a mut dyn PoolActions,
+    /// The pool being applied.
+    pub pool: Applying<'a>,
+}
+
+impl exec::Actions<Step> for SlotSteps<'_> {
+    type Undo = Undo;
+    type Error = CoreError;
+
+    fn run(&mut self, step: &Step, undo: &mut Journal) -> Result<(), CoreError> {
+        run_step(self.actions, self.pool, step, undo)
+    }
+
+    fn undo(&mut self, u: &Undo) -> Result<(), CoreError> {
+        let a = &mut *self.actions;
+        match u {
             Undo::Destroy(uuid) => a.destroy(uuid),
             Undo::Stop(uuid) => a.stop(uuid),
             Undo::Restore(v) => a.restore(v),
@@ -250,13 +269,6 @@ pub(super) fn rollback(a: &mut dyn PoolActions, undo: Vec<Undo>) -> Vec<UndoFail
             Undo::StopVf(uuid) => a.stop_vf(uuid),
             Undo::RecreateVf(r) => a.recreate_vf(r),
             Undo::NumVfs { pf, previous } => a.restore_num_vfs(pf, *previous),
-        };
-        if let Err(error) = result {
-            failed.push(UndoFailure {
-                undo: u.to_string(),
-                error,
-            });
         }
     }
-    failed
 }

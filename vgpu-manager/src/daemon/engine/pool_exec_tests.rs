@@ -8,8 +8,9 @@ use mdev_types::ids::{MdevTypeId, MdevUuid, PciAddress};
 use proptest::prelude::*;
 
 use super::pool::slot_label;
-use super::pool_exec::{Applying, PoolActions, Undo, rollback, run_step};
+use super::pool_exec::{Applying, PoolActions, SlotSteps, run_step};
 use crate::daemon::api::{CoreError, InstanceState, InstanceView, Ownership};
+use crate::daemon::exec::{Effects, execute};
 use crate::daemon::store::{Definition, VfKind, VfSlotRecord};
 use crate::pool::{PoolStep as Step, SlotId};
 use crate::profile::ProfileTarget as Target;
@@ -375,18 +376,17 @@ fn scenario(slots: &[Before], enable: bool) -> (Fake, Vec<Step>) {
 /// Runs `steps` as an apply does; on the first failure rolls back. Returns the failed step's index
 /// and the undos that failed.
 fn apply(fake: &mut Fake, steps: &[Step]) -> Option<(usize, usize)> {
-    let pool = Applying {
-        name: POOL,
-        autostart: false,
+    let mut run = SlotSteps {
+        actions: fake,
+        pool: Applying {
+            name: POOL,
+            autostart: false,
+        },
     };
-    let mut undo: Vec<Undo> = Vec::new();
-    for (i, step) in steps.iter().enumerate() {
-        if run_step(fake, pool, step, &mut undo).is_err() {
-            let failed = rollback(fake, undo);
-            return Some((i, failed.len()));
-        }
-    }
-    None
+    let report = execute(&mut run, steps.iter().cloned().enumerate());
+    report
+        .failure
+        .map(|f| (f.index, report.rollback_errors.len()))
 }
 
 proptest! {
@@ -471,7 +471,7 @@ fn a_slot_defined_as_something_else_is_refused_before_any_change() {
         },
         start: None,
     };
-    let mut undo = Vec::new();
+    let mut undo = Effects::new();
     let e = run_step(
         &mut fake,
         Applying {

@@ -8,9 +8,9 @@ use vgpu_host::ops::{self, LifecycleError};
 
 use super::choose::Placement;
 use super::{Core, lock};
-use crate::daemon::api::CoreError;
+use crate::daemon::api::{CoreError, StateError};
 use crate::daemon::reconcile::{
-    ExecReport, Plan, ReconcileInput, Step, StepActions, execute, plan,
+    ExecReport, Plan, ReconcileInput, Removal, Step, StepActions, execute, execute_steps, plan,
 };
 use crate::daemon::store::{LedgerEntry, StateDir, unix_now};
 
@@ -86,9 +86,13 @@ impl StepActions for Actions<'_> {
 
     fn remove_device(&mut self, uuid: &MdevUuid, _parent: &str) -> Result<(), CoreError> {
         match ops::remove_mdev(self.core.host.as_ref(), uuid) {
-            Ok(()) | Err(LifecycleError::NoSuchInstance { .. }) => Ok(()),
-            Err(e) => Err(e.into()),
+            Ok(()) | Err(LifecycleError::NoSuchInstance { .. }) => {}
+            Err(e) => return Err(e.into()),
         }
+        if self.core.device_exists(uuid) {
+            return Err(StateError::StillPresent { uuid: *uuid }.into());
+        }
+        Ok(())
     }
 
     fn device_exists(&mut self, uuid: &MdevUuid) -> Result<bool, CoreError> {
@@ -157,6 +161,30 @@ impl Core {
             Some(f) => Err(f.error),
             None => {
                 info!(%uuid, parent = %place.parent, type_id = %place.type_id, "instance created");
+                Ok(())
+            }
+        }
+    }
+
+    /// Removes our device of `uuid` on `parent`, then its ledger entry, on the same executor as every
+    /// other change. The parent lock must be held.
+    pub(super) fn remove_device_owned(
+        &self,
+        uuid: &MdevUuid,
+        parent: &str,
+    ) -> Result<(), CoreError> {
+        let step = Removal {
+            uuid: *uuid,
+            parent: parent.to_string(),
+        };
+        let mut actions = Actions {
+            core: self,
+            shown: None,
+        };
+        match execute_steps(&mut actions, [(0, step)]).failure {
+            Some(f) => Err(f.error),
+            None => {
+                info!(%uuid, "instance removed");
                 Ok(())
             }
         }

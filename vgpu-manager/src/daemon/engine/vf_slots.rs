@@ -111,7 +111,6 @@ impl Core {
                     == Some("vfio-pci")
             }
             Created::NvidiaVgpu { vf, type_id, .. } => self.nvidia_vgpu_type(vf) == Some(*type_id),
-            Created::Mdev { .. } => false,
         }
     }
 
@@ -271,8 +270,6 @@ impl Core {
         self.put_vf_record(&record)?;
         let req = NewVgpu {
             target: record.target(),
-            uuid: None,
-            placement_id: None,
         };
         match b.create(self.host.as_ref(), &req) {
             Ok(created) => {
@@ -364,8 +361,6 @@ impl Core {
         let (b, _) = self.backend_of(&r.gpu)?;
         let req = NewVgpu {
             target: rec.target(),
-            uuid: None,
-            placement_id: None,
         };
         let created = b.create(self.host.as_ref(), &req)?;
         rec.created = Some(created);

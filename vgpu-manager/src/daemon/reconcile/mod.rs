@@ -2,8 +2,10 @@
 //!
 //! [`plan`] is pure: from the definitions, the ownership ledger and a snapshot of the host
 //! ([`ReconcileInput`]) it computes a [`Plan`] of [`Step`]s that tests and logs can read. [`execute`]
-//! then carries out the action steps through [`StepActions`] (implemented by the daemon core) and, if
-//! one fails, undoes in reverse order what this run already did and reports it ([`ExecReport`]).
+//! then carries out the action steps on the daemon's one executor ([`crate::daemon::exec`]) through
+//! [`StepActions`] (implemented by the daemon core) and, if one fails, undoes in reverse order what
+//! this run already did and reports it ([`ExecReport`]). A command's single create or removal runs
+//! the same way ([`execute_steps`], [`Removal`]).
 //!
 //! Safety rules, enforced by construction:
 //!
@@ -23,6 +25,9 @@ mod plan;
 #[cfg(test)]
 mod tests;
 
-pub use exec::{ExecReport, RollbackError, StepActions, StepFailure, UndoAction, execute};
+pub use exec::{
+    Change, DeviceStep, ExecReport, Removal, RollbackError, StepActions, StepFailure, UndoAction,
+    execute, execute_steps,
+};
 pub use input::{HostInstance, HostParent, HostType, ReconcileInput};
 pub use plan::{BlockReason, ConflictReason, Plan, Step, plan};

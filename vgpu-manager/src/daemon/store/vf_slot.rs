@@ -111,10 +111,6 @@ enum HoldsV1 {
 #[derive(Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
 enum CreatedV1 {
-    Mdev {
-        parent: String,
-        uuid: MdevUuid,
-    },
     Vf {
         pf: PciAddress,
         vf: PciAddress,
@@ -159,7 +155,6 @@ impl From<HoldsV1> for VfKind {
 impl From<&Created> for CreatedV1 {
     fn from(c: &Created) -> Self {
         match c.clone() {
-            Created::Mdev { parent, uuid } => CreatedV1::Mdev { parent, uuid },
             Created::Vf { pf, vf, bind } => CreatedV1::Vf {
                 pf,
                 vf,
@@ -177,7 +172,6 @@ impl From<&Created> for CreatedV1 {
 impl From<CreatedV1> for Created {
     fn from(c: CreatedV1) -> Self {
         match c {
-            CreatedV1::Mdev { parent, uuid } => Created::Mdev { parent, uuid },
             CreatedV1::Vf { pf, vf, bind } => Created::Vf {
                 pf,
                 vf,

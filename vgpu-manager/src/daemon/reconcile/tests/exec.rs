@@ -82,16 +82,17 @@ fn a_failing_rollback_keeps_the_ledger_entry_of_a_device_left_behind() {
     // 4 create 2, 5 create 3, 6 drop 4, 7 create 6.
     let (mut h, defs) = scenario();
     let p = plan(&h.input(&defs));
-    // Fail creating device 6 (call 7); rollback then calls 8 remove_device(6)? No: the failed create
-    // left nothing, so undo is 8 remove_ledger(6), 9 put_ledger(4), 10 remove_device(3), …
-    h.fail_calls.extend([7, 10]);
+    // Fail creating device 6 (call 7). The failed create left nothing, so the rollback undoes,
+    // newest first: 8 put_ledger(4), 9 remove_device(3), 10 remove_device(2), 11 put_ledger(1),
+    // then the batch's entries (6, then 3 — kept, its device stays —, then 2).
+    h.fail_calls.extend([7, 9]);
     let report = execute(&p, &mut h);
     let failure = report.failure.as_ref().unwrap();
     assert_eq!(*failure.step.uuid(), u(6));
     assert_eq!(report.rollback_errors.len(), 1, "{report:?}");
     let err = &report.rollback_errors[0];
     assert_eq!(*err.step.uuid(), u(3));
-    assert_eq!(err.what, UndoAction::RemoveDevice);
+    assert!(matches!(err.what, UndoAction::RemoveDevice { .. }));
     // Device 3 is still there and still recorded as ours; everything else was undone.
     assert!(h.devices.contains_key(&u(3)));
     assert_eq!(h.ledger.get(&u(3)).map(|e| e.type_id.clone()), Some(t("b")));
@@ -117,7 +118,10 @@ fn an_unknown_outcome_of_create_keeps_the_ledger_entry() {
     let report = execute(&p, &mut h);
     assert!(!report.succeeded());
     assert_eq!(report.rollback_errors.len(), 1);
-    assert_eq!(report.rollback_errors[0].what, UndoAction::CheckDevice);
+    assert!(matches!(
+        report.rollback_errors[0].what,
+        UndoAction::CheckDevice { .. }
+    ));
     assert!(
         h.ledger.contains_key(&u(1)),
         "entry kept while the device may exist"
@@ -134,4 +138,29 @@ fn an_unknown_outcome_of_create_keeps_the_ledger_entry() {
     ));
     assert!(execute(&again, &mut h).succeeded());
     assert!(h.devices.contains_key(&u(1)));
+}
+
+#[test]
+fn a_removal_takes_the_device_then_its_entry_and_a_failed_one_keeps_the_entry() {
+    use crate::daemon::reconcile::{Removal, execute_steps};
+    let removal = || Removal {
+        uuid: u(1),
+        parent: "p".into(),
+    };
+    let mut h = host(&[("p", &[("a", 1)])])
+        .with_device(1, "p", "a")
+        .with_entry(entry(1, "p", "a"));
+    let report = execute_steps(&mut h, [(0, removal())]);
+    assert!(report.succeeded(), "{report:?}");
+    assert!(h.devices.is_empty() && h.ledger.is_empty());
+    // The kernel refuses the removal (call 0): device and entry both stay, nothing else is tried.
+    let mut h = host(&[("p", &[("a", 1)])])
+        .with_device(1, "p", "a")
+        .with_entry(entry(1, "p", "a"));
+    let before = h.state();
+    h.fail_calls.insert(0);
+    let report = execute_steps(&mut h, [(0, removal())]);
+    assert_eq!(report.failure.map(|f| f.step), Some(removal()));
+    assert_eq!(h.state(), before);
+    assert_eq!(h.calls, 1);
 }
