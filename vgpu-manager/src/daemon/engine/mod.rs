@@ -41,6 +41,7 @@ mod pool_record;
 mod reconcile;
 mod routes;
 mod sched;
+mod vf_make;
 mod vf_slots;
 mod vfio;
 mod views;

@@ -21,7 +21,7 @@ use vgpu_host::ops::{BindRecord, restore_driver};
 use vgpu_host::paths;
 
 use super::{Core, lock};
-use crate::backend::{Backend, Created, NewVgpu, detect_gpu};
+use crate::backend::{Backend, Created, detect_gpu};
 use crate::daemon::api::{CoreError, RequestError, StateError, VfInUse};
 pub(super) use crate::daemon::store::{VfKind, VfSlotRecord};
 use crate::pool::{HeldSlot, SlotId};
@@ -72,12 +72,12 @@ impl Core {
         lock(&self.store).get_vf_slot(uuid).cloned()
     }
 
-    fn put_vf_record(&self, r: &VfSlotRecord) -> Result<(), CoreError> {
+    pub(super) fn put_vf_record(&self, r: &VfSlotRecord) -> Result<(), CoreError> {
         lock(&self.store).put_vf_slot(r)?;
         Ok(())
     }
 
-    fn drop_vf_record(&self, uuid: &MdevUuid) -> Result<(), CoreError> {
+    pub(super) fn drop_vf_record(&self, uuid: &MdevUuid) -> Result<(), CoreError> {
         lock(&self.store).remove_vf_slot(uuid)?;
         Ok(())
     }
@@ -255,7 +255,7 @@ impl Core {
                 .into());
             }
         };
-        let mut record = VfSlotRecord {
+        let record = VfSlotRecord {
             uuid: slot.uuid,
             pool: slot.pool.clone(),
             profile: slot.profile.clone(),
@@ -267,29 +267,9 @@ impl Core {
             holds,
             created: None,
         };
-        self.put_vf_record(&record)?;
-        let req = NewVgpu {
-            target: record.target(),
-        };
-        match b.create(self.host.as_ref(), &req) {
-            Ok(created) => {
-                record.created = Some(created);
-                if let Err(e) = self.put_vf_record(&record) {
-                    // Undo the device so nothing is left that no record describes.
-                    if let Some(c) = &record.created {
-                        let _ = b.destroy(self.host.as_ref(), c);
-                    }
-                    let _ = self.drop_vf_record(&record.uuid);
-                    return Err(e);
-                }
-                info!(slot = %record.slot().uuid, %vf, %gpu, "VF slot made");
-                Ok(record)
-            }
-            Err(e) => {
-                let _ = self.drop_vf_record(&record.uuid);
-                Err(e.into())
-            }
-        }
+        let record = self.make_vf_slot(b.as_ref(), record, None)?;
+        info!(slot = %record.uuid, %vf, %gpu, "VF slot made");
+        Ok(record)
     }
 
     /// Gives slot `uuid`'s VF back (the backend's destroy) and drops its record; returns the record.
@@ -355,16 +335,9 @@ impl Core {
         if !self.host.exists(&paths::pci_device(&r.vf)) && r.num_vfs > 0 {
             self.enable_vfs_on(&r.gpu, &r.pf, r.num_vfs)?;
         }
-        let mut rec = r.clone();
-        rec.created = None;
-        self.put_vf_record(&rec)?;
         let (b, _) = self.backend_of(&r.gpu)?;
-        let req = NewVgpu {
-            target: rec.target(),
-        };
-        let created = b.create(self.host.as_ref(), &req)?;
-        rec.created = Some(created);
-        self.put_vf_record(&rec)
+        self.make_vf_slot(b.as_ref(), r.clone(), Some(r.clone()))
+            .map(|_| ())
     }
 
     /// At start: VF slots whose VF is not set up are made again when their pool is applied with

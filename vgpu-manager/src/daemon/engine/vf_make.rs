@@ -1,0 +1,242 @@
+//! Making one VF slot, on the daemon's executor: the slot's record is written before the backend
+//! touches the VF, and completed with what the backend did after; a failure undoes the run (the
+//! backend's change first, then the record), and while a change cannot be undone its record stays,
+//! for the next start to finish or undo (see [`super::vf_slots`]).
+
+use std::fmt;
+
+use tracing::warn;
+
+use super::Core;
+use crate::backend::{Backend, Created, NewVgpu};
+use crate::daemon::api::CoreError;
+use crate::daemon::exec::{self, Effects, Object};
+use crate::daemon::store::VfSlotRecord;
+
+/// One change of making a VF slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// Write the slot's record, pending (nothing made yet).
+    Record,
+    /// Let the backend set up the VF.
+    SetUp,
+    /// Write the record again with what the backend did.
+    Complete,
+}
+
+impl fmt::Display for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Step::Record => "record the VF slot",
+            Step::SetUp => "set up its VF",
+            Step::Complete => "complete its record",
+        })
+    }
+}
+
+/// How a change of making a VF slot is undone.
+#[derive(Debug, Clone)]
+enum Undo {
+    /// Put the slot's record back as it was (`None`: there was none).
+    Record(Option<Box<VfSlotRecord>>),
+    /// Undo what the backend did.
+    Destroy(Created),
+}
+
+impl fmt::Display for Undo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Undo::Record(None) => f.write_str("drop the slot's record"),
+            Undo::Record(Some(r)) => write!(f, "put back the record of slot {}", r.uuid),
+            Undo::Destroy(c) => write!(f, "give back {c:?}"),
+        }
+    }
+}
+
+/// The actions: the record being made, the store and the GPU's backend.
+struct MakeVf<'a> {
+    core: &'a Core,
+    backend: &'a dyn Backend,
+    record: VfSlotRecord,
+    previous: Option<VfSlotRecord>,
+}
+
+impl exec::Actions<Step> for MakeVf<'_> {
+    type Undo = Undo;
+    type Error = CoreError;
+
+    fn run(&mut self, step: &Step, fx: &mut Effects<Undo, CoreError>) -> Result<(), CoreError> {
+        let object = Object::Instance(self.record.uuid);
+        match step {
+            Step::Record => {
+                self.record.created = None;
+                self.core.put_vf_record(&self.record)?;
+                fx.done(object, Undo::Record(self.previous.clone().map(Box::new)));
+            }
+            Step::SetUp => {
+                let req = NewVgpu {
+                    target: self.record.target(),
+                };
+                let created = self.backend.create(self.core.host.as_ref(), &req)?;
+                self.record.created = Some(created.clone());
+                fx.done(object, Undo::Destroy(created));
+            }
+            // Undone by the record's own undo.
+            Step::Complete => self.core.put_vf_record(&self.record)?,
+        }
+        Ok(())
+    }
+
+    fn undo(&mut self, undo: &Undo) -> Result<(), CoreError> {
+        match undo {
+            Undo::Record(None) => self.core.drop_vf_record(&self.record.uuid),
+            Undo::Record(Some(r)) => self.core.put_vf_record(r),
+            Undo::Destroy(c) => Ok(self.backend.destroy(self.core.host.as_ref(), c)?),
+        }
+    }
+}
+
+impl Core {
+    /// Makes VF slot `record` through `backend`: record, set up, complete, undone as a whole on a
+    /// failure. `previous` is the slot's record before (making a recorded slot again), put back
+    /// then. Returns the completed record.
+    pub(super) fn make_vf_slot(
+        &self,
+        backend: &dyn Backend,
+        record: VfSlotRecord,
+        previous: Option<VfSlotRecord>,
+    ) -> Result<VfSlotRecord, CoreError> {
+        let mut make = MakeVf {
+            core: self,
+            backend,
+            record,
+            previous,
+        };
+        let steps = [Step::Record, Step::SetUp, Step::Complete];
+        let report = exec::execute(&mut make, steps.into_iter().enumerate());
+        for e in &report.rollback_errors {
+            warn!(slot = %make.record.uuid, vf = %make.record.vf, undo = %e.what, error = %e.error, "undoing a failed VF slot is incomplete; its record stays for the next start");
+        }
+        match report.failure {
+            Some(f) => Err(f.error),
+            None => Ok(make.record),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::path::{Path, PathBuf};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use vgpu_host::{Errno, Host, HostError, HostExt};
+    use vgpu_sim::SimHost;
+
+    use super::*;
+    use crate::pool::SlotId;
+    use crate::profile::{Catalog, ProfileTarget};
+
+    const GPU: &str = "0000:85:00.0";
+
+    /// The simulated host, with writes of a vGPU type refused (`EIO`, as the NVIDIA driver does when
+    /// the type is not creatable now) while `refuse` is set.
+    #[derive(Debug)]
+    struct Refusing {
+        sim: SimHost,
+        refuse: AtomicBool,
+    }
+
+    impl Host for Refusing {
+        fn read(&self, path: &Path) -> Result<String, HostError> {
+            self.sim.read(path)
+        }
+        fn write(&self, path: &Path, value: &str) -> Result<(), HostError> {
+            if self.refuse.load(Ordering::SeqCst) && path.ends_with("nvidia/current_vgpu_type") {
+                return Err(HostError::write(path, value, Errno::EIO));
+            }
+            self.sim.write(path, value)
+        }
+        fn list(&self, path: &Path) -> Result<Vec<String>, HostError> {
+            self.sim.list(path)
+        }
+        fn read_link(&self, path: &Path) -> Result<PathBuf, HostError> {
+            self.sim.read_link(path)
+        }
+        fn canonicalize(&self, path: &Path) -> Result<PathBuf, HostError> {
+            self.sim.canonicalize(path)
+        }
+        fn describe(&self) -> String {
+            self.sim.describe()
+        }
+    }
+
+    /// The demo host's NVIDIA vendor-VFIO GPU, a core on it, and the first vdi-2g option there.
+    fn setup(dir: &Path) -> (Arc<Refusing>, Core, ProfileTarget) {
+        let host = Arc::new(Refusing {
+            sim: SimHost::builtin("demo").unwrap(),
+            refuse: AtomicBool::new(false),
+        });
+        let core = Core::open(
+            host.clone() as Arc<dyn Host>,
+            dir,
+            Catalog::builtin().unwrap(),
+        )
+        .unwrap();
+        let inv = vgpu_host::discover::discover(host.as_ref()).unwrap();
+        let profile = Catalog::builtin().unwrap().resolve("vdi-2g").unwrap();
+        let b = crate::backend::detect_gpu(host.as_ref(), &inv, GPU).unwrap();
+        let target = b.options(&profile, &inv)[0].target.clone();
+        (host, core, target)
+    }
+
+    fn vgpu_type(host: &Refusing, target: &ProfileTarget) -> String {
+        let ProfileTarget::NvidiaVendorVfio { vf, .. } = target else {
+            panic!("{target}")
+        };
+        let cur = format!("/sys/bus/pci/devices/{vf}/nvidia/current_vgpu_type");
+        host.read_trimmed(Path::new(&cur)).unwrap()
+    }
+
+    #[test]
+    fn a_refused_set_up_leaves_no_record_and_a_made_slot_is_recorded_complete() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (host, core, target) = setup(tmp.path());
+        let slot = SlotId::new("vdi", "vdi-2g", 0);
+        host.refuse.store(true, Ordering::SeqCst);
+        let e = core.create_vf_slot(&slot, GPU, &target).unwrap_err();
+        assert!(e.to_string().contains("EIO"), "{e}");
+        assert_eq!(
+            core.vf_record(&slot.uuid),
+            None,
+            "the pending record is dropped"
+        );
+        assert!(core.vf_records().is_empty());
+        assert_eq!(vgpu_type(&host, &target), "0");
+        host.refuse.store(false, Ordering::SeqCst);
+        let made = core.create_vf_slot(&slot, GPU, &target).unwrap();
+        assert!(made.created.is_some());
+        assert_eq!(core.vf_record(&slot.uuid), Some(made));
+        assert_ne!(vgpu_type(&host, &target), "0");
+    }
+
+    #[test]
+    fn making_a_recorded_slot_again_that_fails_puts_its_record_back() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (host, core, target) = setup(tmp.path());
+        let slot = SlotId::new("vdi", "vdi-2g", 0);
+        let made = core.create_vf_slot(&slot, GPU, &target).unwrap();
+        core.stop_vf_slot(&slot.uuid).unwrap();
+        assert_eq!(vgpu_type(&host, &target), "0");
+        host.refuse.store(true, Ordering::SeqCst);
+        let e = core.recreate_vf_slot(&made).unwrap_err();
+        assert!(e.to_string().contains("EIO"), "{e}");
+        // The complete record it had is put back, not left pending.
+        assert_eq!(core.vf_record(&slot.uuid), Some(made.clone()));
+        host.refuse.store(false, Ordering::SeqCst);
+        core.recreate_vf_slot(&made).unwrap();
+        assert_ne!(vgpu_type(&host, &target), "0");
+    }
+}
