@@ -4,7 +4,7 @@ use mdev_types::ids::{MdevTypeId, PciAddress};
 use vgpu_host::discover::discover;
 use vgpu_host::{HostExt, paths};
 
-use super::Core;
+use super::instances::Instances;
 use crate::daemon::api::{CoreError, InstanceSpec, InstanceTarget, RequestError};
 use crate::profile::{ProfileTarget as OptionTarget, match_profile};
 
@@ -28,7 +28,7 @@ fn normalize_gpu(gpu: &str) -> String {
         .unwrap_or_else(|_| gpu.to_string())
 }
 
-impl Core {
+impl Instances {
     /// Chooses parent and type. With `need_capacity` (Create), the type must have an instance left.
     pub(super) fn place(
         &self,

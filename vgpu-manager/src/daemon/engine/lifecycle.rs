@@ -1,5 +1,5 @@
 //! The mutating commands. Devices are created and removed on the daemon's one executor
-//! ([`Core::create_device_owned`], [`Core::remove_device_owned`]), which follows the ledger protocol of
+//! ([`Instances::create_device_owned`], [`Instances::remove_device_owned`]), which follows the ledger protocol of
 //! [`crate::daemon::store`]: the ledger entry is written before a device is created and removed only
 //! after it is gone, so a crash at any point leaves nothing the next start cannot reconcile.
 
@@ -8,14 +8,15 @@ use tracing::info;
 use mdev_types::ids::MdevUuid;
 
 use super::choose::Placement;
+use super::instances::Instances;
+use super::lock;
 use super::views::device_identity;
-use super::{Core, lock};
 use crate::daemon::api::{CoreError, InstanceSpec, InstanceView, Ownership, StateError};
 use crate::daemon::store::{Definition, LedgerEntry, LedgerOwnership, unix_now};
 
 /// Releases a UUID reservation when dropped.
 struct Reservation<'a> {
-    core: &'a Core,
+    core: &'a Instances,
     uuid: MdevUuid,
 }
 
@@ -34,7 +35,7 @@ fn made(
     view.ok_or_else(|| StateError::Vanished { uuid, doing }.into())
 }
 
-impl Core {
+impl Instances {
     /// Reserves a UUID nobody uses (no definition, no ledger entry, no device, no request in flight).
     fn reserve_new(&self, uuid: MdevUuid) -> Result<Reservation<'_>, CoreError> {
         let store = lock(&self.store);
@@ -242,5 +243,25 @@ impl Core {
             store.put_definition(&def)?;
         }
         Ok(self.refresh_one(&uuid))
+    }
+
+    /// The core places a type without knowing the profile it serves; a slot does know it, so it is
+    /// written into the definition before the device is started (and so reaches the ledger too).
+    pub(super) fn set_profile_if_unset(
+        &self,
+        uuid: &MdevUuid,
+        profile: &str,
+    ) -> Result<(), CoreError> {
+        {
+            let mut store = lock(&self.store);
+            if let Some(mut def) = store.get_definition(uuid).cloned()
+                && def.profile.is_none()
+            {
+                def.profile = Some(profile.to_string());
+                store.put_definition(&def)?;
+            }
+        }
+        self.refresh_one(uuid);
+        Ok(())
     }
 }

@@ -12,25 +12,21 @@
 //!   appears (its driver loaded late). A `Stop` is respected until then.
 //! * Devices not in the ownership ledger are foreign: listed, never modified.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::broadcast;
 use tracing::{info, warn};
 
-use mdev_types::ids::{MdevTypeId, MdevUuid};
-use vgpu_host::discover::discover;
-use vgpu_host::{Host, HostExt, paths};
+use vgpu_host::Host;
 
-use super::api::{
-    Command, CoreError, Event, GpuCapacity, GpuView, Handle, InstanceState, InstanceView,
-};
+use super::api::{Command, CoreError, Event, Handle};
 use super::store::StateDir;
 use crate::profile::Catalog;
 
 mod choose;
 mod gpu_impact;
+mod instances;
 mod lifecycle;
 mod locks;
 mod pool;
@@ -49,28 +45,39 @@ mod views;
 pub use gpu_impact::GpuImpact;
 pub use reconcile::ReconcileScope;
 
-/// The daemon's core. Thread-safe: every method takes `&self`; operations on one mdev parent are
-/// serialized, different parents proceed in parallel.
+use instances::Instances;
+use pool::Pools;
+use sched::Scheduling;
+use vf_slots::VfSlots;
+use vfio::Vfio;
+
+/// The state directory, shared by the services that keep records in it (one lock: the store is one
+/// directory with one flock).
+type Store = Mutex<StateDir>;
+
+/// The daemon's core: the services, each holding only what it needs, behind one command entry
+/// ([`Core::execute`]; `routes.rs` says which service serves each command).
+///
+/// * [`Instances`]: the lifecycle commands, placement, reconcile and instance views; owns the
+///   per-parent locks and the event stream.
+/// * [`VfSlots`]: pool slots held by SR-IOV VFs, made through the GPU's vendor backend.
+/// * [`Pools`]: plan, apply (over instances and VF slots) and status of pools.
+/// * [`Scheduling`]: time-slice scheduling through the vendor backends.
+/// * [`Vfio`]: preflight and opening running instances for a VMM.
+///
+/// Thread-safe: every method takes `&self`.
 pub struct Core {
-    host: Arc<dyn Host>,
-    catalog: Catalog,
-    store: Mutex<StateDir>,
-    locks: locks::Locks,
-    /// UUIDs with a create/define in flight, so two requests for one UUID cannot race.
-    inflight: Mutex<HashSet<MdevUuid>>,
-    /// The current view of every instance, kept up to date by our own operations and refreshes.
-    views: Mutex<BTreeMap<MdevUuid, InstanceView>>,
-    /// The registered mdev parents as last seen, to notice one that appears.
-    known_parents: Mutex<BTreeSet<String>>,
-    events: broadcast::Sender<Event>,
-    /// Bumped after every change of `views` (see [`Core::views_generation`]).
-    views_generation: std::sync::atomic::AtomicU64,
+    instances: Arc<Instances>,
+    vf_slots: Arc<VfSlots>,
+    pools: Pools,
+    scheduling: Scheduling,
+    vfio: Vfio,
 }
 
 impl std::fmt::Debug for Core {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Core")
-            .field("host", &self.host.describe())
+            .field("host", &self.instances.host.describe())
             .finish_non_exhaustive()
     }
 }
@@ -81,7 +88,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Core {
     /// Opens the state directory (locking it), then reconciles the host with it (startup scope:
-    /// autostart definitions are created where their parent exists).
+    /// autostart definitions are created where their parent exists, then VF slots of autostart
+    /// pools are made again).
     pub fn open(
         host: Arc<dyn Host>,
         state_dir: &Path,
@@ -99,20 +107,32 @@ impl Core {
             "state loaded"
         );
         let (events, _) = broadcast::channel(4096);
-        let core = Core {
-            host,
+        let store = Arc::new(Mutex::new(store));
+        let catalog = Arc::new(catalog);
+        let instances = Arc::new(Instances::new(
+            host.clone(),
+            catalog.clone(),
+            store.clone(),
+            events.clone(),
+        ));
+        let vf_slots = Arc::new(VfSlots::new(host.clone(), store.clone()));
+        let pools = Pools::new(
+            host.clone(),
             catalog,
-            store: Mutex::new(store),
-            locks: locks::Locks::default(),
-            inflight: Mutex::new(HashSet::new()),
-            views: Mutex::new(BTreeMap::new()),
-            known_parents: Mutex::new(BTreeSet::new()),
+            store,
             events,
-            views_generation: std::sync::atomic::AtomicU64::new(0),
+            instances.clone(),
+            vf_slots.clone(),
+        );
+        let core = Core {
+            scheduling: Scheduling::new(host.clone()),
+            vfio: Vfio::new(host, instances.clone()),
+            instances,
+            vf_slots,
+            pools,
         };
-        *lock(&core.known_parents) = core.parents_now();
-        core.reconcile(ReconcileScope::Startup)?;
-        core.reconcile_vf_slots();
+        core.instances.reconcile(ReconcileScope::Startup)?;
+        core.vf_slots.reconcile(|pool| core.pools.autostart(pool));
         Ok(core)
     }
 
@@ -121,14 +141,15 @@ impl Core {
     /// generation `g` is at least as new as every change before `g`, and while the generation still
     /// reads `g`, no change has happened since.
     pub fn views_generation(&self) -> u64 {
-        self.views_generation
+        self.instances
+            .views_generation
             .load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Events for signals and property updates. Slow receivers lose the oldest events (and should then
     /// re-list).
     pub fn subscribe(&self) -> broadcast::Receiver<Event> {
-        self.events.subscribe()
+        self.instances.events.subscribe()
     }
 
     /// Executes one command (the same as [`Handle::handle`], callable without naming the trait).
@@ -141,144 +162,17 @@ impl Core {
 
     /// Handles a kernel uevent. An mdev event refreshes that instance (one removed behind our back is
     /// noticed); anything else re-reads the registered parents, and a parent that appeared (its driver
-    /// loaded late) gets its autostart instances. Ordering makes this race-free: the kernel sends a PCI
-    /// device's `bind` and a module's `add` only after the probe or init that registered the parent.
-    /// Returns whether every GPU must be re-read, beyond the instance events sent ([`GpuImpact`]).
+    /// loaded late) gets its autostart instances. Returns whether every GPU must be re-read, beyond
+    /// the instance events sent ([`GpuImpact`]).
     pub fn handle_uevent(&self, ev: &vgpu_host::uevent::Uevent) -> GpuImpact {
-        let impact = gpu_impact::gpu_impact(self.host.as_ref(), ev);
-        if !ev.is_relevant() {
-            return impact;
-        }
-        if ev.subsystem.as_deref() == Some("mdev") {
-            if let Some(uuid) = ev.devpath.rsplit('/').next().and_then(|u| u.parse().ok()) {
-                if matches!(ev.action.as_str(), "add" | "bind") {
-                    self.wait_for_mdev_links(&uuid);
-                }
-                self.refresh_one(&uuid);
-            }
-            return impact;
-        }
-        let now = self.parents_now();
-        let appeared: Vec<String> = {
-            let mut known = lock(&self.known_parents);
-            let new = now.difference(&known).cloned().collect();
-            *known = now;
-            new
-        };
-        let scopes: Vec<ReconcileScope> = if appeared.is_empty() {
-            vec![ReconcileScope::Refresh]
-        } else {
-            appeared
-                .into_iter()
-                .map(ReconcileScope::ParentAppeared)
-                .collect()
-        };
-        for scope in scopes {
-            info!(?scope, action = %ev.action, devpath = %ev.devpath, "reconcile after a kernel event");
-            if let Err(e) = self.reconcile(scope) {
-                warn!(error = %e, devpath = %ev.devpath, "reconcile after a kernel event failed");
-            }
-        }
-        impact
+        self.instances.handle_uevent(ev)
     }
 
-    /// The names under `/sys/class/mdev_bus` now.
-    fn parents_now(&self) -> BTreeSet<String> {
-        self.host
-            .list_optional(std::path::Path::new(paths::MDEV_BUS_CLASS))
-            .unwrap_or_default()
-            .into_iter()
-            .collect()
-    }
-
-    fn list_gpus(&self) -> Result<Vec<GpuView>, CoreError> {
-        let inv = discover(self.host.as_ref())?;
-        let views = lock(&self.views);
-        Ok(inv
-            .gpus
-            .iter()
-            .map(|g| {
-                let parent = inv.mdev_parents.iter().find(|p| p.name == g.id);
-                GpuView {
-                    id: g.id.clone(),
-                    vendor: g.vendor.as_str().to_string(),
-                    model: g.model.clone(),
-                    driver: g.driver.clone(),
-                    numa_node: g.numa_node,
-                    types: parent
-                        .map(|p| {
-                            p.types
-                                .iter()
-                                .map(|t| (t.id.clone(), t.available_instances))
-                                .collect()
-                        })
-                        .unwrap_or_default(),
-                    instances: views
-                        .values()
-                        .filter(|v| v.gpu == g.id && v.state == InstanceState::Running)
-                        .map(|v| v.uuid)
-                        .collect(),
-                }
-            })
-            .collect())
-    }
-
-    /// The types' available instances on mdev parent `id` (none when it is not a registered parent, as
-    /// in [`Core::list_gpus`]) and its running instances.
-    fn gpu_capacity(&self, id: &str) -> GpuCapacity {
-        let dir = paths::mdev_parent(id).join("mdev_supported_types");
-        let types = self
-            .host
-            .list_optional(&dir)
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|name| {
-                let type_id: MdevTypeId = name.parse().ok()?;
-                let available = self.available(id, &type_id)?;
-                Some((type_id, available))
-            })
-            .collect();
-        let instances = lock(&self.views)
-            .values()
-            .filter(|v| v.gpu == id && v.state == InstanceState::Running)
-            .map(|v| v.uuid)
-            .collect();
-        GpuCapacity { types, instances }
-    }
-
-    /// Waits (briefly) until a new mdev's `mdev_type` link exists. The kernel announces the device
-    /// (`add`, then `bind` when vfio-mdev probes it) from `device_add` and only afterwards creates its
-    /// `mdev_type` link and `remove` file (drivers/vfio/mdev/mdev_core.c `mdev_device_create` →
-    /// `mdev_create_sysfs_files`), so a view computed at the event could miss the device for good.
-    /// Gives up after about a second (the device may be gone again), leaving it to the refresh.
-    fn wait_for_mdev_links(&self, uuid: &MdevUuid) {
-        let dir = paths::mdev_device(uuid);
-        let mut pause = std::time::Duration::from_millis(1);
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
-        while self.host.exists(&dir)
-            && !self.host.exists(&dir.join("mdev_type"))
-            && std::time::Instant::now() < deadline
-        {
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(std::time::Duration::from_millis(50));
-        }
-    }
-
-    /// True when the mdev device exists on the host.
-    fn device_exists(&self, uuid: &MdevUuid) -> bool {
-        self.host.exists(&paths::mdev_device(uuid))
-    }
-
-    /// True when the parent is registered.
-    fn parent_exists(&self, parent: &str) -> bool {
-        self.host.exists(&paths::mdev_parent(parent))
-    }
-
-    fn read_group(&self, uuid: &MdevUuid) -> Option<u32> {
-        self.host
-            .link_name(&paths::mdev_device(uuid).join("iommu_group"))
-            .ok()
-            .flatten()
-            .and_then(|g| g.parse().ok())
+    /// Plans and executes a reconcile of the instances (see [`ReconcileScope`]).
+    pub fn reconcile(
+        &self,
+        scope: ReconcileScope,
+    ) -> Result<crate::daemon::reconcile::ExecReport, CoreError> {
+        self.instances.reconcile(scope)
     }
 }

@@ -26,14 +26,21 @@ use tracing::{info, warn};
 use vgpu_host::discover::discover;
 
 use super::pool_exec::{Applying, PoolActions, SlotSteps, Undo, labelled_slot};
-use super::{Core, lock};
+use std::sync::Arc;
+
+use tokio::sync::broadcast;
+use vgpu_host::Host;
+
+use super::instances::Instances;
+use super::vf_slots::VfSlots;
+use super::{Store, lock};
 use crate::daemon::api::{
-    CoreError, CreateInstance, DefineInstance, DestroyInstance, Event, GetInstance, InstanceSpec,
-    InstanceState, InstanceTarget, InstanceView, StartInstance, StopInstance, UndoFailure,
+    CoreError, Event, InstanceSpec, InstanceState, InstanceTarget, InstanceView, UndoFailure,
 };
 use crate::daemon::exec::{Report, Transaction, Undone};
 use crate::daemon::store::{Definition, VfSlotRecord};
 use crate::pool::{Pool, PoolPlan, PoolStep as Step, SlotId, plan_pool};
+use crate::profile::Catalog;
 use crate::profile::ProfileTarget as OptionTarget;
 use mdev_types::ids::{MdevTypeId, PciAddress};
 use vgpu_client::PoolSummary;
@@ -60,20 +67,51 @@ fn shortfall(plan: &PoolPlan) -> Option<CoreError> {
     })
 }
 
-impl Core {
+/// The pool service: plans and applies pools over the instances and VF slots, and reports their
+/// status from the applied-pool records.
+pub(super) struct Pools {
+    pub(super) host: Arc<dyn Host>,
+    pub(super) catalog: Arc<Catalog>,
+    pub(super) store: Arc<Store>,
+    /// For apply progress.
+    events: broadcast::Sender<Event>,
+    pub(super) instances: Arc<Instances>,
+    pub(super) vf_slots: Arc<VfSlots>,
+}
+
+impl Pools {
+    /// The service; `events` carries apply progress.
+    pub(super) fn new(
+        host: Arc<dyn Host>,
+        catalog: Arc<Catalog>,
+        store: Arc<Store>,
+        events: broadcast::Sender<Event>,
+        instances: Arc<Instances>,
+        vf_slots: Arc<VfSlots>,
+    ) -> Pools {
+        Pools {
+            host,
+            catalog,
+            store,
+            events,
+            instances,
+            vf_slots,
+        }
+    }
+
     fn parse_pool(&self, text: &str) -> Result<Pool, CoreError> {
         Ok(Pool::from_toml(ORIGIN, text, &self.catalog)?)
     }
 
     fn plan_of(&self, pool: &Pool) -> Result<(PoolPlan, mdev_types::model::Inventory), CoreError> {
         let inv = discover(self.host.as_ref())?;
-        let held = self.held_vf_slots(&pool.name);
+        let held = self.vf_slots.held_vf_slots(&pool.name);
         let plan = plan_pool(pool, &self.catalog, &inv, &held)?;
         Ok((plan, inv))
     }
 
     /// [`PlanPool`](crate::daemon::api::PlanPool).
-    pub(super) fn pool_plan(&self, text: &str) -> Result<PoolPlan, CoreError> {
+    pub(super) fn plan(&self, text: &str) -> Result<PoolPlan, CoreError> {
         let pool = self.parse_pool(text)?;
         let (plan, _) = self.plan_of(&pool)?;
         Ok(plan)
@@ -81,7 +119,7 @@ impl Core {
 
     /// [`ApplyPool`](crate::daemon::api::ApplyPool): one run of the daemon's executor, kept only
     /// when every step succeeds.
-    pub(super) fn pool_apply(&self, text: &str) -> Result<PoolSummary, CoreError> {
+    pub(super) fn apply(&self, text: &str) -> Result<PoolSummary, CoreError> {
         let _one = APPLYING.lock().unwrap_or_else(PoisonError::into_inner);
         let pool = self.parse_pool(text)?;
         let mut slots = Slots(self);
@@ -209,11 +247,12 @@ impl Core {
     /// Create steps for the VF slots of `pool` that it still wants whose VF is not set up now: each
     /// makes the slot again on its recorded VF.
     fn stopped_vf_slots(&self, pool: &Pool) -> Vec<Step> {
-        self.vf_records()
+        self.vf_slots
+            .vf_records()
             .into_iter()
             .filter(|r| r.pool == pool.name)
             .filter(|r| pool.profiles.get(&r.profile).is_some_and(|n| r.index < *n))
-            .filter(|r| !self.vf_slot_running(r))
+            .filter(|r| !self.vf_slots.vf_slot_running(r))
             .map(|r| Step::Create {
                 slot: r.slot(),
                 gpu: r.gpu.clone(),
@@ -230,7 +269,7 @@ impl Core {
         let store = lock(&self.store);
         store
             .definitions()
-            .filter(|d| !self.device_exists(&d.uuid))
+            .filter(|d| !self.instances.device_exists(&d.uuid))
             .filter_map(|d| {
                 let slot = labelled_slot(&pool.name, d.label.as_deref(), &d.uuid)?;
                 let wanted = pool
@@ -246,22 +285,6 @@ impl Core {
             .collect()
     }
 
-    /// The core places a type without knowing the profile it serves; a slot does know it, so it is
-    /// written into the definition before the device is started (and so reaches the ledger too).
-    fn set_slot_profile(&self, uuid: &MdevUuid, profile: &str) -> Result<(), CoreError> {
-        {
-            let mut store = lock(&self.store);
-            if let Some(mut def) = store.get_definition(uuid).cloned()
-                && def.profile.is_none()
-            {
-                def.profile = Some(profile.to_string());
-                store.put_definition(&def)?;
-            }
-        }
-        self.refresh_one(uuid);
-        Ok(())
-    }
-
     /// Brings back an instance this apply removed: its definition (if it had one) and its device (if
     /// it ran).
     fn restore(&self, v: &InstanceView) -> Result<(), CoreError> {
@@ -273,26 +296,26 @@ impl Core {
             label: v.label.clone(),
         };
         if !v.defined {
-            self.execute(CreateInstance(req))?;
+            self.instances.create(req)?;
             return Ok(());
         }
-        self.execute(DefineInstance(req))?;
+        self.instances.define(req)?;
         if let Some(p) = &v.profile {
-            self.set_slot_profile(&v.uuid, p)?;
+            self.instances.set_profile_if_unset(&v.uuid, p)?;
         }
         if v.state == InstanceState::Running {
-            self.execute(StartInstance { uuid: v.uuid })?;
+            self.instances.start(v.uuid)?;
         }
         Ok(())
     }
 }
 
 /// The engine's side of the pool executor.
-struct Slots<'a>(&'a Core);
+struct Slots<'a>(&'a Pools);
 
 impl PoolActions for Slots<'_> {
     fn vf_record(&self, uuid: &MdevUuid) -> Option<VfSlotRecord> {
-        self.0.vf_record(uuid)
+        self.0.vf_slots.vf_record(uuid)
     }
 
     fn definition(&self, uuid: &MdevUuid) -> Option<Definition> {
@@ -300,15 +323,15 @@ impl PoolActions for Slots<'_> {
     }
 
     fn instance(&mut self, uuid: &MdevUuid) -> Result<InstanceView, CoreError> {
-        self.0.execute(GetInstance { uuid: *uuid })
+        self.0.instances.get(uuid)
     }
 
     fn enable_vfs(&mut self, gpu: &str, pf: &PciAddress, num_vfs: u32) -> Result<u32, CoreError> {
-        self.0.enable_vfs_on(gpu, pf, num_vfs)
+        self.0.vf_slots.enable_vfs_on(gpu, pf, num_vfs)
     }
 
     fn restore_num_vfs(&mut self, pf: &PciAddress, previous: u32) -> Result<(), CoreError> {
-        self.0.restore_num_vfs(pf, previous)
+        self.0.vf_slots.restore_num_vfs(pf, previous)
     }
 
     fn create_vf(
@@ -317,19 +340,22 @@ impl PoolActions for Slots<'_> {
         gpu: &str,
         target: &OptionTarget,
     ) -> Result<(), CoreError> {
-        self.0.create_vf_slot(slot, gpu, target).map(|_| ())
+        self.0
+            .vf_slots
+            .create_vf_slot(slot, gpu, target)
+            .map(|_| ())
     }
 
     fn recreate_vf(&mut self, r: &VfSlotRecord) -> Result<(), CoreError> {
-        self.0.recreate_vf_slot(r)
+        self.0.vf_slots.recreate_vf_slot(r)
     }
 
     fn release_vf(&mut self, uuid: &MdevUuid) -> Result<VfSlotRecord, CoreError> {
-        self.0.release_vf_slot(uuid)
+        self.0.vf_slots.release_vf_slot(uuid)
     }
 
     fn stop_vf(&mut self, uuid: &MdevUuid) -> Result<(), CoreError> {
-        self.0.stop_vf_slot(uuid)
+        self.0.vf_slots.stop_vf_slot(uuid)
     }
 
     fn define(
@@ -340,30 +366,31 @@ impl PoolActions for Slots<'_> {
         autostart: bool,
     ) -> Result<(), CoreError> {
         self.0
-            .execute(DefineInstance(InstanceSpec {
+            .instances
+            .define(InstanceSpec {
                 target: InstanceTarget::Type(type_id.clone()),
                 gpu: Some(parent.to_string()),
                 uuid: Some(slot.uuid),
                 autostart,
                 label: Some(slot_label(slot)),
-            }))
+            })
             .map(|_| ())
     }
 
     fn set_profile(&mut self, uuid: &MdevUuid, profile: &str) -> Result<(), CoreError> {
-        self.0.set_slot_profile(uuid, profile)
+        self.0.instances.set_profile_if_unset(uuid, profile)
     }
 
     fn start(&mut self, uuid: &MdevUuid) -> Result<(), CoreError> {
-        self.0.execute(StartInstance { uuid: *uuid }).map(|_| ())
+        self.0.instances.start(*uuid).map(|_| ())
     }
 
     fn stop(&mut self, uuid: &MdevUuid) -> Result<(), CoreError> {
-        self.0.execute(StopInstance { uuid: *uuid }).map(|_| ())
+        self.0.instances.stop(*uuid).map(|_| ())
     }
 
     fn destroy(&mut self, uuid: &MdevUuid) -> Result<(), CoreError> {
-        self.0.execute(DestroyInstance { uuid: *uuid }).map(|_| ())
+        self.0.instances.destroy(*uuid).map(|_| ())
     }
 
     fn restore(&mut self, v: &InstanceView) -> Result<(), CoreError> {

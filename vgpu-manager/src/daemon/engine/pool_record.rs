@@ -11,13 +11,14 @@ use std::collections::BTreeMap;
 use mdev_types::model::Inventory;
 use tracing::warn;
 
-use super::{Core, lock};
+use super::lock;
+use super::pool::Pools;
 use crate::daemon::api::CoreError;
 use crate::daemon::store::{AppliedPool, unix_now};
 use crate::pool::{Pool, SlotId};
 use vgpu_client::{PoolGpu, PoolStatus, SlotRow};
 
-impl Core {
+impl Pools {
     /// Records that `pool` was applied with `text`.
     pub(super) fn record_pool(&self, pool: &Pool, text: &str) -> Result<(), CoreError> {
         lock(&self.store).put_pool(&AppliedPool {
@@ -41,7 +42,7 @@ impl Core {
 
     /// Whether pool `name` is applied with `autostart` (false when it is not applied or its text no
     /// longer loads).
-    pub(super) fn pool_autostart(&self, name: &str) -> bool {
+    pub(super) fn autostart(&self, name: &str) -> bool {
         let store = lock(&self.store);
         store.get_pool(name).is_some_and(|a| {
             let origin = store.pool_file(name).display().to_string();
@@ -51,8 +52,8 @@ impl Core {
 
     /// Every slot of `pool` with its instance (if any), and the slots per GPU.
     pub(super) fn slot_rows(&self, pool: &Pool, inv: &Inventory) -> (Vec<SlotRow>, Vec<PoolGpu>) {
-        let vf_records = self.vf_records();
-        let views = lock(&self.views);
+        let vf_records = self.vf_slots.vf_records();
+        let views = lock(&self.instances.views);
         let mut rows = Vec::new();
         let mut gpus: Vec<PoolGpu> = Vec::new();
         for (profile, n) in &pool.profiles {
@@ -93,7 +94,7 @@ impl Core {
                         .or_else(|| vf.map(|r| r.holds_text())),
                     state: match (view, vf) {
                         (Some(v), _) => v.state.as_str(),
-                        (None, Some(r)) if self.vf_slot_running(r) => "running",
+                        (None, Some(r)) if self.vf_slots.vf_slot_running(r) => "running",
                         (None, Some(_)) => "stopped",
                         (None, None) => "missing",
                     }
@@ -107,7 +108,7 @@ impl Core {
     }
 
     /// [`GetPoolStatus`](crate::daemon::api::GetPoolStatus).
-    pub(super) fn pool_status(&self) -> Result<Vec<PoolStatus>, CoreError> {
+    pub(super) fn status(&self) -> Result<Vec<PoolStatus>, CoreError> {
         let applied = self.applied_pools();
         let inv = vgpu_host::discover::discover(self.host.as_ref())?;
         let mut out = Vec::new();

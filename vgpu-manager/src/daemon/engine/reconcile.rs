@@ -7,7 +7,8 @@ use vgpu_host::discover::discover;
 use vgpu_host::ops::{self, LifecycleError};
 
 use super::choose::Placement;
-use super::{Core, lock};
+use super::instances::Instances;
+use super::lock;
 use crate::daemon::api::{CoreError, StateError};
 use crate::daemon::reconcile::{
     ExecReport, Plan, ReconcileInput, Removal, Step, StepActions, execute, execute_steps, plan,
@@ -27,7 +28,7 @@ pub enum ReconcileScope {
 
 /// The executor's actions on the real host and store.
 struct Actions<'a> {
-    core: &'a Core,
+    core: &'a Instances,
     /// What clients see of a device a command creates (gpu, profile, label), written into its new
     /// ledger entry; reconcile's creates take these from their definitions instead.
     shown: Option<Shown>,
@@ -126,7 +127,7 @@ fn scoped(mut plan: Plan, scope: &ReconcileScope) -> Plan {
     plan
 }
 
-impl Core {
+impl Instances {
     /// Creates the device of `uuid` at `place` through the reconcile executor, so a command's create
     /// follows the same ledger protocol and rollback as reconcile's: the ledger entry is written first;
     /// if the kernel refuses, a device it made anyway is removed and the entry dropped, and the entry
@@ -191,7 +192,7 @@ impl Core {
     }
 
     /// Plans and executes a reconcile with every other operation held off, then refreshes all views.
-    pub fn reconcile(&self, scope: ReconcileScope) -> Result<ExecReport, CoreError> {
+    pub(super) fn reconcile(&self, scope: ReconcileScope) -> Result<ExecReport, CoreError> {
         let report = {
             let _exclusive = self.locks.exclusive();
             let inv = discover(self.host.as_ref())?;

@@ -1,6 +1,6 @@
 //! The routing table: which method of the core serves each [`Command`](crate::daemon::api::Command).
 
-use super::{Core, ReconcileScope, lock};
+use super::{Core, ReconcileScope};
 use crate::daemon::api::*;
 
 /// One `Handle` impl per command: `route!(Command, |core, cmd| body)`.
@@ -16,51 +16,64 @@ macro_rules! route {
     };
 }
 
-route!(ListGpus, |core, ListGpus| core.list_gpus());
-route!(GetGpuCapacity, |core, GetGpuCapacity { id }| Ok(
-    core.gpu_capacity(&id)
-));
-route!(ListInstances, |core, ListInstances| Ok(lock(&core.views)
-    .values()
-    .cloned()
-    .collect()));
-route!(GetInstance, |core, GetInstance { uuid }| lock(&core.views)
-    .get(&uuid)
-    .cloned()
-    .ok_or(CoreError::NotFound { uuid }));
+route!(ListGpus, |core, ListGpus| core.instances.list_gpus());
+route!(GetGpuCapacity, |core, GetGpuCapacity { id }| Ok(core
+    .instances
+    .gpu_capacity(&id)));
+route!(ListInstances, |core, ListInstances| Ok(core
+    .instances
+    .list()));
+route!(GetInstance, |core, GetInstance { uuid }| core
+    .instances
+    .get(&uuid));
 route!(CreateInstance, |core, CreateInstance(spec)| core
+    .instances
     .create(spec));
 route!(DefineInstance, |core, DefineInstance(spec)| core
+    .instances
     .define(spec));
 route!(StartInstance, |core, StartInstance { uuid }| core
+    .instances
     .start(uuid));
-route!(StopInstance, |core, StopInstance { uuid }| core.stop(uuid));
+route!(StopInstance, |core, StopInstance { uuid }| core
+    .instances
+    .stop(uuid));
 route!(DestroyInstance, |core, DestroyInstance { uuid }| core
+    .instances
     .destroy(uuid));
 route!(UndefineInstance, |core, UndefineInstance { uuid }| core
+    .instances
     .undefine(uuid));
 route!(SetAutostart, |core, SetAutostart { uuid, autostart }| core
+    .instances
     .set_autostart(uuid, autostart));
 route!(Reconcile, |core, Reconcile| core
+    .instances
     .reconcile(ReconcileScope::Startup)
     .map(|_| ()));
-route!(PlanPool, |core, PlanPool { toml }| core.pool_plan(&toml));
-route!(ApplyPool, |core, ApplyPool { toml }| core.pool_apply(&toml));
-route!(GetPoolStatus, |core, GetPoolStatus| core.pool_status());
+route!(PlanPool, |core, PlanPool { toml }| core.pools.plan(&toml));
+route!(ApplyPool, |core, ApplyPool { toml }| core
+    .pools
+    .apply(&toml));
+route!(GetPoolStatus, |core, GetPoolStatus| core.pools.status());
 route!(GetScheduling, |core, GetScheduling { gpu }| core
-    .get_scheduling(&gpu));
+    .scheduling
+    .get(&gpu));
 route!(PlanScheduling, |core, PlanScheduling { gpu, requests }| {
-    core.plan_scheduling(&gpu, &requests)
+    core.scheduling.plan(&gpu, &requests)
 });
 route!(
     ApplyScheduling,
-    |core, ApplyScheduling { gpu, requests }| core.apply_scheduling(&gpu, &requests)
+    |core, ApplyScheduling { gpu, requests }| core.scheduling.apply(&gpu, &requests)
 );
-route!(Preflight, |core, Preflight { uuid }| core.preflight(uuid));
+route!(Preflight, |core, Preflight { uuid }| core
+    .vfio
+    .preflight(uuid));
 route!(OpenDevice, |core,
                     OpenDevice {
                         uuid,
                         backend,
                         bind,
                     }| core
+    .vfio
     .open_device(uuid, backend, bind));

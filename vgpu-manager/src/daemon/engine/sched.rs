@@ -4,16 +4,28 @@
 
 use vgpu_host::discover::discover;
 
-use super::Core;
+use std::sync::Arc;
+
 use crate::backend::{detect, detect_gpu};
 use crate::daemon::api::{CoreError, RequestError};
 use crate::sched::{ApplyReport, PlanOptions, SchedPlan, SchedRequest};
 use vgpu_client::SchedulingView;
+use vgpu_host::Host;
 
-impl Core {
+/// The scheduling service: reads, plans and applies through the GPUs' vendor backends.
+pub(super) struct Scheduling {
+    host: Arc<dyn Host>,
+}
+
+impl Scheduling {
+    /// The service over `host`.
+    pub(super) fn new(host: Arc<dyn Host>) -> Scheduling {
+        Scheduling { host }
+    }
+
     /// [`GetScheduling`](crate::daemon::api::GetScheduling): never fails for a GPU
     /// that exists; a GPU without backend, or a read that failed, is a view with a `reason`.
-    pub(super) fn get_scheduling(&self, gpu: &str) -> Result<SchedulingView, CoreError> {
+    pub(super) fn get(&self, gpu: &str) -> Result<SchedulingView, CoreError> {
         let inv = discover(self.host.as_ref())?;
         let Some(g) = inv.gpus.iter().find(|g| g.id == gpu) else {
             return Err(RequestError::NoSchedulingGpu {
@@ -76,7 +88,7 @@ impl Core {
     }
 
     /// [`PlanScheduling`](crate::daemon::api::PlanScheduling).
-    pub(super) fn plan_scheduling(
+    pub(super) fn plan(
         &self,
         gpu: &str,
         requests: &[SchedRequest],
@@ -87,7 +99,7 @@ impl Core {
 
     /// [`ApplyScheduling`](crate::daemon::api::ApplyScheduling): refused (nothing
     /// written) when the plan has refusals.
-    pub(super) fn apply_scheduling(
+    pub(super) fn apply(
         &self,
         gpu: &str,
         requests: &[SchedRequest],

@@ -7,7 +7,7 @@ use std::fmt;
 
 use tracing::warn;
 
-use super::Core;
+use super::vf_slots::VfSlots;
 use crate::backend::{Backend, Created, NewVgpu};
 use crate::daemon::api::CoreError;
 use crate::daemon::exec::{self, Effects, Object};
@@ -55,7 +55,7 @@ impl fmt::Display for Undo {
 
 /// The actions: the record being made, the store and the GPU's backend.
 struct MakeVf<'a> {
-    core: &'a Core,
+    core: &'a VfSlots,
     backend: &'a dyn Backend,
     record: VfSlotRecord,
     previous: Option<VfSlotRecord>,
@@ -96,7 +96,7 @@ impl exec::Actions<Step> for MakeVf<'_> {
     }
 }
 
-impl Core {
+impl VfSlots {
     /// Makes VF slot `record` through `backend`: record, set up, complete, undone as a whole on a
     /// failure. `previous` is the slot's record before (making a recorded slot again), put back
     /// then. Returns the completed record.
@@ -129,13 +129,14 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use std::path::{Path, PathBuf};
-    use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
 
     use vgpu_host::{Errno, Host, HostError, HostExt};
     use vgpu_sim::SimHost;
 
     use super::*;
+    use crate::daemon::store::StateDir;
     use crate::pool::SlotId;
     use crate::profile::{Catalog, ProfileTarget};
 
@@ -173,18 +174,15 @@ mod tests {
         }
     }
 
-    /// The demo host's NVIDIA vendor-VFIO GPU, a core on it, and the first vdi-2g option there.
-    fn setup(dir: &Path) -> (Arc<Refusing>, Core, ProfileTarget) {
+    /// The demo host, the VF slot service alone on it (a service holds only what it needs: the host
+    /// and the store), and the first vdi-2g option of its NVIDIA vendor-VFIO GPU.
+    fn setup(dir: &Path) -> (Arc<Refusing>, VfSlots, ProfileTarget) {
         let host = Arc::new(Refusing {
             sim: SimHost::builtin("demo").unwrap(),
             refuse: AtomicBool::new(false),
         });
-        let core = Core::open(
-            host.clone() as Arc<dyn Host>,
-            dir,
-            Catalog::builtin().unwrap(),
-        )
-        .unwrap();
+        let (store, _) = StateDir::open(dir).unwrap();
+        let core = VfSlots::new(host.clone() as Arc<dyn Host>, Arc::new(Mutex::new(store)));
         let inv = vgpu_host::discover::discover(host.as_ref()).unwrap();
         let profile = Catalog::builtin().unwrap().resolve("vdi-2g").unwrap();
         let b = crate::backend::detect_gpu(host.as_ref(), &inv, GPU).unwrap();

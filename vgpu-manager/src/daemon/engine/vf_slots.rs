@@ -6,7 +6,7 @@
 //! undoes). The record is written **before** the VF is touched and completed after, so a crash
 //! leaves a record the next start can finish or undo:
 //!
-//! * at start ([`Core::reconcile_vf_slots`]), a slot whose VF is not (or no longer) set up — a reboot
+//! * at start ([`VfSlots::reconcile`]), a slot whose VF is not (or no longer) set up — a reboot
 //!   disables every VF — is made again when its pool is applied with `autostart`: the PF's VFs are
 //!   enabled again and the same VF is assigned again;
 //! * a record left pending by a crash, of a pool not applied with autostart, is dropped after its VF is
@@ -20,7 +20,11 @@ use vgpu_host::discover::discover;
 use vgpu_host::ops::{BindRecord, restore_driver};
 use vgpu_host::paths;
 
-use super::{Core, lock};
+use std::sync::Arc;
+
+use vgpu_host::Host;
+
+use super::{Store, lock};
 use crate::backend::{Backend, Created, detect_gpu};
 use crate::daemon::api::{CoreError, RequestError, StateError, VfInUse};
 pub(super) use crate::daemon::store::{VfKind, VfSlotRecord};
@@ -61,7 +65,18 @@ impl VfSlotRecord {
     }
 }
 
-impl Core {
+/// The VF slot service: the slot records in the store and the VFs they hold.
+pub(super) struct VfSlots {
+    pub(super) host: Arc<dyn Host>,
+    store: Arc<Store>,
+}
+
+impl VfSlots {
+    /// The service over `host` and the records in `store`.
+    pub(super) fn new(host: Arc<dyn Host>, store: Arc<Store>) -> VfSlots {
+        VfSlots { host, store }
+    }
+
     /// Every VF slot record, by UUID.
     pub(super) fn vf_records(&self) -> Vec<VfSlotRecord> {
         lock(&self.store).vf_slots().cloned().collect()
@@ -148,7 +163,7 @@ impl Core {
         Ok(before)
     }
 
-    /// Puts the VF count of `pf` back to `previous` (undoing [`Core::enable_vfs_on`]); only from a count
+    /// Puts the VF count of `pf` back to `previous` (undoing [`VfSlots::enable_vfs_on`]); only from a count
     /// to 0, the one change the kernel allows while VFs exist.
     pub(super) fn restore_num_vfs(&self, pf: &PciAddress, previous: u32) -> Result<(), CoreError> {
         if previous != 0 {
@@ -342,12 +357,12 @@ impl Core {
 
     /// At start: VF slots whose VF is not set up are made again when their pool is applied with
     /// autostart; pending records of other pools are undone and dropped.
-    pub(super) fn reconcile_vf_slots(&self) {
+    pub(super) fn reconcile(&self, pool_autostart: impl Fn(&str) -> bool) {
         for r in self.vf_records() {
             if self.vf_slot_running(&r) {
                 continue;
             }
-            let autostart = self.pool_autostart(&r.pool);
+            let autostart = pool_autostart(&r.pool);
             if autostart {
                 match self.recreate_vf_slot(&r) {
                     Ok(()) => {

@@ -6,10 +6,27 @@ use vgpu_vfio::{
     OpenedDevice, OpenedDeviceExt, PreflightReport, VfioBackend, VfioTarget, preflight,
 };
 
-use super::{Core, lock};
+use std::sync::Arc;
+
+use vgpu_host::Host;
+
+use super::instances::Instances;
+use super::lock;
 use crate::daemon::api::{CoreError, InstanceState, Ownership, StateError};
 
-impl Core {
+/// The VFIO service: preflight and opening running instances (whose views and per-parent locks it
+/// takes from [`Instances`]).
+pub(super) struct Vfio {
+    host: Arc<dyn Host>,
+    instances: Arc<Instances>,
+}
+
+impl Vfio {
+    /// The service over `host`, for the instances of `instances`.
+    pub(super) fn new(host: Arc<dyn Host>, instances: Arc<Instances>) -> Vfio {
+        Vfio { host, instances }
+    }
+
     /// [`crate::daemon::api::Preflight`].
     pub(super) fn preflight(&self, uuid: MdevUuid) -> Result<PreflightReport, CoreError> {
         preflight(
@@ -30,14 +47,14 @@ impl Core {
         backend: Option<VfioBackend>,
         bind: bool,
     ) -> Result<OpenedDevice, CoreError> {
-        let parent = lock(&self.views)
+        let parent = lock(&self.instances.views)
             .get(&uuid)
             .map(|v| v.parent.clone())
             .ok_or(CoreError::NotFound { uuid })?;
         // Checked and opened under the parent's lock, so a Stop or Destroy cannot remove the device in
         // between.
-        self.locks.with_parent(&parent, || {
-            let view = lock(&self.views)
+        self.instances.locks.with_parent(&parent, || {
+            let view = lock(&self.instances.views)
                 .get(&uuid)
                 .cloned()
                 .ok_or(CoreError::NotFound { uuid })?;

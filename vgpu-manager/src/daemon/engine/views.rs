@@ -7,7 +7,8 @@ use std::path::Path;
 use mdev_types::ids::{MdevTypeId, MdevUuid};
 use vgpu_host::{Host, HostExt, paths};
 
-use super::{Core, lock};
+use super::instances::Instances;
+use super::lock;
 use crate::daemon::api::{Event, InstanceState, InstanceView, Ownership};
 use crate::daemon::store::{StateDir, unix_now};
 
@@ -34,7 +35,7 @@ fn normal_name(name: Option<&std::ffi::OsStr>) -> Option<String> {
     (!name.is_empty() && name != "..").then(|| name.to_string())
 }
 
-impl Core {
+impl Instances {
     /// Computes the view of one UUID from the store and the host; `None` when nothing of it exists.
     fn compute_view(
         &self,

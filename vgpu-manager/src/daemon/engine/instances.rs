@@ -1,0 +1,215 @@
+//! Instances: the lifecycle commands, placement, reconcile and the views clients see of every mdev
+//! instance ([`Instances`]). It owns the per-parent locks, the view cache and the event stream; the
+//! other services reach instances only through it.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::broadcast;
+use tracing::{info, warn};
+
+use mdev_types::ids::{MdevTypeId, MdevUuid};
+use vgpu_host::discover::discover;
+use vgpu_host::{Host, HostExt, paths};
+
+use super::{GpuImpact, ReconcileScope, Store, gpu_impact, lock, locks};
+use crate::daemon::api::{CoreError, Event, GpuCapacity, GpuView, InstanceState, InstanceView};
+use crate::profile::Catalog;
+
+/// The instance service. Thread-safe: every method takes `&self`; operations on one mdev parent are
+/// serialized, different parents proceed in parallel.
+pub(super) struct Instances {
+    pub(super) host: Arc<dyn Host>,
+    pub(super) catalog: Arc<Catalog>,
+    pub(super) store: Arc<Store>,
+    pub(super) locks: locks::Locks,
+    /// UUIDs with a create/define in flight, so two requests for one UUID cannot race.
+    pub(super) inflight: Mutex<HashSet<MdevUuid>>,
+    /// The current view of every instance, kept up to date by our own operations and refreshes.
+    pub(super) views: Mutex<BTreeMap<MdevUuid, InstanceView>>,
+    /// The registered mdev parents as last seen, to notice one that appears.
+    known_parents: Mutex<BTreeSet<String>>,
+    pub(super) events: broadcast::Sender<Event>,
+    /// Bumped after every change of `views` (see [`super::Core::views_generation`]).
+    pub(super) views_generation: std::sync::atomic::AtomicU64,
+}
+
+impl Instances {
+    /// The service over `host` and `store`, with no views yet (the first reconcile computes them).
+    pub(super) fn new(
+        host: Arc<dyn Host>,
+        catalog: Arc<Catalog>,
+        store: Arc<Store>,
+        events: broadcast::Sender<Event>,
+    ) -> Instances {
+        let i = Instances {
+            host,
+            catalog,
+            store,
+            locks: locks::Locks::default(),
+            inflight: Mutex::new(HashSet::new()),
+            views: Mutex::new(BTreeMap::new()),
+            known_parents: Mutex::new(BTreeSet::new()),
+            events,
+            views_generation: std::sync::atomic::AtomicU64::new(0),
+        };
+        *lock(&i.known_parents) = i.parents_now();
+        i
+    }
+
+    /// Every instance as clients see it.
+    pub(super) fn list(&self) -> Vec<InstanceView> {
+        lock(&self.views).values().cloned().collect()
+    }
+
+    /// Instance `uuid` as clients see it, or NotFound.
+    pub(super) fn get(&self, uuid: &MdevUuid) -> Result<InstanceView, CoreError> {
+        lock(&self.views)
+            .get(uuid)
+            .cloned()
+            .ok_or(CoreError::NotFound { uuid: *uuid })
+    }
+
+    /// Handles a kernel uevent. An mdev event refreshes that instance (one removed behind our back is
+    /// noticed); anything else re-reads the registered parents, and a parent that appeared (its driver
+    /// loaded late) gets its autostart instances. Ordering makes this race-free: the kernel sends a PCI
+    /// device's `bind` and a module's `add` only after the probe or init that registered the parent.
+    /// Returns whether every GPU must be re-read, beyond the instance events sent ([`GpuImpact`]).
+    pub(super) fn handle_uevent(&self, ev: &vgpu_host::uevent::Uevent) -> GpuImpact {
+        let impact = gpu_impact::gpu_impact(self.host.as_ref(), ev);
+        if !ev.is_relevant() {
+            return impact;
+        }
+        if ev.subsystem.as_deref() == Some("mdev") {
+            if let Some(uuid) = ev.devpath.rsplit('/').next().and_then(|u| u.parse().ok()) {
+                if matches!(ev.action.as_str(), "add" | "bind") {
+                    self.wait_for_mdev_links(&uuid);
+                }
+                self.refresh_one(&uuid);
+            }
+            return impact;
+        }
+        let now = self.parents_now();
+        let appeared: Vec<String> = {
+            let mut known = lock(&self.known_parents);
+            let new = now.difference(&known).cloned().collect();
+            *known = now;
+            new
+        };
+        let scopes: Vec<ReconcileScope> = if appeared.is_empty() {
+            vec![ReconcileScope::Refresh]
+        } else {
+            appeared
+                .into_iter()
+                .map(ReconcileScope::ParentAppeared)
+                .collect()
+        };
+        for scope in scopes {
+            info!(?scope, action = %ev.action, devpath = %ev.devpath, "reconcile after a kernel event");
+            if let Err(e) = self.reconcile(scope) {
+                warn!(error = %e, devpath = %ev.devpath, "reconcile after a kernel event failed");
+            }
+        }
+        impact
+    }
+
+    /// The names under `/sys/class/mdev_bus` now.
+    fn parents_now(&self) -> BTreeSet<String> {
+        self.host
+            .list_optional(std::path::Path::new(paths::MDEV_BUS_CLASS))
+            .unwrap_or_default()
+            .into_iter()
+            .collect()
+    }
+
+    pub(super) fn list_gpus(&self) -> Result<Vec<GpuView>, CoreError> {
+        let inv = discover(self.host.as_ref())?;
+        let views = lock(&self.views);
+        Ok(inv
+            .gpus
+            .iter()
+            .map(|g| {
+                let parent = inv.mdev_parents.iter().find(|p| p.name == g.id);
+                GpuView {
+                    id: g.id.clone(),
+                    vendor: g.vendor.as_str().to_string(),
+                    model: g.model.clone(),
+                    driver: g.driver.clone(),
+                    numa_node: g.numa_node,
+                    types: parent
+                        .map(|p| {
+                            p.types
+                                .iter()
+                                .map(|t| (t.id.clone(), t.available_instances))
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                    instances: views
+                        .values()
+                        .filter(|v| v.gpu == g.id && v.state == InstanceState::Running)
+                        .map(|v| v.uuid)
+                        .collect(),
+                }
+            })
+            .collect())
+    }
+
+    /// The types' available instances on mdev parent `id` (none when it is not a registered parent, as
+    /// in [`Instances::list_gpus`]) and its running instances.
+    pub(super) fn gpu_capacity(&self, id: &str) -> GpuCapacity {
+        let dir = paths::mdev_parent(id).join("mdev_supported_types");
+        let types = self
+            .host
+            .list_optional(&dir)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|name| {
+                let type_id: MdevTypeId = name.parse().ok()?;
+                let available = self.available(id, &type_id)?;
+                Some((type_id, available))
+            })
+            .collect();
+        let instances = lock(&self.views)
+            .values()
+            .filter(|v| v.gpu == id && v.state == InstanceState::Running)
+            .map(|v| v.uuid)
+            .collect();
+        GpuCapacity { types, instances }
+    }
+
+    /// Waits (briefly) until a new mdev's `mdev_type` link exists. The kernel announces the device
+    /// (`add`, then `bind` when vfio-mdev probes it) from `device_add` and only afterwards creates its
+    /// `mdev_type` link and `remove` file (drivers/vfio/mdev/mdev_core.c `mdev_device_create` →
+    /// `mdev_create_sysfs_files`), so a view computed at the event could miss the device for good.
+    /// Gives up after about a second (the device may be gone again), leaving it to the refresh.
+    fn wait_for_mdev_links(&self, uuid: &MdevUuid) {
+        let dir = paths::mdev_device(uuid);
+        let mut pause = std::time::Duration::from_millis(1);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        while self.host.exists(&dir)
+            && !self.host.exists(&dir.join("mdev_type"))
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(std::time::Duration::from_millis(50));
+        }
+    }
+
+    /// True when the mdev device exists on the host.
+    pub(super) fn device_exists(&self, uuid: &MdevUuid) -> bool {
+        self.host.exists(&paths::mdev_device(uuid))
+    }
+
+    /// True when the parent is registered.
+    pub(super) fn parent_exists(&self, parent: &str) -> bool {
+        self.host.exists(&paths::mdev_parent(parent))
+    }
+
+    pub(super) fn read_group(&self, uuid: &MdevUuid) -> Option<u32> {
+        self.host
+            .link_name(&paths::mdev_device(uuid).join("iommu_group"))
+            .ok()
+            .flatten()
+            .and_then(|g| g.parse().ok())
+    }
+}
