@@ -25,8 +25,9 @@ use vfio_bindings::bindings::vfio::{
 
 use super::info::DeviceInfo;
 use super::{
-    DmaBuffer, OpenedDevice, PreflightReport, Step, StepOutcome, Steps, TargetState, VfioBackend,
-    VfioCheckError, VfioTarget, ensure_live, inspect, read_config_ids, resolve_backend, sys,
+    DmaBuffer, OpenedDevice, PreflightReport, PreflightStep, StepOutcome, Steps, TargetState,
+    VfioBackend, VfioCheckError, VfioTarget, ensure_live, inspect, read_config_ids,
+    resolve_backend, sys,
 };
 
 /// An fd-level failure as a [`VfioCheckError`] naming the operation and the fix where one is known.
@@ -219,7 +220,7 @@ impl OpenedDeviceExt for OpenedDevice {
         }
         match DmaBuffer::new(dma_size) {
             Err(e) => {
-                steps.0.push(Step {
+                steps.0.push(PreflightStep {
                     name: "dma-map".into(),
                     outcome: StepOutcome::Failed(e.to_string()),
                     micros: 0,

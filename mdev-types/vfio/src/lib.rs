@@ -131,7 +131,7 @@ impl StepOutcome {
 
 /// One step of a preflight.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Step {
+pub struct PreflightStep {
     /// Its name: `open-backend`, `open-device`, `device-info`, `config-read`, `dma-map`, `dma-unmap`,
     /// `close`, `kvm-attach`.
     pub name: String,
@@ -178,7 +178,7 @@ pub struct PreflightReport {
     /// True when no step failed (skipped steps do not fail a preflight).
     pub passed: bool,
     /// Every step in order.
-    pub steps: Vec<Step>,
+    pub steps: Vec<PreflightStep>,
     /// What the device reported, when it could be opened.
     pub device: Option<DeviceInfo>,
     /// Total wall time in microseconds.
@@ -187,18 +187,18 @@ pub struct PreflightReport {
 
 impl PreflightReport {
     /// The step named `name`.
-    pub fn step(&self, name: &str) -> Option<&Step> {
+    pub fn step(&self, name: &str) -> Option<&PreflightStep> {
         self.steps.iter().find(|s| s.name == name)
     }
 
     /// The first failed step.
-    pub fn first_failure(&self) -> Option<&Step> {
+    pub fn first_failure(&self) -> Option<&PreflightStep> {
         self.steps.iter().find(|s| s.outcome.is_failed())
     }
 }
 
 /// Records steps with their times.
-struct Steps(Vec<Step>);
+struct Steps(Vec<PreflightStep>);
 
 impl Steps {
     fn run<T>(
@@ -213,7 +213,7 @@ impl Steps {
             Ok((v, text)) => (Some(v), StepOutcome::Passed(text)),
             Err(e) => (None, StepOutcome::Failed(e.to_string())),
         };
-        self.0.push(Step {
+        self.0.push(PreflightStep {
             name: name.to_string(),
             outcome,
             micros,
@@ -222,7 +222,7 @@ impl Steps {
     }
 
     fn skip(&mut self, name: &str, why: &str) {
-        self.0.push(Step {
+        self.0.push(PreflightStep {
             name: name.to_string(),
             outcome: StepOutcome::Skipped(why.to_string()),
             micros: 0,
@@ -312,7 +312,7 @@ pub fn preflight(
     if opts.kvm {
         let t = Instant::now();
         let outcome = kvm::attach_check(&state, backend, opts.dma_size);
-        steps.0.push(Step {
+        steps.0.push(PreflightStep {
             name: "kvm-attach".to_string(),
             outcome,
             micros: u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX),
@@ -352,7 +352,7 @@ fn dma_steps(steps: &mut Steps, session: &Session, size: usize) {
     let buffer = match DmaBuffer::new(size) {
         Ok(b) => b,
         Err(e) => {
-            steps.0.push(Step {
+            steps.0.push(PreflightStep {
                 name: "dma-map".to_string(),
                 outcome: StepOutcome::Failed(e.to_string()),
                 micros: 0,
@@ -461,12 +461,12 @@ mod tests {
             backend_reason: "x".into(),
             passed: false,
             steps: vec![
-                Step {
+                PreflightStep {
                     name: "dma-map".into(),
                     outcome: StepOutcome::Failed("boom".into()),
                     micros: 5,
                 },
-                Step {
+                PreflightStep {
                     name: "kvm-attach".into(),
                     outcome: StepOutcome::Skipped("no /dev/kvm".into()),
                     micros: 0,

@@ -135,7 +135,7 @@ enum Phase {
 
 /// What the hook did with one device.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Step {
+pub enum HookAction {
     /// Created with this target.
     Created(String, String),
     /// Started (a stopped definition).
@@ -150,15 +150,15 @@ pub enum Step {
     Left(String, &'static str),
 }
 
-impl fmt::Display for Step {
+impl fmt::Display for HookAction {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Step::Created(u, t) => write!(f, "created {u} ({t})"),
-            Step::Started(u) => write!(f, "started {u}"),
-            Step::AlreadyRunning(u) => write!(f, "{u} already running"),
-            Step::Destroyed(u) => write!(f, "destroyed {u}"),
-            Step::Stopped(u) => write!(f, "stopped {u}"),
-            Step::Left(u, why) => write!(f, "left {u} ({why})"),
+            HookAction::Created(u, t) => write!(f, "created {u} ({t})"),
+            HookAction::Started(u) => write!(f, "started {u}"),
+            HookAction::AlreadyRunning(u) => write!(f, "{u} already running"),
+            HookAction::Destroyed(u) => write!(f, "destroyed {u}"),
+            HookAction::Stopped(u) => write!(f, "stopped {u}"),
+            HookAction::Left(u, why) => write!(f, "left {u} ({why})"),
         }
     }
 }
@@ -171,7 +171,7 @@ pub fn run<D, R, C, E>(
     read_stdin: R,
     connect: C,
     exists: E,
-) -> Result<Vec<Step>, HookError>
+) -> Result<Vec<HookAction>, HookError>
 where
     D: VgpuDaemon,
     R: FnOnce() -> std::io::Result<String>,
@@ -200,7 +200,7 @@ where
             return Ok(devices
                 .mdevs
                 .iter()
-                .map(|m| Step::Left(m.uuid.to_string(), "vgpud unreachable, device exists"))
+                .map(|m| HookAction::Left(m.uuid.to_string(), "vgpud unreachable, device exists"))
                 .collect());
         }
         Err(source) => return Err(HookError::Connect { domain, source }),
@@ -223,7 +223,7 @@ fn prepare_one<D: VgpuDaemon>(
     domain: &str,
     devices: &DomainDevices,
     uuid: &str,
-) -> Result<Step, String> {
+) -> Result<HookAction, String> {
     let request = devices
         .mdevs
         .iter()
@@ -240,10 +240,10 @@ fn prepare_one<D: VgpuDaemon>(
             ));
         }
         if i.state == "running" {
-            return Ok(Step::AlreadyRunning(uuid.to_string()));
+            return Ok(HookAction::AlreadyRunning(uuid.to_string()));
         }
         d.start(uuid).map_err(|e| format!("{uuid}: {e}"))?;
-        return Ok(Step::Started(uuid.to_string()));
+        return Ok(HookAction::Started(uuid.to_string()));
     }
     let Some(r) = request else {
         return Err(format!(
@@ -258,14 +258,17 @@ fn prepare_one<D: VgpuDaemon>(
     new.uuid = Some(uuid.to_string());
     new.label = Some(label_for(domain));
     d.create(&new).map_err(|e| format!("{uuid}: {e}"))?;
-    Ok(Step::Created(uuid.to_string(), target_text(&r.target)))
+    Ok(HookAction::Created(
+        uuid.to_string(),
+        target_text(&r.target),
+    ))
 }
 
 fn prepare<D: VgpuDaemon>(
     d: &mut D,
     domain: &str,
     devices: &DomainDevices,
-) -> Result<Vec<Step>, HookError> {
+) -> Result<Vec<HookAction>, HookError> {
     let mut done = Vec::new();
     for m in &devices.mdevs {
         let uuid = m.uuid.to_string();
@@ -276,8 +279,8 @@ fn prepare<D: VgpuDaemon>(
                 // Undo this run's work, newest first, so a failed start leaves nothing behind.
                 for step in done.iter().rev() {
                     let undo = match step {
-                        Step::Created(u, _) => d.destroy(u).map_err(|e| (u, e)),
-                        Step::Started(u) => d.stop(u).map_err(|e| (u, e)),
+                        HookAction::Created(u, _) => d.destroy(u).map_err(|e| (u, e)),
+                        HookAction::Started(u) => d.stop(u).map_err(|e| (u, e)),
                         _ => Ok(()),
                     };
                     if let Err((u, e)) = undo {
@@ -299,7 +302,7 @@ fn release<D: VgpuDaemon>(
     d: &mut D,
     domain: &str,
     devices: &DomainDevices,
-) -> Result<Vec<Step>, HookError> {
+) -> Result<Vec<HookAction>, HookError> {
     let label = label_for(domain);
     let mut done = Vec::new();
     let mut failures = Vec::new();
@@ -307,19 +310,22 @@ fn release<D: VgpuDaemon>(
         let uuid = m.uuid.to_string();
         let step = match d.get_instance(&uuid) {
             Err(e) => Err(e),
-            Ok(None) => Ok(Step::Left(uuid.clone(), "already gone")),
-            Ok(Some(i)) if i.state != "running" => Ok(Step::Left(uuid.clone(), "not running")),
-            Ok(Some(i)) if i.owner == "foreign" => {
-                Ok(Step::Left(uuid.clone(), "not created by vgpu-manager"))
+            Ok(None) => Ok(HookAction::Left(uuid.clone(), "already gone")),
+            Ok(Some(i)) if i.state != "running" => {
+                Ok(HookAction::Left(uuid.clone(), "not running"))
             }
-            Ok(Some(i)) if !i.defined && i.owner == "daemon" && i.label == label => {
-                d.destroy(&uuid).map(|()| Step::Destroyed(uuid.clone()))
-            }
+            Ok(Some(i)) if i.owner == "foreign" => Ok(HookAction::Left(
+                uuid.clone(),
+                "not created by vgpu-manager",
+            )),
+            Ok(Some(i)) if !i.defined && i.owner == "daemon" && i.label == label => d
+                .destroy(&uuid)
+                .map(|()| HookAction::Destroyed(uuid.clone())),
             Ok(Some(i)) if i.defined && !i.autostart => {
-                d.stop(&uuid).map(|()| Step::Stopped(uuid.clone()))
+                d.stop(&uuid).map(|()| HookAction::Stopped(uuid.clone()))
             }
-            Ok(Some(i)) if i.defined => Ok(Step::Left(uuid.clone(), "autostart definition")),
-            Ok(Some(_)) => Ok(Step::Left(
+            Ok(Some(i)) if i.defined => Ok(HookAction::Left(uuid.clone(), "autostart definition")),
+            Ok(Some(_)) => Ok(HookAction::Left(
                 uuid.clone(),
                 "transient, not created for this domain",
             )),

@@ -24,7 +24,7 @@ fn hook(
     op: &str,
     sub: &str,
     xml: &str,
-) -> Result<Vec<Step>, HookError> {
+) -> Result<Vec<HookAction>, HookError> {
     run(
         &inv(domain, op, sub),
         || Ok(xml.to_string()),
@@ -40,7 +40,10 @@ fn a_full_cycle_creates_on_prepare_and_destroys_on_release() {
         hook(&mut f, "vdi-desk-07", "prepare", "begin", DESK).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
         steps,
-        [Step::Created(DESK_VGPU.into(), "profile vdi-2g".into())]
+        [HookAction::Created(
+            DESK_VGPU.into(),
+            "profile vdi-2g".into()
+        )]
     );
     assert_eq!(
         f.log,
@@ -57,12 +60,12 @@ fn a_full_cycle_creates_on_prepare_and_destroys_on_release() {
     assert_eq!(f.log.len(), 1, "only prepare and release act: {:?}", f.log);
     let steps =
         hook(&mut f, "vdi-desk-07", "release", "end", DESK).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(steps, [Step::Destroyed(DESK_VGPU.into())]);
+    assert_eq!(steps, [HookAction::Destroyed(DESK_VGPU.into())]);
     assert!(f.instances.is_empty());
     // A second release (libvirt can call it again after a failed start) finds nothing to do.
     let steps =
         hook(&mut f, "vdi-desk-07", "release", "end", DESK).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(steps, [Step::Left(DESK_VGPU.into(), "already gone")]);
+    assert_eq!(steps, [HookAction::Left(DESK_VGPU.into(), "already gone")]);
 }
 
 #[test]
@@ -141,9 +144,9 @@ fn a_stopped_definition_is_started_and_stopped_again_unless_autostart() {
     ));
     let steps =
         hook(&mut f, "kiosk-3", "prepare", "begin", KIOSK).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(steps, [Step::Started(KIOSK_VGPU.into())]);
+    assert_eq!(steps, [HookAction::Started(KIOSK_VGPU.into())]);
     let steps = hook(&mut f, "kiosk-3", "release", "end", KIOSK).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(steps, [Step::Stopped(KIOSK_VGPU.into())]);
+    assert_eq!(steps, [HookAction::Stopped(KIOSK_VGPU.into())]);
     assert_eq!(f.instances[KIOSK_VGPU].state, "stopped");
     // With autostart on, the vGPU belongs to the host, not to the domain: it stays.
     let mut i = instance(KIOSK_VGPU, "nvidia-231", "running", true, "daemon");
@@ -151,11 +154,11 @@ fn a_stopped_definition_is_started_and_stopped_again_unless_autostart() {
     let mut f = FakeDaemon::new().with(i);
     let steps =
         hook(&mut f, "kiosk-3", "prepare", "begin", KIOSK).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(steps, [Step::AlreadyRunning(KIOSK_VGPU.into())]);
+    assert_eq!(steps, [HookAction::AlreadyRunning(KIOSK_VGPU.into())]);
     let steps = hook(&mut f, "kiosk-3", "release", "end", KIOSK).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
         steps,
-        [Step::Left(KIOSK_VGPU.into(), "autostart definition")]
+        [HookAction::Left(KIOSK_VGPU.into(), "autostart definition")]
     );
     assert!(f.log.is_empty(), "{:?}", f.log);
 }
@@ -167,7 +170,7 @@ fn foreign_and_other_transient_devices_are_never_removed() {
     let mut f = FakeDaemon::new().with(other);
     assert_eq!(
         hook(&mut f, "kiosk-3", "release", "end", KIOSK).ok(),
-        Some(vec![Step::Left(
+        Some(vec![HookAction::Left(
             KIOSK_VGPU.into(),
             "transient, not created for this domain"
         )])
@@ -181,11 +184,11 @@ fn foreign_and_other_transient_devices_are_never_removed() {
     ));
     assert_eq!(
         hook(&mut f, "kiosk-3", "prepare", "begin", KIOSK).ok(),
-        Some(vec![Step::AlreadyRunning(KIOSK_VGPU.into())])
+        Some(vec![HookAction::AlreadyRunning(KIOSK_VGPU.into())])
     );
     assert_eq!(
         hook(&mut f, "kiosk-3", "release", "end", KIOSK).ok(),
-        Some(vec![Step::Left(
+        Some(vec![HookAction::Left(
             KIOSK_VGPU.into(),
             "not created by vgpu-manager"
         )])
@@ -254,8 +257,8 @@ fn existing_devices_need_no_daemon_to_start_but_missing_ones_do() {
     assert_eq!(
         all.ok(),
         Some(vec![
-            Step::Left(WS1.into(), "vgpud unreachable, device exists"),
-            Step::Left(WS2.into(), "vgpud unreachable, device exists"),
+            HookAction::Left(WS1.into(), "vgpud unreachable, device exists"),
+            HookAction::Left(WS2.into(), "vgpud unreachable, device exists"),
         ])
     );
     let one_missing = run(

@@ -68,13 +68,13 @@ fn samples_host_matches_the_captured_guest() {
 
 /// One sysfs write of the captured scenario: label, path, value, and the errno the guest answered
 /// (`None`: success).
-type Step = (&'static str, &'static str, &'static str, Option<Errno>);
+type PreflightStep = (&'static str, &'static str, &'static str, Option<Errno>);
 
 /// A write sequence run in the real-kernel test guest (stock Debian 6.12.117, default topology, with
 /// busybox `dd`), each write's result recorded; the samples host must answer every step the same way.
 #[test]
 fn samples_host_answers_the_captured_write_sequence() {
-    let before_remove: &[Step] = &[
+    let before_remove: &[PreflightStep] = &[
         (
             "create",
             "/sys/class/mdev_bus/mtty/mdev_supported_types/mtty-1/create",
@@ -172,7 +172,7 @@ fn samples_host_answers_the_captured_write_sequence() {
             Some(Errno::EUSERS),
         ),
     ];
-    let after_mtty: &[Step] = &[
+    let after_mtty: &[PreflightStep] = &[
         (
             "remove: not a number",
             "/sys/bus/mdev/devices/0b0c0d0e-0000-4000-8000-000000000001/remove",
@@ -391,7 +391,7 @@ fn samples_host_answers_the_captured_write_sequence() {
         ),
     ];
     let h = SimHost::builtin("samples").unwrap();
-    let run = |steps: &[Step]| {
+    let run = |steps: &[PreflightStep]| {
         for (label, path, value, want) in steps {
             let got = h.write(&p(path), value).err().map(|e| e.errno);
             assert_eq!(got, *want, "{label}: {path} <- {value:?}");

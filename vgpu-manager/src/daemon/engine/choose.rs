@@ -6,7 +6,7 @@ use vgpu_host::{HostExt, paths};
 
 use super::instances::Instances;
 use crate::daemon::api::{CoreError, InstanceSpec, InstanceTarget, RequestError};
-use crate::profile::{ProfileTarget as OptionTarget, match_profile};
+use crate::profile::{ProfileTarget, match_profile};
 
 /// Where an instance goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -168,7 +168,7 @@ impl Instances {
         for g in &candidates {
             for opt in g.best.iter().chain(&g.alternatives) {
                 match &opt.target {
-                    OptionTarget::Mdev {
+                    ProfileTarget::Mdev {
                         parent, type_id, ..
                     } => {
                         if opt.capacity > 0 || !need_capacity {

@@ -25,7 +25,7 @@ use mdev_types::ids::MdevUuid;
 use tracing::{info, warn};
 use vgpu_host::discover::discover;
 
-use super::pool_exec::{Applying, PoolActions, SlotSteps, Undo, labelled_slot};
+use super::pool_exec::{Applying, PoolActions, PoolUndo, SlotSteps, labelled_slot};
 use std::sync::Arc;
 
 use tokio::sync::broadcast;
@@ -39,9 +39,9 @@ use crate::daemon::api::{
 };
 use crate::daemon::exec::{Report, Transaction, Undone};
 use crate::daemon::store::{Definition, VfSlotRecord};
-use crate::pool::{Pool, PoolPlan, PoolStep as Step, SlotId, plan_pool};
+use crate::pool::{Pool, PoolPlan, PoolStep, SlotId, plan_pool};
 use crate::profile::Catalog;
-use crate::profile::ProfileTarget as OptionTarget;
+use crate::profile::ProfileTarget;
 use mdev_types::ids::{MdevTypeId, PciAddress};
 use vgpu_client::PoolSummary;
 
@@ -144,7 +144,7 @@ impl Pools {
                     return Err(self.failed_apply(&pool, restarts.len(), failed.roll_back()));
                 }
             };
-            if let Step::Create { slot, .. } = step {
+            if let PoolStep::Create { slot, .. } = step {
                 created.push(slot.name());
             }
         }
@@ -174,9 +174,9 @@ impl Pools {
                     }
                 };
                 match step {
-                    Step::Create { slot, .. } => created.push(slot.name()),
-                    Step::Remove { slot, .. } => removed.push(slot.name()),
-                    Step::EnableVfs { .. } => {}
+                    PoolStep::Create { slot, .. } => created.push(slot.name()),
+                    PoolStep::Remove { slot, .. } => removed.push(slot.name()),
+                    PoolStep::EnableVfs { .. } => {}
                 }
             }
             // Nobody listening is fine: progress is a courtesy. (The restarts ran before the plan
@@ -212,7 +212,7 @@ impl Pools {
         &self,
         pool: &Pool,
         total: usize,
-        Undone { failure, report }: Undone<Step, Undo, CoreError>,
+        Undone { failure, report }: Undone<PoolStep, PoolUndo, CoreError>,
     ) -> CoreError {
         warn!(pool = %pool.name, step = %failure.step, error = %failure.error, "pool apply failed; undone");
         self.log_rollback(pool, &report);
@@ -235,7 +235,7 @@ impl Pools {
     }
 
     /// Logs what a rollback could not undo.
-    fn log_rollback(&self, pool: &Pool, report: &Report<Step, Undo, CoreError>) {
+    fn log_rollback(&self, pool: &Pool, report: &Report<PoolStep, PoolUndo, CoreError>) {
         for f in &report.rollback_errors {
             warn!(pool = %pool.name, undo = %f.what, error = %f.error, "undoing a pool apply failed; `vgpuctl pool status` shows what is left");
         }
@@ -246,14 +246,14 @@ impl Pools {
 
     /// Create steps for the VF slots of `pool` that it still wants whose VF is not set up now: each
     /// makes the slot again on its recorded VF.
-    fn stopped_vf_slots(&self, pool: &Pool) -> Vec<Step> {
+    fn stopped_vf_slots(&self, pool: &Pool) -> Vec<PoolStep> {
         self.vf_slots
             .vf_records()
             .into_iter()
             .filter(|r| r.pool == pool.name)
             .filter(|r| pool.profiles.get(&r.profile).is_some_and(|n| r.index < *n))
             .filter(|r| !self.vf_slots.vf_slot_running(r))
-            .map(|r| Step::Create {
+            .map(|r| PoolStep::Create {
                 slot: r.slot(),
                 gpu: r.gpu.clone(),
                 numa_node: None,
@@ -265,7 +265,7 @@ impl Pools {
 
     /// Remove steps for the defined, stopped slots of `pool` that it no longer wants (a profile it
     /// dropped, an index past its count).
-    fn unwanted_stopped_slots(&self, pool: &Pool) -> Vec<Step> {
+    fn unwanted_stopped_slots(&self, pool: &Pool) -> Vec<PoolStep> {
         let store = lock(&self.store);
         store
             .definitions()
@@ -276,7 +276,7 @@ impl Pools {
                     .profiles
                     .get(&slot.profile)
                     .is_some_and(|n| slot.index < *n);
-                (!wanted).then(|| Step::Remove {
+                (!wanted).then(|| PoolStep::Remove {
                     slot,
                     gpu: d.gpu.clone(),
                     holds: d.type_id.to_string(),
@@ -338,7 +338,7 @@ impl PoolActions for Slots<'_> {
         &mut self,
         slot: &SlotId,
         gpu: &str,
-        target: &OptionTarget,
+        target: &ProfileTarget,
     ) -> Result<(), CoreError> {
         self.0
             .vf_slots
@@ -406,7 +406,7 @@ mod tests {
     fn labels_and_step_lines_name_the_slot() {
         let slot = SlotId::new("vdi", "vdi-2g", 3);
         assert_eq!(slot_label(&slot), "pool:vdi/vdi-2g/3");
-        let step = Step::Remove {
+        let step = PoolStep::Remove {
             slot,
             gpu: "0000:83:00.0".into(),
             holds: "nvidia-231".into(),

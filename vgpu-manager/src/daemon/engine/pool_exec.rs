@@ -1,6 +1,6 @@
 //! Pool apply on the daemon's one executor ([`crate::daemon::exec`]): the steps of a pool plan
 //! ([`crate::pool::PoolStep`]) run through [`PoolActions`] ([`SlotSteps`]), each recording what
-//! undoes each of its changes ([`Undo`]); on a failure the executor undoes them all in reverse order.
+//! undoes each of its changes ([`PoolUndo`]); on a failure the executor undoes them all in reverse order.
 //! It decides; the actions only do. Each action is itself one atomic command of the engine (a
 //! define, a start, a VF slot made through its backend), so a device a step creates goes through the
 //! ledger protocol like any other.
@@ -14,8 +14,8 @@ use mdev_types::ids::{MdevTypeId, MdevUuid, PciAddress};
 use crate::daemon::api::{CoreError, InstanceView, StateError};
 use crate::daemon::exec::{self, Effects, Object};
 use crate::daemon::store::{Definition, VfSlotRecord};
-use crate::pool::{PoolStep as Step, SlotId};
-use crate::profile::ProfileTarget as Target;
+use crate::pool::{PoolStep, SlotId};
+use crate::profile::ProfileTarget;
 
 /// What the executor needs from the engine. Every change is atomic: it either happens or fails
 /// leaving nothing behind.
@@ -31,7 +31,12 @@ pub(super) trait PoolActions {
     /// Puts the VF count of `pf` back to `previous`.
     fn restore_num_vfs(&mut self, pf: &PciAddress, previous: u32) -> Result<(), CoreError>;
     /// Makes VF slot `slot` on GPU `gpu` as `target` (records it first).
-    fn create_vf(&mut self, slot: &SlotId, gpu: &str, target: &Target) -> Result<(), CoreError>;
+    fn create_vf(
+        &mut self,
+        slot: &SlotId,
+        gpu: &str,
+        target: &ProfileTarget,
+    ) -> Result<(), CoreError>;
     /// Makes recorded VF slot `r` again on its VF.
     fn recreate_vf(&mut self, r: &VfSlotRecord) -> Result<(), CoreError>;
     /// Gives VF slot `uuid`'s VF back and drops its record; returns the record.
@@ -60,7 +65,7 @@ pub(super) trait PoolActions {
 
 /// How to undo one change of an apply.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Undo {
+pub(super) enum PoolUndo {
     /// The apply defined it: destroy it.
     Destroy(MdevUuid),
     /// The apply started an existing definition: stop it.
@@ -82,30 +87,31 @@ pub(super) enum Undo {
     },
 }
 
-impl Undo {
+impl PoolUndo {
     /// What the undone change was made to.
     fn object(&self) -> Object {
         match self {
-            Undo::Destroy(u) | Undo::Stop(u) | Undo::ReleaseVf(u) | Undo::StopVf(u) => {
-                Object::Instance(*u)
-            }
-            Undo::Restore(v) => Object::Instance(v.uuid),
-            Undo::RecreateVf(r) => Object::Instance(r.uuid),
-            Undo::NumVfs { pf, .. } => Object::Pf(*pf),
+            PoolUndo::Destroy(u)
+            | PoolUndo::Stop(u)
+            | PoolUndo::ReleaseVf(u)
+            | PoolUndo::StopVf(u) => Object::Instance(*u),
+            PoolUndo::Restore(v) => Object::Instance(v.uuid),
+            PoolUndo::RecreateVf(r) => Object::Instance(r.uuid),
+            PoolUndo::NumVfs { pf, .. } => Object::Pf(*pf),
         }
     }
 }
 
-impl fmt::Display for Undo {
+impl fmt::Display for PoolUndo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Undo::Destroy(u) => write!(f, "destroy {u}"),
-            Undo::Stop(u) => write!(f, "stop {u}"),
-            Undo::Restore(v) => write!(f, "restore {} ({} on {})", v.uuid, v.type_id, v.parent),
-            Undo::ReleaseVf(u) => write!(f, "release the VF of slot {u}"),
-            Undo::StopVf(u) => write!(f, "give back the VF of slot {u}"),
-            Undo::RecreateVf(r) => write!(f, "make slot {} again on VF {}", r.uuid, r.vf),
-            Undo::NumVfs { pf, previous } => write!(f, "set {pf} back to {previous} VFs"),
+            PoolUndo::Destroy(u) => write!(f, "destroy {u}"),
+            PoolUndo::Stop(u) => write!(f, "stop {u}"),
+            PoolUndo::Restore(v) => write!(f, "restore {} ({} on {})", v.uuid, v.type_id, v.parent),
+            PoolUndo::ReleaseVf(u) => write!(f, "release the VF of slot {u}"),
+            PoolUndo::StopVf(u) => write!(f, "give back the VF of slot {u}"),
+            PoolUndo::RecreateVf(r) => write!(f, "make slot {} again on VF {}", r.uuid, r.vf),
+            PoolUndo::NumVfs { pf, previous } => write!(f, "set {pf} back to {previous} VFs"),
         }
     }
 }
@@ -133,10 +139,10 @@ pub(super) struct Applying<'a> {
 }
 
 /// What a step records of its changes: the executor's [`Effects`].
-type Journal = Effects<Undo, CoreError>;
+type Journal = Effects<PoolUndo, CoreError>;
 
 /// Records `u` as the undo of a change just made.
-fn done(undo: &mut Journal, u: Undo) {
+fn done(undo: &mut Journal, u: PoolUndo) {
     undo.done(u.object(), u);
 }
 
@@ -145,48 +151,49 @@ fn done(undo: &mut Journal, u: Undo) {
 pub(super) fn run_step(
     a: &mut dyn PoolActions,
     pool: Applying<'_>,
-    step: &Step,
+    step: &PoolStep,
     undo: &mut Journal,
 ) -> Result<(), CoreError> {
     match step {
-        Step::Remove { slot, .. } if a.vf_record(&slot.uuid).is_some() => {
+        PoolStep::Remove { slot, .. } if a.vf_record(&slot.uuid).is_some() => {
             let record = a.release_vf(&slot.uuid)?;
-            done(undo, Undo::RecreateVf(Box::new(record)));
+            done(undo, PoolUndo::RecreateVf(Box::new(record)));
             Ok(())
         }
-        Step::EnableVfs { gpu, pf, num_vfs } => {
+        PoolStep::EnableVfs { gpu, pf, num_vfs } => {
             let previous = a.enable_vfs(gpu, pf, *num_vfs)?;
             if previous != *num_vfs {
-                done(undo, Undo::NumVfs { pf: *pf, previous });
+                done(undo, PoolUndo::NumVfs { pf: *pf, previous });
             }
             Ok(())
         }
-        Step::Create {
+        PoolStep::Create {
             slot,
             gpu,
-            target: target @ (Target::SriovVf { .. } | Target::NvidiaVendorVfio { .. }),
+            target:
+                target @ (ProfileTarget::SriovVf { .. } | ProfileTarget::NvidiaVendorVfio { .. }),
             ..
         } => {
             // A recorded slot whose VF is not set up (a reboot, with a pool applied without
             // autostart) is made again where it is recorded.
             if let Some(r) = a.vf_record(&slot.uuid) {
                 a.recreate_vf(&r)?;
-                done(undo, Undo::StopVf(slot.uuid));
+                done(undo, PoolUndo::StopVf(slot.uuid));
                 return Ok(());
             }
             a.create_vf(slot, gpu, target)?;
-            done(undo, Undo::ReleaseVf(slot.uuid));
+            done(undo, PoolUndo::ReleaseVf(slot.uuid));
             Ok(())
         }
-        Step::Remove { slot, .. } => {
+        PoolStep::Remove { slot, .. } => {
             let view = a.instance(&slot.uuid)?;
             a.destroy(&slot.uuid)?;
-            done(undo, Undo::Restore(Box::new(view)));
+            done(undo, PoolUndo::Restore(Box::new(view)));
             Ok(())
         }
-        Step::Create {
+        PoolStep::Create {
             slot,
-            target: Target::Mdev {
+            target: ProfileTarget::Mdev {
                 parent, type_id, ..
             },
             ..
@@ -196,13 +203,13 @@ pub(super) fn run_step(
                 // A slot defined earlier and stopped since, where the plan puts it: start it.
                 Some(d) if d.parent == *parent && d.type_id == *type_id => {
                     a.start(&uuid)?;
-                    done(undo, Undo::Stop(uuid));
+                    done(undo, PoolUndo::Stop(uuid));
                     Ok(())
                 }
                 // This pool's own slot, defined where the plan no longer puts it (its GPU left the
                 // selection, or another took its room while it was stopped): move it.
                 Some(d) if labelled_slot(pool.name, d.label.as_deref(), &uuid).is_some() => {
-                    let remove = Step::Remove {
+                    let remove = PoolStep::Remove {
                         slot: slot.clone(),
                         gpu: d.gpu.clone(),
                         holds: d.type_id.to_string(),
@@ -238,7 +245,7 @@ fn define_and_start(
     undo: &mut Journal,
 ) -> Result<(), CoreError> {
     a.define(slot, parent, type_id, pool.autostart)?;
-    done(undo, Undo::Destroy(slot.uuid));
+    done(undo, PoolUndo::Destroy(slot.uuid));
     a.set_profile(&slot.uuid, &slot.profile)?;
     a.start(&slot.uuid)
 }
@@ -251,24 +258,24 @@ pub(super) struct SlotSteps<'a> {
     pub pool: Applying<'a>,
 }
 
-impl exec::Actions<Step> for SlotSteps<'_> {
-    type Undo = Undo;
+impl exec::Actions<PoolStep> for SlotSteps<'_> {
+    type Undo = PoolUndo;
     type Error = CoreError;
 
-    fn run(&mut self, step: &Step, undo: &mut Journal) -> Result<(), CoreError> {
+    fn run(&mut self, step: &PoolStep, undo: &mut Journal) -> Result<(), CoreError> {
         run_step(self.actions, self.pool, step, undo)
     }
 
-    fn undo(&mut self, u: &Undo) -> Result<(), CoreError> {
+    fn undo(&mut self, u: &PoolUndo) -> Result<(), CoreError> {
         let a = &mut *self.actions;
         match u {
-            Undo::Destroy(uuid) => a.destroy(uuid),
-            Undo::Stop(uuid) => a.stop(uuid),
-            Undo::Restore(v) => a.restore(v),
-            Undo::ReleaseVf(uuid) => a.release_vf(uuid).map(|_| ()),
-            Undo::StopVf(uuid) => a.stop_vf(uuid),
-            Undo::RecreateVf(r) => a.recreate_vf(r),
-            Undo::NumVfs { pf, previous } => a.restore_num_vfs(pf, *previous),
+            PoolUndo::Destroy(uuid) => a.destroy(uuid),
+            PoolUndo::Stop(uuid) => a.stop(uuid),
+            PoolUndo::Restore(v) => a.restore(v),
+            PoolUndo::ReleaseVf(uuid) => a.release_vf(uuid).map(|_| ()),
+            PoolUndo::StopVf(uuid) => a.stop_vf(uuid),
+            PoolUndo::RecreateVf(r) => a.recreate_vf(r),
+            PoolUndo::NumVfs { pf, previous } => a.restore_num_vfs(pf, *previous),
         }
     }
 }

@@ -12,8 +12,8 @@ use super::pool_exec::{Applying, PoolActions, SlotSteps, run_step};
 use crate::daemon::api::{CoreError, InstanceState, InstanceView, Ownership};
 use crate::daemon::exec::{Effects, execute};
 use crate::daemon::store::{Definition, VfKind, VfSlotRecord};
-use crate::pool::{PoolStep as Step, SlotId};
-use crate::profile::ProfileTarget as Target;
+use crate::pool::{PoolStep, SlotId};
+use crate::profile::ProfileTarget;
 
 const POOL: &str = "vdi";
 
@@ -161,7 +161,12 @@ impl PoolActions for Fake {
         Ok(())
     }
 
-    fn create_vf(&mut self, slot: &SlotId, _gpu: &str, _t: &Target) -> Result<(), CoreError> {
+    fn create_vf(
+        &mut self,
+        slot: &SlotId,
+        _gpu: &str,
+        _t: &ProfileTarget,
+    ) -> Result<(), CoreError> {
         self.call(&slot.uuid)?;
         assert!(!self.vfs.contains_key(&slot.uuid), "slot made twice");
         self.vfs.insert(slot.uuid, (record(slot), true));
@@ -306,22 +311,22 @@ fn mdev(parent: &str, defined: bool, running: bool, slot: &SlotId) -> Inst {
 }
 
 /// The fake before the apply and the apply's steps.
-fn scenario(slots: &[Before], enable: bool) -> (Fake, Vec<Step>) {
+fn scenario(slots: &[Before], enable: bool) -> (Fake, Vec<PoolStep>) {
     let mut fake = Fake::default();
     let mut steps = Vec::new();
     if enable {
-        steps.push(Step::EnableVfs {
+        steps.push(PoolStep::EnableVfs {
             gpu: pf().to_string(),
             pf: pf(),
             num_vfs: 8,
         });
     }
-    let mdev_target = Target::Mdev {
+    let mdev_target = ProfileTarget::Mdev {
         parent: "p1".into(),
         type_id: ty("nvidia-1"),
         type_name: Some("T".into()),
     };
-    let vf_target = Target::SriovVf {
+    let vf_target = ProfileTarget::SriovVf {
         pf: pf(),
         vf: None,
         vf_driver: None,
@@ -330,14 +335,14 @@ fn scenario(slots: &[Before], enable: bool) -> (Fake, Vec<Step>) {
     };
     for (i, b) in slots.iter().enumerate() {
         let slot = SlotId::new(POOL, "vdi-2g", u32::try_from(i).unwrap());
-        let create = |target: &Target| Step::Create {
+        let create = |target: &ProfileTarget| PoolStep::Create {
             slot: slot.clone(),
             gpu: "p1".into(),
             numa_node: None,
             target: target.clone(),
             start: None,
         };
-        let remove = Step::Remove {
+        let remove = PoolStep::Remove {
             slot: slot.clone(),
             gpu: "p1".into(),
             holds: "nvidia-1".into(),
@@ -375,7 +380,7 @@ fn scenario(slots: &[Before], enable: bool) -> (Fake, Vec<Step>) {
 
 /// Runs `steps` as an apply does; on the first failure rolls back. Returns the failed step's index
 /// and the undos that failed.
-fn apply(fake: &mut Fake, steps: &[Step]) -> Option<(usize, usize)> {
+fn apply(fake: &mut Fake, steps: &[PoolStep]) -> Option<(usize, usize)> {
     let mut run = SlotSteps {
         actions: fake,
         pool: Applying {
@@ -460,11 +465,11 @@ fn a_slot_defined_as_something_else_is_refused_before_any_change() {
     other.label = Some("desk-3".into());
     fake.instances.insert(slot.uuid, other);
     let start = fake.state();
-    let step = Step::Create {
+    let step = PoolStep::Create {
         slot: slot.clone(),
         gpu: "p1".into(),
         numa_node: None,
-        target: Target::Mdev {
+        target: ProfileTarget::Mdev {
             parent: "p1".into(),
             type_id: ty("nvidia-1"),
             type_name: Some("T".into()),

@@ -11,7 +11,8 @@ use super::instances::Instances;
 use super::lock;
 use crate::daemon::api::{CoreError, StateError};
 use crate::daemon::reconcile::{
-    ExecReport, Plan, ReconcileInput, Removal, Step, StepActions, execute, execute_steps, plan,
+    ExecReport, Plan, ReconcileInput, ReconcileStep, Removal, StepActions, execute, execute_steps,
+    plan,
 };
 use crate::daemon::store::{LedgerEntry, StateDir, unix_now};
 
@@ -119,9 +120,9 @@ fn with_definition(store: &StateDir, entry: &LedgerEntry) -> LedgerEntry {
 /// Keeps only the creates the scope allows.
 fn scoped(mut plan: Plan, scope: &ReconcileScope) -> Plan {
     plan.steps.retain(|s| match (s, scope) {
-        (Step::Create { .. }, ReconcileScope::Startup) => true,
-        (Step::Create { parent, .. }, ReconcileScope::ParentAppeared(p)) => parent == p,
-        (Step::Create { .. }, ReconcileScope::Refresh) => false,
+        (ReconcileStep::Create { .. }, ReconcileScope::Startup) => true,
+        (ReconcileStep::Create { parent, .. }, ReconcileScope::ParentAppeared(p)) => parent == p,
+        (ReconcileStep::Create { .. }, ReconcileScope::Refresh) => false,
         _ => true,
     });
     plan
@@ -139,7 +140,7 @@ impl Instances {
         label: Option<String>,
     ) -> Result<(), CoreError> {
         let plan = Plan {
-            steps: vec![Step::Create {
+            steps: vec![ReconcileStep::Create {
                 uuid: *uuid,
                 parent: place.parent.clone(),
                 type_id: place.type_id.clone(),
@@ -208,7 +209,7 @@ impl Instances {
             for step in plan
                 .steps
                 .iter()
-                .filter(|s| !matches!(s, Step::Keep { .. }))
+                .filter(|s| !matches!(s, ReconcileStep::Keep { .. }))
             {
                 info!(?scope, %step, "reconcile step");
             }

@@ -15,7 +15,7 @@ use crate::daemon::store::VfSlotRecord;
 
 /// One change of making a VF slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Step {
+enum MakeStep {
     /// Write the slot's record, pending (nothing made yet).
     Record,
     /// Let the backend set up the VF.
@@ -24,31 +24,31 @@ enum Step {
     Complete,
 }
 
-impl fmt::Display for Step {
+impl fmt::Display for MakeStep {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            Step::Record => "record the VF slot",
-            Step::SetUp => "set up its VF",
-            Step::Complete => "complete its record",
+            MakeStep::Record => "record the VF slot",
+            MakeStep::SetUp => "set up its VF",
+            MakeStep::Complete => "complete its record",
         })
     }
 }
 
 /// How a change of making a VF slot is undone.
 #[derive(Debug, Clone)]
-enum Undo {
+enum MakeUndo {
     /// Put the slot's record back as it was (`None`: there was none).
     Record(Option<Box<VfSlotRecord>>),
-    /// Undo what the backend did.
+    /// MakeUndo what the backend did.
     Destroy(Created),
 }
 
-impl fmt::Display for Undo {
+impl fmt::Display for MakeUndo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Undo::Record(None) => f.write_str("drop the slot's record"),
-            Undo::Record(Some(r)) => write!(f, "put back the record of slot {}", r.uuid),
-            Undo::Destroy(c) => write!(f, "give back {c:?}"),
+            MakeUndo::Record(None) => f.write_str("drop the slot's record"),
+            MakeUndo::Record(Some(r)) => write!(f, "put back the record of slot {}", r.uuid),
+            MakeUndo::Destroy(c) => write!(f, "give back {c:?}"),
         }
     }
 }
@@ -61,37 +61,44 @@ struct MakeVf<'a> {
     previous: Option<VfSlotRecord>,
 }
 
-impl exec::Actions<Step> for MakeVf<'_> {
-    type Undo = Undo;
+impl exec::Actions<MakeStep> for MakeVf<'_> {
+    type Undo = MakeUndo;
     type Error = CoreError;
 
-    fn run(&mut self, step: &Step, fx: &mut Effects<Undo, CoreError>) -> Result<(), CoreError> {
+    fn run(
+        &mut self,
+        step: &MakeStep,
+        fx: &mut Effects<MakeUndo, CoreError>,
+    ) -> Result<(), CoreError> {
         let object = Object::Instance(self.record.uuid);
         match step {
-            Step::Record => {
+            MakeStep::Record => {
                 self.record.created = None;
                 self.core.put_vf_record(&self.record)?;
-                fx.done(object, Undo::Record(self.previous.clone().map(Box::new)));
+                fx.done(
+                    object,
+                    MakeUndo::Record(self.previous.clone().map(Box::new)),
+                );
             }
-            Step::SetUp => {
+            MakeStep::SetUp => {
                 let req = NewVgpu {
                     target: self.record.target(),
                 };
                 let created = self.backend.create(self.core.host.as_ref(), &req)?;
                 self.record.created = Some(created.clone());
-                fx.done(object, Undo::Destroy(created));
+                fx.done(object, MakeUndo::Destroy(created));
             }
             // Undone by the record's own undo.
-            Step::Complete => self.core.put_vf_record(&self.record)?,
+            MakeStep::Complete => self.core.put_vf_record(&self.record)?,
         }
         Ok(())
     }
 
-    fn undo(&mut self, undo: &Undo) -> Result<(), CoreError> {
+    fn undo(&mut self, undo: &MakeUndo) -> Result<(), CoreError> {
         match undo {
-            Undo::Record(None) => self.core.drop_vf_record(&self.record.uuid),
-            Undo::Record(Some(r)) => self.core.put_vf_record(r),
-            Undo::Destroy(c) => Ok(self.backend.destroy(self.core.host.as_ref(), c)?),
+            MakeUndo::Record(None) => self.core.drop_vf_record(&self.record.uuid),
+            MakeUndo::Record(Some(r)) => self.core.put_vf_record(r),
+            MakeUndo::Destroy(c) => Ok(self.backend.destroy(self.core.host.as_ref(), c)?),
         }
     }
 }
@@ -112,7 +119,7 @@ impl VfSlots {
             record,
             previous,
         };
-        let steps = [Step::Record, Step::SetUp, Step::Complete];
+        let steps = [MakeStep::Record, MakeStep::SetUp, MakeStep::Complete];
         let report = exec::execute(&mut make, steps.into_iter().enumerate());
         for e in &report.rollback_errors {
             warn!(slot = %make.record.uuid, vf = %make.record.vf, undo = %e.what, error = %e.error, "undoing a failed VF slot is incomplete; its record stays for the next start");

@@ -29,7 +29,7 @@ use crate::backend::{Backend, Created, detect_gpu};
 use crate::daemon::api::{CoreError, RequestError, StateError, VfInUse};
 pub(super) use crate::daemon::store::{VfKind, VfSlotRecord};
 use crate::pool::{HeldSlot, SlotId};
-use crate::profile::ProfileTarget as Target;
+use crate::profile::ProfileTarget;
 
 impl VfSlotRecord {
     /// The slot.
@@ -38,16 +38,16 @@ impl VfSlotRecord {
     }
 
     /// The target that makes this slot again on the same VF.
-    pub(super) fn target(&self) -> Target {
+    pub(super) fn target(&self) -> ProfileTarget {
         match &self.holds {
-            VfKind::SriovVf => Target::SriovVf {
+            VfKind::SriovVf => ProfileTarget::SriovVf {
                 pf: self.pf,
                 vf: Some(self.vf),
                 vf_driver: None,
                 num_vfs: self.num_vfs,
                 enable_vfs: false,
             },
-            VfKind::NvidiaVgpu { type_id, type_name } => Target::NvidiaVendorVfio {
+            VfKind::NvidiaVgpu { type_id, type_name } => ProfileTarget::NvidiaVendorVfio {
                 pf: self.pf,
                 vf: self.vf,
                 type_id: *type_id,
@@ -230,11 +230,11 @@ impl VfSlots {
         &self,
         slot: &SlotId,
         gpu: &str,
-        target: &Target,
+        target: &ProfileTarget,
     ) -> Result<VfSlotRecord, CoreError> {
         let (b, inv) = self.backend_of(gpu)?;
         let (pf, vf, num_vfs, holds) = match target {
-            Target::SriovVf {
+            ProfileTarget::SriovVf {
                 pf,
                 vf,
                 num_vfs,
@@ -249,7 +249,7 @@ impl VfSlots {
                     VfKind::SriovVf,
                 )
             }
-            Target::NvidiaVendorVfio {
+            ProfileTarget::NvidiaVendorVfio {
                 pf,
                 vf,
                 type_id,

@@ -10,7 +10,7 @@ use std::fmt;
 
 use mdev_types::ids::{MdevTypeId, MdevUuid};
 
-use super::plan::{Plan, Step};
+use super::plan::{Plan, ReconcileStep};
 use crate::daemon::api::CoreError;
 use crate::daemon::exec::{self, Effects, Object};
 use crate::daemon::store::{LedgerEntry, LedgerOwnership};
@@ -75,16 +75,16 @@ pub enum Change<'a> {
     },
 }
 
-/// A step the ledgered-device executor can run: a reconcile [`Step`] or a command's [`Removal`].
+/// A step the ledgered-device executor can run: a reconcile [`ReconcileStep`] or a command's [`Removal`].
 pub trait DeviceStep: Clone + fmt::Display {
     /// What the step changes (`None` for steps that only report).
     fn change(&self) -> Option<Change<'_>>;
 }
 
-impl DeviceStep for Step {
+impl DeviceStep for ReconcileStep {
     fn change(&self) -> Option<Change<'_>> {
         match self {
-            Step::Create {
+            ReconcileStep::Create {
                 uuid,
                 parent,
                 type_id,
@@ -95,7 +95,7 @@ impl DeviceStep for Step {
                 type_id,
                 replaces,
             }),
-            Step::DropLedger { entry } => Some(Change::DropLedger(entry)),
+            ReconcileStep::DropLedger { entry } => Some(Change::DropLedger(entry)),
             _ => None,
         }
     }
@@ -127,7 +127,7 @@ impl DeviceStep for Removal {
 
 /// How one effect on a ledgered device is undone.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum UndoAction {
+pub enum LedgerUndo {
     /// Remove a device this run created (its ledger entry is kept if this fails: the device is ours).
     RemoveDevice {
         /// The device.
@@ -150,29 +150,29 @@ pub enum UndoAction {
     },
 }
 
-impl fmt::Display for UndoAction {
+impl fmt::Display for LedgerUndo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            UndoAction::RemoveDevice { uuid, parent } => write!(f, "remove {uuid} from {parent}"),
-            UndoAction::RestoreLedger {
+            LedgerUndo::RemoveDevice { uuid, parent } => write!(f, "remove {uuid} from {parent}"),
+            LedgerUndo::RestoreLedger {
                 uuid,
                 previous: None,
             } => write!(f, "drop the ledger entry of {uuid}"),
-            UndoAction::RestoreLedger {
+            LedgerUndo::RestoreLedger {
                 uuid,
                 previous: Some(_),
             } => write!(f, "put back the ledger entry of {uuid}"),
-            UndoAction::CheckDevice { uuid } => write!(f, "check whether {uuid} exists"),
+            LedgerUndo::CheckDevice { uuid } => write!(f, "check whether {uuid} exists"),
         }
     }
 }
 
 /// What a run of ledgered device steps did.
-pub type ExecReport<E = CoreError, S = Step> = exec::Report<S, UndoAction, E>;
+pub type ExecReport<E = CoreError, S = ReconcileStep> = exec::Report<S, LedgerUndo, E>;
 /// The step of a run that failed.
-pub type StepFailure<E = CoreError, S = Step> = exec::StepFailure<S, E>;
+pub type StepFailure<E = CoreError, S = ReconcileStep> = exec::StepFailure<S, E>;
 /// An undo of a run that failed.
-pub type RollbackError<E = CoreError, S = Step> = exec::RollbackError<S, UndoAction, E>;
+pub type RollbackError<E = CoreError, S = ReconcileStep> = exec::RollbackError<S, LedgerUndo, E>;
 
 /// [`StepActions`] as the executor's [`exec::Actions`].
 struct Ledgered<'a, A: ?Sized> {
@@ -182,10 +182,10 @@ struct Ledgered<'a, A: ?Sized> {
 }
 
 impl<A: StepActions + ?Sized, S: DeviceStep> exec::Actions<S> for Ledgered<'_, A> {
-    type Undo = UndoAction;
+    type Undo = LedgerUndo;
     type Error = A::Error;
 
-    fn run(&mut self, step: &S, fx: &mut Effects<UndoAction, A::Error>) -> Result<(), A::Error> {
+    fn run(&mut self, step: &S, fx: &mut Effects<LedgerUndo, A::Error>) -> Result<(), A::Error> {
         if let Some(batch) = self.batch.take().filter(|b| !b.is_empty()) {
             let entries: Vec<LedgerEntry> = batch.iter().map(|(e, _)| e.clone()).collect();
             let written = self.actions.put_ledgers(&entries);
@@ -193,7 +193,7 @@ impl<A: StepActions + ?Sized, S: DeviceStep> exec::Actions<S> for Ledgered<'_, A
             for (e, previous) in batch {
                 fx.done(
                     Object::Instance(e.uuid),
-                    UndoAction::RestoreLedger {
+                    LedgerUndo::RestoreLedger {
                         uuid: e.uuid,
                         previous,
                     },
@@ -209,7 +209,7 @@ impl<A: StepActions + ?Sized, S: DeviceStep> exec::Actions<S> for Ledgered<'_, A
                 type_id,
                 ..
             }) => {
-                let remove = || UndoAction::RemoveDevice {
+                let remove = || LedgerUndo::RemoveDevice {
                     uuid: *uuid,
                     parent: parent.to_string(),
                 };
@@ -225,7 +225,7 @@ impl<A: StepActions + ?Sized, S: DeviceStep> exec::Actions<S> for Ledgered<'_, A
                     // Unknown: keep the entry (a device we made must never be unrecorded).
                     Err(check) => fx.uncertain(
                         Object::Instance(*uuid),
-                        UndoAction::CheckDevice { uuid: *uuid },
+                        LedgerUndo::CheckDevice { uuid: *uuid },
                         check,
                     ),
                 }
@@ -235,7 +235,7 @@ impl<A: StepActions + ?Sized, S: DeviceStep> exec::Actions<S> for Ledgered<'_, A
                 self.actions.remove_ledger(&entry.uuid)?;
                 fx.done(
                     Object::Instance(entry.uuid),
-                    UndoAction::RestoreLedger {
+                    LedgerUndo::RestoreLedger {
                         uuid: entry.uuid,
                         previous: Some(entry.clone()),
                     },
@@ -249,19 +249,19 @@ impl<A: StepActions + ?Sized, S: DeviceStep> exec::Actions<S> for Ledgered<'_, A
         }
     }
 
-    fn undo(&mut self, undo: &UndoAction) -> Result<(), A::Error> {
+    fn undo(&mut self, undo: &LedgerUndo) -> Result<(), A::Error> {
         match undo {
-            UndoAction::RemoveDevice { uuid, parent } => self.actions.remove_device(uuid, parent),
-            UndoAction::RestoreLedger {
+            LedgerUndo::RemoveDevice { uuid, parent } => self.actions.remove_device(uuid, parent),
+            LedgerUndo::RestoreLedger {
                 previous: Some(old),
                 ..
             } => self.actions.put_ledger(old),
-            UndoAction::RestoreLedger {
+            LedgerUndo::RestoreLedger {
                 uuid,
                 previous: None,
             } => self.actions.remove_ledger(uuid),
             // Recorded only as uncertain, never as an effect to undo.
-            UndoAction::CheckDevice { .. } => Ok(()),
+            LedgerUndo::CheckDevice { .. } => Ok(()),
         }
     }
 }

@@ -8,11 +8,11 @@ use mdev_types::ids::{MdevTypeId, MdevUuid};
 use super::input::{HostInstance, ReconcileInput};
 use crate::daemon::store::{Definition, LedgerEntry, LedgerOwnership};
 
-/// One step of a [`Plan`]. Only [`Step::Create`] and [`Step::DropLedger`] change anything; the others
+/// One step of a [`Plan`]. Only [`ReconcileStep::Create`] and [`ReconcileStep::DropLedger`] change anything; the others
 /// report what was found. There is deliberately no step that removes a device: reconcile only adds
 /// what is missing and forgets what is gone.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Step {
+pub enum ReconcileStep {
     /// An autostart definition's device is missing and its parent offers the type: write the ledger
     /// entry, then create the device.
     Create {
@@ -72,45 +72,48 @@ pub enum Step {
     },
 }
 
-impl Step {
+impl ReconcileStep {
     /// The UUID the step is about.
     pub fn uuid(&self) -> &MdevUuid {
         match self {
-            Step::Create { uuid, .. }
-            | Step::Wait { uuid, .. }
-            | Step::Keep { uuid, .. }
-            | Step::ReportForeign { uuid, .. }
-            | Step::Conflict { uuid, .. }
-            | Step::Blocked { uuid, .. } => uuid,
-            Step::DropLedger { entry } => &entry.uuid,
+            ReconcileStep::Create { uuid, .. }
+            | ReconcileStep::Wait { uuid, .. }
+            | ReconcileStep::Keep { uuid, .. }
+            | ReconcileStep::ReportForeign { uuid, .. }
+            | ReconcileStep::Conflict { uuid, .. }
+            | ReconcileStep::Blocked { uuid, .. } => uuid,
+            ReconcileStep::DropLedger { entry } => &entry.uuid,
         }
     }
 
     /// True for steps that change the host or the ledger.
     pub fn is_action(&self) -> bool {
-        matches!(self, Step::Create { .. } | Step::DropLedger { .. })
+        matches!(
+            self,
+            ReconcileStep::Create { .. } | ReconcileStep::DropLedger { .. }
+        )
     }
 }
 
-impl fmt::Display for Step {
+impl fmt::Display for ReconcileStep {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Step::Create {
+            ReconcileStep::Create {
                 uuid,
                 parent,
                 type_id,
                 ..
             } => write!(f, "create {uuid} ({type_id} on {parent})"),
-            Step::Wait { uuid, parent } => {
+            ReconcileStep::Wait { uuid, parent } => {
                 write!(f, "{uuid} waits for parent {parent} to register")
             }
-            Step::DropLedger { entry } => write!(
+            ReconcileStep::DropLedger { entry } => write!(
                 f,
                 "forget {} ({} on {}): the device is gone",
                 entry.uuid, entry.type_id, entry.parent
             ),
-            Step::Keep { uuid, .. } => write!(f, "keep {uuid}"),
-            Step::ReportForeign {
+            ReconcileStep::Keep { uuid, .. } => write!(f, "keep {uuid}"),
+            ReconcileStep::ReportForeign {
                 uuid,
                 parent,
                 type_id,
@@ -118,8 +121,8 @@ impl fmt::Display for Step {
                 f,
                 "{uuid} ({type_id} on {parent}) was not made by vgpu-manager: left alone"
             ),
-            Step::Conflict { uuid, reason } => write!(f, "{uuid} not applied: {reason}"),
-            Step::Blocked { uuid, reason } => write!(f, "{uuid} not created: {reason}"),
+            ReconcileStep::Conflict { uuid, reason } => write!(f, "{uuid} not applied: {reason}"),
+            ReconcileStep::Blocked { uuid, reason } => write!(f, "{uuid} not created: {reason}"),
         }
     }
 }
@@ -205,12 +208,12 @@ impl fmt::Display for BlockReason {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Plan {
     /// The steps.
-    pub steps: Vec<Step>,
+    pub steps: Vec<ReconcileStep>,
 }
 
 impl Plan {
     /// The steps that change something.
-    pub fn actions(&self) -> impl Iterator<Item = &Step> {
+    pub fn actions(&self) -> impl Iterator<Item = &ReconcileStep> {
         self.steps.iter().filter(|s| s.is_action())
     }
 
@@ -276,20 +279,22 @@ fn plan_present(
     dev: &HostInstance,
     def: Option<&Definition>,
     entry: Option<&LedgerEntry>,
-    steps: &mut Vec<Step>,
+    steps: &mut Vec<ReconcileStep>,
 ) {
     match entry {
         Some(e) if same_device(&e.parent, &e.type_id, dev) => match def {
-            Some(d) if !same_device(&d.parent, &d.type_id, dev) => steps.push(Step::Conflict {
-                uuid: *uuid,
-                reason: ConflictReason::DefinitionMismatch {
-                    defined_parent: d.parent.clone(),
-                    defined_type: d.type_id.clone(),
-                    actual_parent: dev.parent.clone(),
-                    actual_type: dev.type_id.clone(),
-                },
-            }),
-            _ => steps.push(Step::Keep {
+            Some(d) if !same_device(&d.parent, &d.type_id, dev) => {
+                steps.push(ReconcileStep::Conflict {
+                    uuid: *uuid,
+                    reason: ConflictReason::DefinitionMismatch {
+                        defined_parent: d.parent.clone(),
+                        defined_type: d.type_id.clone(),
+                        actual_parent: dev.parent.clone(),
+                        actual_type: dev.type_id.clone(),
+                    },
+                })
+            }
+            _ => steps.push(ReconcileStep::Keep {
                 uuid: *uuid,
                 ownership: e.ownership,
             }),
@@ -298,15 +303,15 @@ fn plan_present(
             if let Some(e) = entry {
                 // The entry describes another device than the one now carrying this UUID (written
                 // as intent before a create that never happened, then someone else used the UUID).
-                steps.push(Step::DropLedger { entry: e.clone() });
+                steps.push(ReconcileStep::DropLedger { entry: e.clone() });
             }
-            steps.push(Step::ReportForeign {
+            steps.push(ReconcileStep::ReportForeign {
                 uuid: *uuid,
                 parent: dev.parent.clone(),
                 type_id: dev.type_id.clone(),
             });
             if def.is_some() {
-                steps.push(Step::Conflict {
+                steps.push(ReconcileStep::Conflict {
                     uuid: *uuid,
                     reason: ConflictReason::ForeignDevice {
                         parent: dev.parent.clone(),
@@ -324,16 +329,16 @@ fn plan_absent(
     def: Option<&Definition>,
     entry: Option<&LedgerEntry>,
     available: &mut BTreeMap<&str, BTreeMap<&MdevTypeId, u32>>,
-    steps: &mut Vec<Step>,
+    steps: &mut Vec<ReconcileStep>,
 ) {
     let mut creating = false;
     if let Some(d) = def.filter(|d| d.autostart) {
-        let blocked = |reason| Step::Blocked {
+        let blocked = |reason| ReconcileStep::Blocked {
             uuid: *uuid,
             reason,
         };
         let step = match available.get_mut(d.parent.as_str()) {
-            None => Step::Wait {
+            None => ReconcileStep::Wait {
                 uuid: *uuid,
                 parent: d.parent.clone(),
             },
@@ -349,7 +354,7 @@ fn plan_absent(
                 Some(n) => {
                     *n -= 1;
                     creating = true;
-                    Step::Create {
+                    ReconcileStep::Create {
                         uuid: *uuid,
                         parent: d.parent.clone(),
                         type_id: d.type_id.clone(),
@@ -359,10 +364,10 @@ fn plan_absent(
             },
         };
         if !creating && let Some(e) = entry {
-            steps.push(Step::DropLedger { entry: e.clone() });
+            steps.push(ReconcileStep::DropLedger { entry: e.clone() });
         }
         steps.push(step);
     } else if let Some(e) = entry {
-        steps.push(Step::DropLedger { entry: e.clone() });
+        steps.push(ReconcileStep::DropLedger { entry: e.clone() });
     }
 }

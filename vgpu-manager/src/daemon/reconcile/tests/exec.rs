@@ -1,7 +1,7 @@
 //! Executor: success, failure at every call with full rollback, and failing rollbacks.
 
 use super::*;
-use crate::daemon::reconcile::{Step, UndoAction, execute, plan};
+use crate::daemon::reconcile::{LedgerUndo, ReconcileStep, execute, plan};
 
 /// Three creates (one renewing a stale entry), two dropped entries, one kept device, interleaved.
 fn scenario() -> (FakeHost, Vec<Definition>) {
@@ -92,7 +92,7 @@ fn a_failing_rollback_keeps_the_ledger_entry_of_a_device_left_behind() {
     assert_eq!(report.rollback_errors.len(), 1, "{report:?}");
     let err = &report.rollback_errors[0];
     assert_eq!(*err.step.uuid(), u(3));
-    assert!(matches!(err.what, UndoAction::RemoveDevice { .. }));
+    assert!(matches!(err.what, LedgerUndo::RemoveDevice { .. }));
     // Device 3 is still there and still recorded as ours; everything else was undone.
     assert!(h.devices.contains_key(&u(3)));
     assert_eq!(h.ledger.get(&u(3)).map(|e| e.type_id.clone()), Some(t("b")));
@@ -102,7 +102,7 @@ fn a_failing_rollback_keeps_the_ledger_entry_of_a_device_left_behind() {
     assert!(!report.rolled_back.iter().any(|s| s.uuid() == &u(3)));
     // The next reconcile keeps it (ours, matching its definition).
     let again = plan(&h.input(&defs));
-    assert!(again.steps.contains(&Step::Keep {
+    assert!(again.steps.contains(&ReconcileStep::Keep {
         uuid: u(3),
         ownership: LedgerOwnership::Daemon
     }));
@@ -120,7 +120,7 @@ fn an_unknown_outcome_of_create_keeps_the_ledger_entry() {
     assert_eq!(report.rollback_errors.len(), 1);
     assert!(matches!(
         report.rollback_errors[0].what,
-        UndoAction::CheckDevice { .. }
+        LedgerUndo::CheckDevice { .. }
     ));
     assert!(
         h.ledger.contains_key(&u(1)),
@@ -131,7 +131,7 @@ fn an_unknown_outcome_of_create_keeps_the_ledger_entry() {
     let again = plan(&h.input(&defs));
     assert!(matches!(
         &again.steps[..],
-        [Step::Create {
+        [ReconcileStep::Create {
             replaces: Some(_),
             ..
         }]

@@ -5,7 +5,8 @@ use mdev_types::parse::TypeDescription;
 
 use super::*;
 use crate::daemon::reconcile::{
-    BlockReason, ConflictReason, HostInstance, HostParent, HostType, ReconcileInput, Step, plan,
+    BlockReason, ConflictReason, HostInstance, HostParent, HostType, ReconcileInput, ReconcileStep,
+    plan,
 };
 
 #[test]
@@ -14,7 +15,7 @@ fn autostart_definition_without_device_is_created() {
     let p = plan(&h.input(&[def(1, "p", "a", true)]));
     assert_eq!(
         p.steps,
-        vec![Step::Create {
+        vec![ReconcileStep::Create {
             uuid: u(1),
             parent: "p".into(),
             type_id: t("a"),
@@ -29,7 +30,7 @@ fn missing_parent_waits_and_stopped_definitions_stay_stopped() {
     let p = plan(&h.input(&[def(1, "late", "a", true), def(2, "p", "a", false)]));
     assert_eq!(
         p.steps,
-        vec![Step::Wait {
+        vec![ReconcileStep::Wait {
             uuid: u(1),
             parent: "late".into()
         }]
@@ -53,22 +54,22 @@ fn ledger_entry_without_device_is_dropped_unless_recreated() {
     assert_eq!(
         p.steps,
         vec![
-            Step::DropLedger {
+            ReconcileStep::DropLedger {
                 entry: entry(1, "p", "a")
             },
-            Step::DropLedger {
+            ReconcileStep::DropLedger {
                 entry: entry(2, "p", "a")
             },
-            Step::Create {
+            ReconcileStep::Create {
                 uuid: u(3),
                 parent: "p".into(),
                 type_id: t("a"),
                 replaces: Some(entry(3, "p", "a")),
             },
-            Step::DropLedger {
+            ReconcileStep::DropLedger {
                 entry: entry(4, "gone", "a")
             },
-            Step::Wait {
+            ReconcileStep::Wait {
                 uuid: u(4),
                 parent: "gone".into()
             },
@@ -91,15 +92,15 @@ fn our_running_devices_are_kept_even_without_definition() {
     assert_eq!(
         p.steps,
         vec![
-            Step::Keep {
+            ReconcileStep::Keep {
                 uuid: u(1),
                 ownership: LedgerOwnership::Daemon
             },
-            Step::Keep {
+            ReconcileStep::Keep {
                 uuid: u(2),
                 ownership: LedgerOwnership::Adopted
             },
-            Step::Conflict {
+            ReconcileStep::Conflict {
                 uuid: u(3),
                 reason: ConflictReason::DefinitionMismatch {
                     defined_parent: "p".into(),
@@ -122,17 +123,17 @@ fn foreign_devices_are_reported_and_block_their_definitions() {
     assert_eq!(
         p.steps,
         vec![
-            Step::ReportForeign {
+            ReconcileStep::ReportForeign {
                 uuid: u(1),
                 parent: "p".into(),
                 type_id: t("a")
             },
-            Step::ReportForeign {
+            ReconcileStep::ReportForeign {
                 uuid: u(2),
                 parent: "p".into(),
                 type_id: t("a")
             },
-            Step::Conflict {
+            ReconcileStep::Conflict {
                 uuid: u(2),
                 reason: ConflictReason::ForeignDevice {
                     parent: "p".into(),
@@ -159,10 +160,10 @@ fn ledger_entry_for_a_different_device_is_dropped_and_the_device_is_foreign() {
     assert_eq!(
         p.steps,
         vec![
-            Step::DropLedger {
+            ReconcileStep::DropLedger {
                 entry: entry(1, "p", "a")
             },
-            Step::ReportForeign {
+            ReconcileStep::ReportForeign {
                 uuid: u(1),
                 parent: "p".into(),
                 type_id: t("b")
@@ -183,14 +184,14 @@ fn capacity_and_missing_types_block_creates() {
     let p = plan(&h.input(&defs));
     let creates: Vec<_> = p.actions().map(|s| *s.uuid()).collect();
     assert_eq!(creates, vec![u(1), u(2)]);
-    assert!(p.steps.contains(&Step::Blocked {
+    assert!(p.steps.contains(&ReconcileStep::Blocked {
         uuid: u(3),
         reason: BlockReason::NoCapacity {
             parent: "p".into(),
             type_id: t("a")
         }
     }));
-    assert!(p.steps.contains(&Step::Blocked {
+    assert!(p.steps.contains(&ReconcileStep::Blocked {
         uuid: u(4),
         reason: BlockReason::TypeNotOffered {
             parent: "p".into(),
@@ -252,7 +253,7 @@ fn input_from_inventory_takes_instances_parents_and_availability() {
     assert!(
         p.steps
             .iter()
-            .any(|s| matches!(s, Step::ReportForeign { uuid, .. } if *uuid == u(5)))
+            .any(|s| matches!(s, ReconcileStep::ReportForeign { uuid, .. } if *uuid == u(5)))
     );
 }
 

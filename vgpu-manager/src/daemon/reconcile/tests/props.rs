@@ -4,7 +4,7 @@ use proptest::prelude::*;
 use proptest::sample::Index;
 
 use super::*;
-use crate::daemon::reconcile::{BlockReason, Step, execute, plan};
+use crate::daemon::reconcile::{BlockReason, ReconcileStep, execute, plan};
 
 const PARENTS: [&str; 4] = ["p0", "p1", "p2", "p3"];
 const TYPES: [&str; 3] = ["t0", "t1", "t2"];
@@ -112,8 +112,8 @@ proptest! {
         }
         for uuid in foreign(&before) {
             prop_assert!(!h.ledger.contains_key(&uuid), "foreign {} claimed", uuid);
-            let created = p.steps.iter().any(|s| matches!(s, Step::Create { uuid: c, .. } if *c == uuid));
-            let reported = p.steps.iter().any(|s| matches!(s, Step::ReportForeign { uuid: c, .. } if *c == uuid));
+            let created = p.steps.iter().any(|s| matches!(s, ReconcileStep::Create { uuid: c, .. } if *c == uuid));
+            let reported = p.steps.iter().any(|s| matches!(s, ReconcileStep::ReportForeign { uuid: c, .. } if *c == uuid));
             prop_assert!(!created && reported, "foreign {} created or not reported", uuid);
         }
         for e in h.ledger.values() {
@@ -128,7 +128,7 @@ proptest! {
         for d in defs.iter().filter(|d| d.autostart) {
             let Some(types) = h.parents.get(&d.parent) else {
                 if !before.devices.contains_key(&d.uuid) {
-                    let wait = Step::Wait { uuid: d.uuid, parent: d.parent.clone() };
+                    let wait = ReconcileStep::Wait { uuid: d.uuid, parent: d.parent.clone() };
                     prop_assert!(p.steps.contains(&wait), "{} does not wait", d.uuid);
                 }
                 continue;
@@ -140,7 +140,7 @@ proptest! {
                 Some(_) => {} // existed already: kept or reported as a conflict
                 None => {
                     let blocked = p.steps.iter().find_map(|s| match s {
-                        Step::Blocked { uuid, reason } if *uuid == d.uuid => Some(reason.clone()),
+                        ReconcileStep::Blocked { uuid, reason } if *uuid == d.uuid => Some(reason.clone()),
                         _ => None,
                     });
                     match blocked {
