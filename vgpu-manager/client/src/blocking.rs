@@ -1,7 +1,7 @@
 //! Blocking access to vgpud, for programs without an async runtime: the libvirt hook and the
 //! `vgpuctl mdevctl`/`xml` front ends. [`Client`] runs the async [`crate::Client`]'s calls on a
 //! one-thread runtime of its own, with a deadline on every call (a hook that hangs would hang
-//! libvirtd, which runs hooks synchronously). [`VgpuDaemon`] is the part of the API those front ends
+//! libvirtd, which runs hooks synchronously). [`ManagerCalls`] is the part of the API those front ends
 //! use, as a trait, so their logic is tested against a fake as well as against the real daemon.
 
 use std::future::Future;
@@ -15,7 +15,7 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The Manager1 calls the libvirt hook and the mdevctl front end make. `get_instance` answers `None`
 /// for an unknown UUID; every other refusal is the daemon's error.
-pub trait VgpuDaemon {
+pub trait ManagerCalls {
     /// Every instance (`ListInstances`).
     fn list_instances(&mut self) -> Result<Vec<InstanceInfo>, ClientError>;
     /// Every GPU (`ListGpus`).
@@ -147,7 +147,7 @@ impl Client {
     }
 }
 
-impl VgpuDaemon for Client {
+impl ManagerCalls for Client {
     fn list_instances(&mut self) -> Result<Vec<InstanceInfo>, ClientError> {
         Client::list_instances(self)
     }
@@ -182,7 +182,7 @@ impl VgpuDaemon for Client {
 
 /// A borrowed daemon is a daemon, so callers can keep theirs after handing it to a function that
 /// takes one by value.
-impl<D: VgpuDaemon + ?Sized> VgpuDaemon for &mut D {
+impl<D: ManagerCalls + ?Sized> ManagerCalls for &mut D {
     fn list_instances(&mut self) -> Result<Vec<InstanceInfo>, ClientError> {
         (**self).list_instances()
     }

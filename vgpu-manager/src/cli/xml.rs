@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use clap::Args;
 use mdev_types::ids::{MdevUuid, PciAddress};
 use qemu_glue::{DomainSpec, Hostdev, MdevDisplay, PciHostdev, VfBinding, VgpuRequest, VgpuTarget};
-use vgpu_client::blocking::{self, VgpuDaemon};
+use vgpu_client::blocking::{self, ManagerCalls};
 use vgpu_client::{BusAddress, InstanceInfo, PoolStatus, SlotRow};
 
 use super::CliError;
@@ -207,7 +207,7 @@ fn domain_xml(
 fn run_with(
     args: &XmlArgs,
     uuid: MdevUuid,
-    daemon: &mut dyn VgpuDaemon,
+    daemon: &mut dyn ManagerCalls,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
     let info = daemon.get_instance(&uuid.to_string())?.ok_or_else(|| {

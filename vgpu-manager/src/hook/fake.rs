@@ -1,10 +1,10 @@
-//! An in-memory [`VgpuDaemon`] for unit tests: instances in a map, every mutating call logged, failures
+//! An in-memory [`ManagerCalls`] for unit tests: instances in a map, every mutating call logged, failures
 //! injectable per UUID. It mimics the daemon's refusals that the glue depends on (unknown UUID, UUID taken,
 //! start of a running or transient instance, foreign instances).
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use vgpu_client::blocking::VgpuDaemon;
+use vgpu_client::blocking::ManagerCalls;
 use vgpu_client::{ClientError, GpuInfo, InstanceInfo, NewInstance, TargetKind, TypeSlot};
 
 pub(crate) struct FakeDaemon {
@@ -150,7 +150,7 @@ fn or_dash(s: &Option<String>) -> &str {
     s.as_deref().unwrap_or("-")
 }
 
-impl VgpuDaemon for FakeDaemon {
+impl ManagerCalls for FakeDaemon {
     fn list_instances(&mut self) -> Result<Vec<InstanceInfo>, ClientError> {
         Ok(self.instances.values().cloned().collect())
     }

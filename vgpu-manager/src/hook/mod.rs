@@ -35,7 +35,7 @@ use mdev_types::ids::MdevUuid;
 use qemu_glue::metadata::{METADATA_NS, VgpuTarget};
 use qemu_glue::parse::{DomainDevices, ParseError, parse_domain};
 use thiserror::Error;
-use vgpu_client::blocking::VgpuDaemon;
+use vgpu_client::blocking::ManagerCalls;
 use vgpu_client::{ClientError, NewInstance};
 
 /// The file name the hook is installed under in `/etc/libvirt/hooks/qemu.d/`.
@@ -173,7 +173,7 @@ pub fn run<D, R, C, E>(
     exists: E,
 ) -> Result<Vec<HookAction>, HookError>
 where
-    D: VgpuDaemon,
+    D: ManagerCalls,
     R: FnOnce() -> std::io::Result<String>,
     C: FnOnce() -> Result<D, ClientError>,
     E: Fn(&MdevUuid) -> bool,
@@ -218,7 +218,7 @@ fn target_text(t: &VgpuTarget) -> String {
     }
 }
 
-fn prepare_one<D: VgpuDaemon>(
+fn prepare_one<D: ManagerCalls>(
     d: &mut D,
     domain: &str,
     devices: &DomainDevices,
@@ -264,7 +264,7 @@ fn prepare_one<D: VgpuDaemon>(
     ))
 }
 
-fn prepare<D: VgpuDaemon>(
+fn prepare<D: ManagerCalls>(
     d: &mut D,
     domain: &str,
     devices: &DomainDevices,
@@ -298,7 +298,7 @@ fn prepare<D: VgpuDaemon>(
     Ok(done)
 }
 
-fn release<D: VgpuDaemon>(
+fn release<D: ManagerCalls>(
     d: &mut D,
     domain: &str,
     devices: &DomainDevices,

@@ -23,7 +23,7 @@ use clap::{ArgGroup, Args, Subcommand};
 use qemu_glue::mdevctl::{
     CONFIG_DIR, MdevctlConfig, MdevctlDevice, MdevctlType, StartMode, list_json, types_json,
 };
-use vgpu_client::blocking::{self, VgpuDaemon};
+use vgpu_client::blocking::{self, ManagerCalls};
 use vgpu_client::{BusAddress, InstanceInfo};
 
 use super::CliError;
@@ -209,7 +209,7 @@ pub fn run(cmd: &MdevctlCommand, bus: &BusArgs, out: &mut dyn Write) -> Result<(
 /// Runs one mdevctl command against `daemon`.
 pub fn run_with(
     cmd: &MdevctlCommand,
-    daemon: &mut dyn VgpuDaemon,
+    daemon: &mut dyn ManagerCalls,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
     match cmd {
@@ -253,7 +253,7 @@ fn same_uuid(a: &str, b: &str) -> bool {
     a.eq_ignore_ascii_case(b)
 }
 
-fn list(daemon: &mut dyn VgpuDaemon, a: &ListArgs, out: &mut dyn Write) -> Result<(), CliError> {
+fn list(daemon: &mut dyn ManagerCalls, a: &ListArgs, out: &mut dyn Write) -> Result<(), CliError> {
     if let Some(u) = &a.uuid {
         u.parse::<mdev_types::ids::MdevUuid>()
             .map_err(|_| bad(format!("'{u}' is not a UUID")))?;
@@ -305,7 +305,7 @@ fn list(daemon: &mut dyn VgpuDaemon, a: &ListArgs, out: &mut dyn Write) -> Resul
 }
 
 fn types(
-    daemon: &mut dyn VgpuDaemon,
+    daemon: &mut dyn ManagerCalls,
     parent: Option<&str>,
     dumpjson: bool,
     out: &mut dyn Write,

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use mdev_types::ids::MdevUuid;
 use qemu_glue::mdevctl::{MdevctlConfig, MdevctlDevice, StartMode, read_config_dir, write_config};
-use vgpu_client::blocking::VgpuDaemon;
+use vgpu_client::blocking::ManagerCalls;
 use vgpu_client::{InstanceInfo, NewInstance};
 
 use super::{DeviceSpec, ModifyArgs, UuidSpec, as_device, bad, same_uuid};
@@ -48,7 +48,7 @@ fn no_attrs(config: &MdevctlConfig, origin: &str) -> Result<(), CliError> {
 
 /// The instance `uuid`, checking `parent` when given.
 fn find(
-    daemon: &mut dyn VgpuDaemon,
+    daemon: &mut dyn ManagerCalls,
     uuid: &str,
     parent: Option<&str>,
 ) -> Result<Option<InstanceInfo>, CliError> {
@@ -77,7 +77,7 @@ fn new_instance(type_id: &str, parent: &str, uuid: Option<&String>) -> NewInstan
 }
 
 pub(super) fn define(
-    daemon: &mut dyn VgpuDaemon,
+    daemon: &mut dyn ManagerCalls,
     spec: &DeviceSpec,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
@@ -120,7 +120,7 @@ pub(super) fn define(
 }
 
 pub(super) fn start(
-    daemon: &mut dyn VgpuDaemon,
+    daemon: &mut dyn ManagerCalls,
     spec: &DeviceSpec,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
@@ -158,7 +158,7 @@ pub(super) fn start(
     Ok(())
 }
 
-pub(super) fn stop(daemon: &mut dyn VgpuDaemon, spec: &UuidSpec) -> Result<(), CliError> {
+pub(super) fn stop(daemon: &mut dyn ManagerCalls, spec: &UuidSpec) -> Result<(), CliError> {
     let u = check_uuid(&spec.uuid)?;
     match find(daemon, &u, spec.parent.as_deref())? {
         Some(i) if i.state == "running" => Ok(daemon.stop(&u)?),
@@ -166,7 +166,7 @@ pub(super) fn stop(daemon: &mut dyn VgpuDaemon, spec: &UuidSpec) -> Result<(), C
     }
 }
 
-pub(super) fn undefine(daemon: &mut dyn VgpuDaemon, spec: &UuidSpec) -> Result<(), CliError> {
+pub(super) fn undefine(daemon: &mut dyn ManagerCalls, spec: &UuidSpec) -> Result<(), CliError> {
     let u = check_uuid(&spec.uuid)?;
     match find(daemon, &u, spec.parent.as_deref())? {
         Some(i) if i.defined => Ok(daemon.undefine(&u)?),
@@ -174,7 +174,7 @@ pub(super) fn undefine(daemon: &mut dyn VgpuDaemon, spec: &UuidSpec) -> Result<(
     }
 }
 
-pub(super) fn modify(daemon: &mut dyn VgpuDaemon, m: &ModifyArgs) -> Result<(), CliError> {
+pub(super) fn modify(daemon: &mut dyn ManagerCalls, m: &ModifyArgs) -> Result<(), CliError> {
     let u = check_uuid(
         m.uuid
             .as_deref()
@@ -212,7 +212,7 @@ pub(super) fn modify(daemon: &mut dyn VgpuDaemon, m: &ModifyArgs) -> Result<(), 
 /// Replaces the definition of stopped instance `i` by one of type `t` with the same UUID and parent,
 /// restoring the old one if the new one is refused.
 fn retype(
-    daemon: &mut dyn VgpuDaemon,
+    daemon: &mut dyn ManagerCalls,
     i: &InstanceInfo,
     t: &str,
     autostart: bool,
@@ -242,7 +242,7 @@ fn retype(
 }
 
 pub(super) fn export(
-    daemon: &mut dyn VgpuDaemon,
+    daemon: &mut dyn ManagerCalls,
     dir: &Path,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
@@ -255,7 +255,7 @@ pub(super) fn export(
 }
 
 pub(super) fn import(
-    daemon: &mut dyn VgpuDaemon,
+    daemon: &mut dyn ManagerCalls,
     dir: &Path,
     dry_run: bool,
     out: &mut dyn Write,
