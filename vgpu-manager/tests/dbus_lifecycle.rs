@@ -241,7 +241,6 @@ async fn lifecycle_through_vgpuctl_with_signals_and_properties() {
     // the other process's call has already returned.
     let dp_live = Instance1Proxy::builder(&conn)
         .path(d_path.as_str())
-        .unwrap()
         .cache_properties(zbus::proxy::CacheProperties::No)
         .build()
         .await
