@@ -15,6 +15,7 @@ use tracing::{error, info, warn};
 use vgpu_client::{BusAddress, ClientError, SERVICE};
 use vgpu_manager::cli::HostArgs;
 use vgpu_manager::daemon::api::CoreError;
+use vgpu_manager::daemon::dbus::bus_name::{self, NameError};
 use vgpu_manager::daemon::dbus::embedded_bus::{self, EmbeddedBus, EmbeddedBusError};
 use vgpu_manager::daemon::dbus::{self, Executor, ServeError};
 use vgpu_manager::daemon::engine::{Core, GpuImpact};
@@ -62,14 +63,11 @@ enum DaemonError {
     Bus(#[from] ClientError),
     #[error(transparent)]
     Serve(#[from] ServeError),
-    #[error(
-        "{SERVICE} is already owned on {bus}: another vgpud runs there (`systemctl status vgpud`); stop it first"
-    )]
-    NameTaken { bus: String },
-    #[error(
-        "cannot request {SERVICE} on {bus}: {source} (on the system bus only root may own it: install data/org.vgpumanager.Manager1.conf)"
-    )]
-    RequestName { bus: String, source: zbus::Error },
+    /// The name is owned by another connection, the bus refused it, or the bus took it away: in
+    /// every case vgpud exits non-zero (so that systemd's `Restart=on-failure` applies) rather than
+    /// run without its name.
+    #[error(transparent)]
+    Name(#[from] NameError),
     #[error("cannot watch for signals: {0}")]
     Signals(std::io::Error),
     #[error("a worker thread failed: {0}")]
@@ -210,20 +208,8 @@ async fn run(args: Args) -> Result<(), DaemonError> {
     if let Some(rx) = uevents {
         forward_uevents(&core, rx, service.gpu_refresher());
     }
-    match conn.request_name(SERVICE).await {
-        Ok(()) => {}
-        Err(zbus::Error::NameTaken) => {
-            return Err(DaemonError::NameTaken {
-                bus: bus.to_string(),
-            });
-        }
-        Err(source) => {
-            return Err(DaemonError::RequestName {
-                bus: bus.to_string(),
-                source,
-            });
-        }
-    }
+    // Exclusively: not replaceable, not queued, never taken from another owner.
+    let mut name = bus_name::own(&conn, SERVICE, &bus.to_string()).await?;
     info!(name = SERVICE, "ready on {bus}");
 
     let mut term = signal(SignalKind::terminate()).map_err(DaemonError::Signals)?;
@@ -237,21 +223,38 @@ async fn run(args: Args) -> Result<(), DaemonError> {
         dir: args.pools_dir.clone(),
     };
     pools.apply_in_background("start");
-    loop {
-        tokio::select! {
-            _ = term.recv() => { info!("SIGTERM: shutting down"); break; }
-            _ = int.recv() => { info!("SIGINT: shutting down"); break; }
-            _ = hup.recv() => pools.apply_in_background("SIGHUP"),
-            _ = conn.closed() => { warn!("the bus closed the connection: shutting down"); break; }
+    let outcome = {
+        // One watch for the whole run (not re-created per loop turn), so that a loss being checked
+        // is never dropped half-way by another branch.
+        let lost = name.lost();
+        tokio::pin!(lost);
+        loop {
+            tokio::select! {
+                _ = term.recv() => { info!("SIGTERM: shutting down"); break Ok(()); }
+                _ = int.recv() => { info!("SIGINT: shutting down"); break Ok(()); }
+                _ = hup.recv() => pools.apply_in_background("SIGHUP"),
+                // The name taken away, or the bus connection gone with it. Running on without the
+                // name would leave clients unanswered (or answered by a new owner): exit non-zero
+                // instead, so that the service manager starts vgpud again.
+                _ = conn.closed() => {
+                    break Err(DaemonError::Name(NameError::Closed {
+                        name: SERVICE.to_string(),
+                        bus: bus.to_string(),
+                    }));
+                }
+                lost = &mut lost => break Err(DaemonError::Name(lost)),
+            }
         }
-    }
+    };
     // Give the name up first so that no new call arrives, then stop following the core.
-    if let Err(e) = conn.release_name(SERVICE).await {
+    if outcome.is_ok()
+        && let Err(e) = name.release(&conn).await
+    {
         warn!(error = %e, "cannot release the bus name");
     }
     drop(service);
     drop(conn);
     drop(embedded);
     info!("stopped");
-    Ok(())
+    outcome
 }

@@ -8,6 +8,7 @@
 //! `data/org.vgpumanager.Manager1.xml` is their introspection.
 
 pub mod auth;
+pub mod bus_name;
 mod callers;
 pub mod embedded_bus;
 pub mod errors;
