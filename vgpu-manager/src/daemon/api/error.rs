@@ -9,6 +9,7 @@ use vgpu_host::discover::DiscoverError;
 use vgpu_host::ops::LifecycleError;
 use vgpu_vfio::VfioCheckError;
 
+use super::limits::{ClientText, clip};
 use crate::backend::BackendError;
 use crate::daemon::store::StoreError;
 use crate::pool::{PoolError, PoolShortfall};
@@ -208,7 +209,7 @@ fn lifecycle_kind(e: &LifecycleError) -> &'static str {
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum RequestError {
     /// The named mdev parent is not registered.
-    #[error("no mdev parent {parent} on {host}: `vgpuctl types` lists parents and their types")]
+    #[error("no mdev parent {} on {host}: `vgpuctl types` lists parents and their types", clip(.parent))]
     NoParent {
         /// The parent asked for.
         parent: String,
@@ -250,7 +251,7 @@ pub enum RequestError {
         type_id: MdevTypeId,
     },
     /// The profile is not in the catalog.
-    #[error("unknown profile {name:?}: known profiles are {known}")]
+    #[error("unknown profile {:?}: known profiles are {known}", clip(.name))]
     UnknownProfile {
         /// The name asked for.
         name: String,
@@ -258,7 +259,7 @@ pub enum RequestError {
         known: String,
     },
     /// The named GPU does not exist (placement).
-    #[error("no GPU {gpu} on {host}: `vgpuctl list-gpus` or `vgpuctl discover` lists them")]
+    #[error("no GPU {} on {host}: `vgpuctl list-gpus` or `vgpuctl discover` lists them", clip(.gpu))]
     NoGpu {
         /// The GPU asked for.
         gpu: String,
@@ -266,7 +267,7 @@ pub enum RequestError {
         host: String,
     },
     /// The named GPU does not exist (scheduling).
-    #[error("no GPU {gpu} on {host}: `vgpuctl status` lists the GPUs")]
+    #[error("no GPU {} on {host}: `vgpuctl status` lists the GPUs", clip(.gpu))]
     NoSchedulingGpu {
         /// The GPU asked for.
         gpu: String,
@@ -291,6 +292,30 @@ pub enum RequestError {
     NoVgpuYet {
         /// The GPU.
         gpu: String,
+    },
+    /// A text the client sent is longer than its limit.
+    #[error(
+        "{what} is {bytes} bytes long, more than the limit of {limit} bytes: send a shorter one"
+    )]
+    TooLong {
+        /// Which text.
+        what: ClientText,
+        /// Its length.
+        bytes: usize,
+        /// The limit ([`ClientText::limit`]).
+        limit: usize,
+    },
+    /// A label holds a control character.
+    #[error(
+        "{what} {label:?} holds a control character at byte {at}: labels are printable text on one line (no newline, tab or escape)"
+    )]
+    UnprintableLabel {
+        /// Which label.
+        what: ClientText,
+        /// The label, clipped ([`clip`]).
+        label: String,
+        /// The byte offset of the first control character.
+        at: usize,
     },
     /// A VF slot was asked for with a target that is no VF.
     #[error("{target} is not a VF target")]

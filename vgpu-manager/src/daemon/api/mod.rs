@@ -12,6 +12,7 @@ use mdev_types::ids::{MdevTypeId, MdevUuid};
 
 mod command;
 mod error;
+pub mod limits;
 
 pub use command::*;
 pub use error::{CoreError, RequestError, StateError, UndoFailure, VfInUse};

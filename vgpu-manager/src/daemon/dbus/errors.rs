@@ -6,6 +6,7 @@ use zbus::message::{Header, Message};
 use zbus::names::{ErrorName, OwnedErrorName};
 
 use crate::daemon::api::CoreError;
+use crate::daemon::api::limits::{MAX_MESSAGE_BYTES, clip_to};
 use vgpu_client::ERROR_PREFIX;
 
 /// An error reply of the vgpud API.
@@ -15,11 +16,21 @@ pub struct ApiError {
     message: String,
 }
 
+/// `message`, or its start and a length marker when it is past [`MAX_MESSAGE_BYTES`].
+fn bounded(message: String) -> String {
+    if message.len() <= MAX_MESSAGE_BYTES {
+        return message;
+    }
+    clip_to(&message, MAX_MESSAGE_BYTES).to_string()
+}
+
 /// The name of [`ApiError::internal`] errors.
 const INTERNAL: &str = "org.vgpumanager.Error.Internal";
 
 impl ApiError {
-    /// An error of kind `kind` (a `CamelCase` word) with `message`.
+    /// An error of kind `kind` (a `CamelCase` word) with `message`, cut to
+    /// [`MAX_MESSAGE_BYTES`](crate::daemon::api::limits::MAX_MESSAGE_BYTES) with a length marker (a
+    /// message that echoes a client's input never grows with it).
     pub fn new(kind: &str, message: impl Into<String>) -> ApiError {
         let full = format!("{ERROR_PREFIX}.{kind}");
         let name = OwnedErrorName::try_from(full).unwrap_or_else(|_| {
@@ -29,7 +40,7 @@ impl ApiError {
         });
         ApiError {
             name,
-            message: message.into(),
+            message: bounded(message.into()),
         }
     }
 

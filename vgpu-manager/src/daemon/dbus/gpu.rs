@@ -9,6 +9,7 @@ use zbus::{OwnedObjectPath, Variant, interface};
 
 use super::errors::ApiError;
 use super::pools::json_text;
+use super::strict::Strict;
 use super::{Executor, QueryError, call};
 use crate::daemon::api::{GetScheduling, GpuView};
 use vgpu_client::{GpuInfo, TypeSlot, gpu_path, instance_path};
@@ -78,16 +79,19 @@ pub(super) fn changed_properties(
     m
 }
 
-/// The object behind one GPU path.
-pub(super) struct GpuObject {
+/// The object behind one GPU path, as served (see [`Strict`]).
+pub(super) type GpuObject = Strict<Gpu1>;
+
+/// The `org.vgpumanager.Gpu1` interface of one GPU.
+pub(super) struct Gpu1 {
     pub(super) view: GpuView,
     /// For the properties read from the host on demand (`Scheduling`).
     exec: Arc<dyn Executor>,
 }
 
-impl std::fmt::Debug for GpuObject {
+impl std::fmt::Debug for Gpu1 {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GpuObject")
+        f.debug_struct("Gpu1")
             .field("view", &self.view)
             .finish_non_exhaustive()
     }
@@ -96,13 +100,13 @@ impl std::fmt::Debug for GpuObject {
 impl GpuObject {
     /// The object of the GPU `view` shows.
     pub(super) fn new(view: GpuView, exec: Arc<dyn Executor>) -> GpuObject {
-        GpuObject { view, exec }
+        Strict::wrap(Gpu1 { view, exec })
     }
 }
 
 /// A GPU that can host mdev instances.
 #[interface(name = "org.vgpumanager.Gpu1")]
-impl GpuObject {
+impl Gpu1 {
     /// GPU id: its PCI address, or the mdev parent name.
     #[zbus(property(emits_changed_signal = "const"))]
     fn id(&self) -> String {

@@ -14,6 +14,8 @@ use zbus::{Connection, ObjectServer, OwnedVariant, Variant, interface};
 use super::errors::ApiError;
 use super::manager::Manager;
 use super::pools::json_value;
+use super::strict::Strict;
+use crate::daemon::api::limits::clip;
 use crate::daemon::api::{InstanceView, OpenDevice, Preflight};
 use vgpu_client::{InstanceInfo, MANAGER_PATH};
 
@@ -38,7 +40,8 @@ fn parse_open_options(
                         Ok(b) => Some(b),
                         Err(_) => {
                             return Err(ApiError::invalid(format!(
-                                "OpenDevice: backend '{other}' is none of auto, type1, iommufd"
+                                "OpenDevice: backend '{}' is none of auto, type1, iommufd",
+                                clip(other)
                             )));
                         }
                     },
@@ -47,8 +50,9 @@ fn parse_open_options(
             ("bind", Variant::Bool(b)) => bind = *b,
             _ => {
                 return Err(ApiError::invalid(format!(
-                    "OpenDevice: unknown option '{key}' of type '{}'; known options: {known}",
-                    value.value_signature()
+                    "OpenDevice: unknown option '{}' of type '{}'; known options: {known}",
+                    clip(key),
+                    clip(&value.value_signature().to_string())
                 )));
             }
         }
@@ -71,7 +75,7 @@ fn stamped(mut report: serde_json::Value) -> serde_json::Value {
 /// The daemon's shared state, from the manager object.
 async fn shared_state(server: &ObjectServer) -> Result<Arc<super::Shared>, ApiError> {
     let manager = server
-        .interface::<_, Manager>(MANAGER_PATH)
+        .interface::<_, Strict<Manager>>(MANAGER_PATH)
         .await
         .map_err(ApiError::internal)?;
     Ok(Arc::clone(&manager.get().await.shared))
@@ -150,9 +154,12 @@ pub(super) fn changed_properties(
     m
 }
 
-/// The object behind one instance path.
+/// The object behind one instance path, as served (see [`Strict`]).
+pub(super) type InstanceObject = Strict<Instance1>;
+
+/// The `org.vgpumanager.Instance1` interface of one instance.
 #[derive(Debug)]
-pub(super) struct InstanceObject {
+pub(super) struct Instance1 {
     pub(super) view: InstanceView,
     /// The last preflight report (JSON with `checked_at`), for the `Health` property. It lives and goes
     /// with the object: the mirror updates `view` in place and removes the object with its instance.
@@ -162,17 +169,17 @@ pub(super) struct InstanceObject {
 impl InstanceObject {
     /// The object of a newly listed instance (no preflight yet).
     pub(super) fn new(view: InstanceView) -> InstanceObject {
-        InstanceObject {
+        Strict::wrap(Instance1 {
             view,
             health: String::new(),
-        }
+        })
     }
 }
 
 /// One mdev instance: running, defined, or made by someone else (Owner `foreign`). Lifecycle methods
 /// are on org.vgpumanager.Manager1 and take the Uuid.
 #[interface(name = "org.vgpumanager.Instance1")]
-impl InstanceObject {
+impl Instance1 {
     /// The mdev UUID (the device is /sys/bus/mdev/devices/UUID).
     #[zbus(property(emits_changed_signal = "const"))]
     fn uuid(&self) -> String {

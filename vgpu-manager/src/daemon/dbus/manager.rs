@@ -12,8 +12,9 @@ use zbus::{Connection, ObjectPath, OwnedObjectPath, OwnedVariant, Variant, inter
 use super::Shared;
 use super::errors::ApiError;
 use super::pools::{self, json_text};
+use crate::daemon::api::limits::{self, ClientText, clip};
 use crate::daemon::api::*;
-use mdev_types::ids::MdevUuid;
+use mdev_types::ids::{IdError, MdevUuid};
 use vgpu_client::{GpuInfo, InstanceInfo, TARGET_PROFILE, TARGET_TYPE, instance_path};
 
 /// The manager object.
@@ -25,9 +26,23 @@ fn invalid(msg: String) -> ApiError {
     ApiError::invalid(msg)
 }
 
+/// The error of an identifier that does not parse, echoing at most [`limits::ECHO_BYTES`] of it.
+fn id_error(e: IdError) -> ApiError {
+    let c = |s: String| clip(&s).to_string();
+    invalid(
+        match e {
+            IdError::PciAddress(s) => IdError::PciAddress(c(s)),
+            IdError::Uuid(s) => IdError::Uuid(c(s)),
+            IdError::MdevType(s) => IdError::MdevType(c(s)),
+            IdError::PciId(s) => IdError::PciId(c(s)),
+            IdError::IommuGroup(s) => IdError::IommuGroup(c(s)),
+        }
+        .to_string(),
+    )
+}
+
 fn parse_uuid(uuid: &str) -> Result<MdevUuid, ApiError> {
-    uuid.parse()
-        .map_err(|e: mdev_types::ids::IdError| invalid(e.to_string()))
+    uuid.parse().map_err(id_error)
 }
 
 /// Builds the request of `Create`/`Define` from the D-Bus arguments.
@@ -44,14 +59,11 @@ fn parse_request(
             InstanceTarget::Profile(target.trim().to_string())
         }
         TARGET_PROFILE => return Err(invalid(format!("{method}: the profile name is empty"))),
-        TARGET_TYPE => InstanceTarget::Type(
-            target
-                .parse()
-                .map_err(|e: mdev_types::ids::IdError| invalid(e.to_string()))?,
-        ),
+        TARGET_TYPE => InstanceTarget::Type(target.parse().map_err(id_error)?),
         other => {
             return Err(invalid(format!(
-                "{method}: target kind '{other}' is neither '{TARGET_PROFILE}' nor '{TARGET_TYPE}'"
+                "{method}: target kind '{}' is neither '{TARGET_PROFILE}' nor '{TARGET_TYPE}'",
+                clip(other)
             )));
         }
     };
@@ -76,6 +88,7 @@ fn parse_request(
     for (key, value) in options {
         match (key.as_str(), &**value) {
             ("label", Variant::Str(s)) => {
+                limits::check_label(ClientText::Label, s.as_str()).map_err(CoreError::from)?;
                 req.label = Some(s.as_str().to_string()).filter(|s| !s.is_empty())
             }
             ("autostart", Variant::Bool(b)) if method == "Define" => req.autostart = *b,
@@ -87,7 +100,8 @@ fn parse_request(
             }
             _ => {
                 return Err(invalid(format!(
-                    "{method}: unknown option '{key}'; known options: {known}"
+                    "{method}: unknown option '{}'; known options: {known}",
+                    clip(key)
                 )));
             }
         }

@@ -18,6 +18,7 @@ mod instance;
 mod manager;
 mod mirror;
 mod pools;
+mod strict;
 
 use std::sync::Arc;
 
@@ -26,6 +27,7 @@ use tokio::sync::broadcast;
 use zbus::Connection;
 use zbus::message::Header;
 
+use crate::daemon::api::limits;
 use crate::daemon::api::*;
 use vgpu_client::MANAGER_PATH;
 
@@ -138,7 +140,9 @@ impl Shared {
         let access = C::ACCESS;
         if access.needs_authorization() {
             let caller = self.auth.authorize_change(conn, hdr).await?;
-            tracing::info!(%caller, command = ?cmd, "request");
+            // Bounded: a request carries client text (labels, pool and scheduling texts).
+            let command = limits::clip_debug(&cmd, limits::LOG_REQUEST_BYTES);
+            tracing::info!(%caller, %command, "request");
         }
         let result = call(&self.exec, cmd).await;
         if access.is_change() {
@@ -146,10 +150,12 @@ impl Shared {
             self.mirror.settle().await;
         }
         result.map_err(|e| {
+            // The message clients get, bounded (`ApiError::new`), is the one logged.
+            let e = ApiError::from(e);
             if access.needs_authorization() {
-                tracing::info!(error = %e, "request refused");
+                tracing::info!(error = %e.message(), "request refused");
             }
-            ApiError::from(e)
+            e
         })
     }
 }
@@ -225,7 +231,8 @@ pub async fn serve_with(
         mirror: handle.clone(),
         instance_list: std::sync::Mutex::new(None),
     });
-    server.at(MANAGER_PATH, manager::Manager { shared }).await?;
+    let manager = strict::Strict::wrap(manager::Manager { shared });
+    server.at(MANAGER_PATH, manager).await?;
     Ok(Service {
         tasks,
         mirror: handle,

@@ -6,7 +6,8 @@
 use serde::Serialize;
 
 use super::errors::ApiError;
-use crate::daemon::api::{ApplyPool, PlanPool};
+use crate::daemon::api::limits::{self, ClientText, clip_to};
+use crate::daemon::api::{ApplyPool, CoreError, PlanPool};
 use crate::sched::SchedRequest;
 
 /// The JSON text of a reply (a report in the shape docs/json.md documents). It goes through
@@ -22,8 +23,9 @@ pub(super) fn json_text<T: Serialize>(reply: &T) -> Result<String, ApiError> {
     json_value(reply).map(|v| v.to_string())
 }
 
-/// Refuses an empty pool text with the format to send.
+/// Refuses an empty pool text with the format to send, and one past [`limits::MAX_TEXT_BYTES`].
 fn pool_text(method: &str, toml: &str) -> Result<String, ApiError> {
+    limits::check_text(ClientText::PoolToml, toml).map_err(CoreError::from)?;
     if toml.trim().is_empty() {
         return Err(ApiError::invalid(format!(
             "{method}: the pool text is empty: send a pool file's contents (name = \"…\", [profiles] name = count)"
@@ -50,6 +52,7 @@ pub(super) fn apply_command(toml: &str) -> Result<ApplyPool, ApiError> {
 /// `{"weight": W, "slot"?: S, "priority"?: "low"|"normal"|"high", "framebuffer_mib"?: N, "label"?: L}`,
 /// or `""` / `[]` for weight 1 on every vGPU that exists.
 pub(super) fn sched_requests(method: &str, json: &str) -> Result<Vec<SchedRequest>, ApiError> {
+    limits::check_text(ClientText::SchedulingRequests, json).map_err(CoreError::from)?;
     if json.trim().is_empty() {
         return Ok(Vec::new());
     }
@@ -63,10 +66,17 @@ pub(super) fn sched_requests(method: &str, json: &str) -> Result<Vec<SchedReques
         label: Option<String>,
     }
     let wire: Vec<Wire> = serde_json::from_str(json).map_err(|e| {
+        // serde's message quotes what it met (an unknown field's name): shown bounded.
         ApiError::invalid(format!(
-            "{method}: requests are not a JSON array of {{\"weight\": W, \"slot\"?, \"priority\"?, \"framebuffer_mib\"?, \"label\"?}}: {e}"
+            "{method}: requests are not a JSON array of {{\"weight\": W, \"slot\"?, \"priority\"?, \"framebuffer_mib\"?, \"label\"?}}: {}",
+            clip_to(&e.to_string(), 4 * limits::ECHO_BYTES)
         ))
     })?;
+    for w in &wire {
+        if let Some(label) = &w.label {
+            limits::check_label(ClientText::SchedulingLabel, label).map_err(CoreError::from)?;
+        }
+    }
     Ok(wire
         .into_iter()
         .map(|w| SchedRequest {
