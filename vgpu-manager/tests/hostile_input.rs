@@ -10,6 +10,8 @@
 //!   short, and vgpud's log does not grow with the input (client text is logged clipped, with its
 //!   length).
 //!
+//! vgpud runs with `RLIMIT_NOFILE` 1024 (systemd's default soft limit) and is never to exit.
+//!
 //! Needs root (to run the attacker as uid 65534) and the Debian package `dbus` (dbus-daemon); not run
 //! as root, each test fails, unless `VGPU_TESTS_ALLOW_SKIP=1` is set (then it prints `SKIPPED`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -18,7 +20,7 @@ mod dbus_common;
 
 use std::collections::HashMap;
 
-use dbus_common::name::{Attack, Outcome, attack_as, attacker_main};
+use dbus_common::name::{Attack, Outcome, attack_as, attacker_main, limit_fds, rss_kib};
 use dbus_common::system_bus::{NOBODY, PERMISSIVE, open_tempdir, require_root, start_dbus_daemon};
 use dbus_common::{Daemon, client, ok_json, vgpuctl, vgpuctl_as};
 use vgpu_client::{MANAGER_PATH, SERVICE};
@@ -31,6 +33,10 @@ fn attacker_process() {
 }
 
 const MANAGER: &str = "org.vgpumanager.Manager1";
+
+/// The resident memory vgpud stays under after the oversized requests (generous: it idles at a few
+/// tens of MiB, and each refused 16 MiB message is freed once answered).
+const RSS_BOUND_KIB: u64 = 256 << 10;
 
 /// The path of the first GPU object.
 async fn a_gpu_path(conn: &Connection) -> String {
@@ -62,6 +68,7 @@ async fn set_of_a_read_only_property_answers_property_read_only() {
     }
     let tmp = open_tempdir();
     let daemon = Daemon::embedded(tmp.path(), &tmp.path().join("state")).await;
+    limit_fds(&daemon);
     let bus = daemon.bus.clone();
     let made = ok_json(&vgpuctl(&bus, &["create", "--profile", "vdi-2g", "--json"]).await);
     let uuid = made["uuid"].as_str().unwrap().to_string();
@@ -119,6 +126,7 @@ async fn arguments_wrapped_in_a_structure_are_refused() {
     }
     let tmp = open_tempdir();
     let daemon = Daemon::embedded(tmp.path(), &tmp.path().join("state")).await;
+    limit_fds(&daemon);
     let bus = daemon.bus.clone();
     let made = ok_json(&vgpuctl(&bus, &["create", "--profile", "vdi-2g", "--json"]).await);
     let uuid = made["uuid"].as_str().unwrap().to_string();
@@ -200,6 +208,7 @@ async fn oversized_input_is_refused_naming_the_limit_and_logged_bounded() {
     let tmp = open_tempdir();
     let bus = start_dbus_daemon(tmp.path(), PERMISSIVE, None);
     let daemon = Daemon::on_bus(&bus.address, tmp.path(), &tmp.path().join("state"), &[]).await;
+    limit_fds(&daemon);
     let conn = client(&bus.address).await;
     let log_before = daemon.log().len();
 
@@ -294,7 +303,12 @@ async fn oversized_input_is_refused_naming_the_limit_and_logged_bounded() {
     }
     // Every refusal above and this call are in the log, each line bounded: far less than the input.
     let grown = daemon.log().len() - log_before;
-    eprintln!("vgpud's log grew by {grown} bytes for ~40 MiB of oversized input");
+    let rss = rss_kib(&daemon);
+    eprintln!(
+        "vgpud's log grew by {grown} bytes for ~40 MiB of oversized input; its RSS is {rss} KiB"
+    );
+    // Nothing of the refused input is kept: the daemon stays far below the bound.
+    assert!(rss < RSS_BOUND_KIB, "vgpud's RSS is {rss} KiB");
     assert!(
         grown < 64 << 10,
         "vgpud's log grew by {grown} bytes for the oversized requests:\n{}",

@@ -131,4 +131,20 @@ mod tests {
             "org.vgpumanager.Error.Internal"
         );
     }
+
+    #[test]
+    fn messages_are_bounded() {
+        let e = ApiError::invalid("m".repeat(100_000));
+        assert!(
+            e.message().len() < MAX_MESSAGE_BYTES + 64,
+            "{}",
+            e.message().len()
+        );
+        assert!(
+            e.message().ends_with("… (100000 bytes, first 4096 shown)"),
+            "{}",
+            &e.message()[4000..]
+        );
+        assert_eq!(ApiError::invalid("short").message(), "short");
+    }
 }
