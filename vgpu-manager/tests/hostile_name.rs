@@ -213,3 +213,40 @@ async fn a_second_vgpud_refuses_to_start_and_the_first_keeps_its_name() {
     vgpud_still_serves(&bus.address, &first, &unique).await;
     assert!(first.terminate().success());
 }
+
+/// A loss the bus reports (here: the connection gives the name up behind the watch's back, so the bus
+/// sends it NameLost) is reported with the owner now (none), which makes vgpud exit non-zero.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_the_bus_takes_away_is_reported_as_lost() {
+    use vgpu_manager::daemon::dbus::bus_name::{self, NameError};
+    if !require_root("a_name_the_bus_takes_away_is_reported_as_lost") {
+        return;
+    }
+    let tmp = open_tempdir();
+    let bus = start_dbus_daemon(tmp.path(), PERMISSIVE, None);
+    let conn = client(&bus.address).await;
+    let mut owned = bus_name::own(&conn, SERVICE, &bus.address).await.unwrap();
+    // A second owner is refused, naming this one.
+    let other = client(&bus.address).await;
+    match bus_name::own(&other, SERVICE, &bus.address).await {
+        Err(NameError::Taken { owner, .. }) => {
+            assert_eq!(
+                owner.unique.as_deref(),
+                conn.unique_name().map(|u| u.as_str())
+            );
+            assert_eq!(owner.pid, Some(std::process::id()));
+        }
+        other => panic!("a second owner was not refused: {other:?}"),
+    }
+    let dbus = zbus::fdo::DBusProxy::new(&conn).await.unwrap();
+    dbus.release_name(SERVICE.try_into().unwrap())
+        .await
+        .unwrap();
+    let lost = tokio::time::timeout(PATIENCE, owned.lost())
+        .await
+        .expect("the loss was never noticed");
+    match lost {
+        NameError::Lost { owner, .. } => assert_eq!(owner.unique, None),
+        other => panic!("{other:?}"),
+    }
+}
