@@ -28,9 +28,8 @@ fn bounded(message: String) -> String {
 const INTERNAL: &str = "org.vgpumanager.Error.Internal";
 
 impl ApiError {
-    /// An error of kind `kind` (a `CamelCase` word) with `message`, cut to
-    /// [`MAX_MESSAGE_BYTES`](crate::daemon::api::limits::MAX_MESSAGE_BYTES) with a length marker (a
-    /// message that echoes a client's input never grows with it).
+    /// An error of kind `kind` (a `CamelCase` word) with `message`, cut to [`MAX_MESSAGE_BYTES`]
+    /// with a length marker (a message that echoes a client's input never grows with it).
     pub fn new(kind: &str, message: impl Into<String>) -> ApiError {
         let full = format!("{ERROR_PREFIX}.{kind}");
         let name = OwnedErrorName::try_from(full).unwrap_or_else(|_| {
