@@ -11,7 +11,11 @@ use std::path::PathBuf;
 use thiserror::Error;
 
 #[cfg(feature = "embedded-bus")]
+pub mod limits;
+#[cfg(feature = "embedded-bus")]
 mod run;
+#[cfg(feature = "embedded-bus")]
+pub mod socket;
 #[cfg(feature = "embedded-bus")]
 pub use run::start;
 
