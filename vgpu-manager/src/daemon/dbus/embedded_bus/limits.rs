@@ -69,10 +69,12 @@ impl ConnectionLimits {
         self.total_cap
     }
 
-    /// A slot for a connection of `uid`, held until the slot drops, or why there is none.
-    pub fn take(self: &Arc<Self>, uid: u32) -> Result<ConnectionSlot, Refused> {
+    /// A slot for a connection of `uid`, held until the slot drops, or why there is none. A
+    /// `privileged` user (root, vgpud's own) is held to its per-user cap only, so that many
+    /// unprivileged users together cannot lock vgpud and its administrators out.
+    pub fn take(self: &Arc<Self>, uid: u32, privileged: bool) -> Result<ConnectionSlot, Refused> {
         let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        if held.total >= self.total_cap {
+        if !privileged && held.total >= self.total_cap {
             return Err(Refused::Total(self.total_cap));
         }
         let mine = held.by_uid.entry(uid).or_default();
@@ -127,19 +129,23 @@ mod tests {
     #[test]
     fn slots_are_capped_per_user_and_in_all_and_come_back() {
         let l = ConnectionLimits::new(3, 2);
-        let a = l.take(1).unwrap();
-        let _b = l.take(1).unwrap();
-        assert_eq!(l.take(1).unwrap_err(), Refused::PerUid(2));
-        let _c = l.take(2).unwrap();
-        assert_eq!(l.take(3).unwrap_err(), Refused::Total(3));
+        let a = l.take(1, false).unwrap();
+        let _b = l.take(1, false).unwrap();
+        assert_eq!(l.take(1, false).unwrap_err(), Refused::PerUid(2));
+        let _c = l.take(2, false).unwrap();
+        assert_eq!(l.take(3, false).unwrap_err(), Refused::Total(3));
+        // Root is past the total cap, within its own.
+        let _r = l.take(0, true).unwrap();
+        let _r2 = l.take(0, true).unwrap();
+        assert_eq!(l.take(0, true).unwrap_err(), Refused::PerUid(2));
         drop(a);
-        assert_eq!(l.held(), 2);
-        let _d = l.take(1).unwrap();
+        assert_eq!(l.held(), 4);
+        assert_eq!(l.take(3, false).unwrap_err(), Refused::Total(3));
     }
 
     #[test]
     fn the_cap_follows_the_descriptor_budget() {
-        assert_eq!(connection_cap(1024), 768);
+        assert_eq!(connection_cap(1024), 704);
         assert_eq!(connection_cap(8192), MAX_CONNECTIONS);
         assert_eq!(connection_cap(100), 16);
     }

@@ -217,7 +217,7 @@ async fn serve(
                 continue;
             }
         };
-        let slot = match limits.take(cred.uid) {
+        let slot = match limits.take(cred.uid, socket::may_own_daemon_name(cred.uid)) {
             Ok(slot) => slot,
             Err(refused) => {
                 if !quiet(&mut last_log) {
