@@ -1,7 +1,8 @@
 //! Hostile local clients against the embedded bus (`vgpud --sim demo --listen …`), vgpud started with
 //! `RLIMIT_NOFILE` 1024 (soft and hard, systemd's default soft limit), the attackers a real
 //! unprivileged uid (65534, through `setpriv`):
-//! * a hijack of vgpud's name is refused (`AccessDenied`) and vgpud keeps it;
+//! * a hijack of vgpud's name (or polkit's) and `BecomeMonitor` are refused (`AccessDenied`), and
+//!   vgpud keeps its name;
 //! * a call to a name nobody owns is answered `ServiceUnknown` at once;
 //! * 600 connections that never authenticate: a normal client is answered during and after, the bus
 //!   closes every one of them (refused past the per-user cap, or at the handshake timeout);
@@ -300,6 +301,32 @@ async fn an_unprivileged_user_cannot_take_vgpuds_name() {
             !out.status.success()
                 && stderr(&out).contains("org.freedesktop.DBus.Error.AccessDenied"),
             "RequestName({flags}) as uid {NOBODY} should be refused with AccessDenied: {} {}",
+            String::from_utf8_lossy(&out.stdout),
+            stderr(&out)
+        );
+    }
+    // Nor polkit's name, which vgpud asks about callers where it has an owner, nor a monitor that
+    // would see other users' calls.
+    for call in [
+        &[
+            "org.freedesktop.DBus.RequestName",
+            "string:org.freedesktop.PolicyKit1",
+            "uint32:4",
+        ][..],
+        &[
+            "org.freedesktop.DBus.Monitoring.BecomeMonitor",
+            "array:string:type=method_call",
+            "uint32:0",
+        ][..],
+    ] {
+        let mut args = vec!["--dest=org.freedesktop.DBus", "/org/freedesktop/DBus"];
+        args.extend_from_slice(call);
+        let out = dbus_send_as(NOBODY, &d.bus, &args).await;
+        assert!(
+            !out.status.success()
+                && stderr(&out).contains("org.freedesktop.DBus.Error.AccessDenied"),
+            "{} as uid {NOBODY} should be refused with AccessDenied: {} {}",
+            call[0],
             String::from_utf8_lossy(&out.stdout),
             stderr(&out)
         );

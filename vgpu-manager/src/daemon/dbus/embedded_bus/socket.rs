@@ -7,8 +7,9 @@
 //!   holds the bytes of a message only as they arrive, never by its announced length;
 //! - answers a call to a name nobody owns with `org.freedesktop.DBus.Error.ServiceUnknown`, as
 //!   dbus-daemon does, where busd drops it and leaves the caller waiting;
-//! - refuses `RequestName` of the daemon's name from a connection of another user than root or
-//!   vgpud's own (`org.freedesktop.DBus.Error.AccessDenied`), the embedded bus's ownership policy;
+//! - refuses `RequestName` of the daemon's name (and polkit's) and `BecomeMonitor` from a connection
+//!   of another user than root or vgpud's own (`org.freedesktop.DBus.Error.AccessDenied`), the
+//!   embedded bus's ownership policy;
 //! - frees the connection's slot in the bus's connection limits once zbus drops it.
 
 use std::fmt;
@@ -50,6 +51,10 @@ const PRIMARY_HEADER: usize = 16;
 
 /// The bus's own name, whose calls busd answers itself.
 const DBUS_NAME: &str = "org.freedesktop.DBus";
+
+/// The names only root and vgpud's own user may own on the embedded bus: vgpud's, and polkit's,
+/// which vgpud asks about callers where it has an owner.
+const PROTECTED_NAMES: [&str; 2] = [BUS_NAME, "org.freedesktop.PolicyKit1"];
 
 /// The credentials the kernel gives for a client (`SO_PEERCRED`), read once when it connects.
 #[derive(Clone, Copy, Debug)]
@@ -172,7 +177,8 @@ pub fn message_len(h: &[u8; PRIMARY_HEADER]) -> io::Result<usize> {
     Ok(len)
 }
 
-/// Who may own vgpud's name on the embedded bus: root and the user vgpud runs as.
+/// Who may own vgpud's name on the embedded bus (and polkit's, and monitor it): root and the user
+/// vgpud runs as.
 pub fn may_own_daemon_name(uid: u32) -> bool {
     uid == 0 || uid == nix::unistd::geteuid().as_raw()
 }
@@ -277,27 +283,43 @@ impl Reader {
             .flags()
             .contains(Flags::NO_REPLY_EXPECTED);
         if destination.as_str() == DBUS_NAME {
-            if header.member().is_some_and(|m| m.as_str() == "RequestName")
-                && let Ok((name, _flags)) = msg.body().deserialize::<(&str, u32)>()
-                && name == BUS_NAME
-                && !may_own_daemon_name(self.conn.cred.uid)
-            {
-                tracing::warn!(
-                    uid = self.conn.cred.uid,
-                    pid = self.conn.cred.pid,
-                    "refused a request for vgpud's bus name from a user other than root or vgpud's own"
-                );
-                let text = format!(
-                    "uid {} may not own {BUS_NAME} on this bus: only root and the user vgpud runs as may",
-                    self.conn.cred.uid
-                );
-                return Ok(Some(
-                    Message::error(&header, "org.freedesktop.DBus.Error.AccessDenied")
-                        .sender(DBUS_NAME)
-                        .build(&text)?,
-                ));
-            }
-            return Ok(None);
+            let member = header.member().map(|m| m.as_str());
+            let uid = self.conn.cred.uid;
+            let refused = match member {
+                Some("RequestName") => msg
+                    .body()
+                    .deserialize::<(&str, u32)>()
+                    .ok()
+                    .map(|(name, _)| name)
+                    .filter(|name| PROTECTED_NAMES.contains(name) && !may_own_daemon_name(uid))
+                    .map(|name| {
+                        format!(
+                            "uid {uid} may not own {name} on this bus: only root and the user vgpud runs as may"
+                        )
+                    }),
+                // A monitor sees every message, other users' calls included; dbus-daemon allows it
+                // to root and the bus's own user only (D-Bus specification, "Monitoring").
+                Some("BecomeMonitor") if !may_own_daemon_name(uid) => Some(format!(
+                    "uid {uid} may not monitor this bus: only root and the user vgpud runs as may"
+                )),
+                _ => None,
+            };
+            return match refused {
+                None => Ok(None),
+                Some(text) => {
+                    tracing::warn!(
+                        uid,
+                        pid = self.conn.cred.pid,
+                        call = member.unwrap_or_default(),
+                        "refused a bus call of an unprivileged user"
+                    );
+                    Ok(Some(
+                        Message::error(&header, "org.freedesktop.DBus.Error.AccessDenied")
+                            .sender(DBUS_NAME)
+                            .build(&text)?,
+                    ))
+                }
+            };
         }
         if !expects_reply {
             return Ok(None);
