@@ -385,6 +385,10 @@ async fn six_hundred_idle_connections_do_not_stop_the_bus() {
     assert_eq!(got[0], "connected", "{got:?}");
     let connected = got[1].clone();
     assert_answered(&d.bus, None, "during 600 idle connections").await;
+    let fds = std::fs::read_dir(format!("/proc/{}/fd", d.pid()))
+        .unwrap()
+        .count();
+    eprintln!("vgpud holds {fds} descriptors during 600 idle connections ({got:?})");
     // Each is closed: past the per-user cap at once, the others at the handshake timeout (10 s).
     a.go_on().await;
     let closed = a.report().await;
@@ -441,6 +445,7 @@ async fn bodies_announced_but_never_sent_cost_no_memory() {
     // Time for the bus to read what came (and, before the limit, to allocate what was announced).
     tokio::time::sleep(Duration::from_secs(3)).await;
     let during = proc_status(pid, "VmRSS:").unwrap();
+    eprintln!("vgpud's RSS: {before} KiB before, {during} KiB with 8 huge announced bodies");
     assert_answered(&d.bus, None, "during 8 huge announced bodies").await;
     assert!(
         during < before + RSS_GROWTH_BOUND_KIB,
