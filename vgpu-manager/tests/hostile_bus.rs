@@ -7,6 +7,7 @@
 //! * 600 connections that never authenticate: a normal client is answered during and after, the bus
 //!   closes every one of them (refused past the per-user cap, or at the handshake timeout);
 //! * many users together stop at the bus's total cap, and root is still answered;
+//! * out of descriptors (`EMFILE`), the bus accepts again once they are back;
 //! * 8 connections announcing a 120 MiB body and sending 4 KiB leave vgpud's RSS under a bound;
 //! * vgpud never exits.
 //!
@@ -454,5 +455,39 @@ async fn bodies_announced_but_never_sent_cost_no_memory() {
     );
     a.stop().await;
     assert_answered(&d.bus, Some(NOBODY), "after the huge bodies").await;
+    assert_alive(&d);
+}
+
+#[tokio::test]
+async fn the_bus_accepts_again_after_running_out_of_descriptors() {
+    if !require_root("the_bus_accepts_again_after_running_out_of_descriptors") {
+        return;
+    }
+    let dir = open_tempdir();
+    let d = daemon(dir.path()).await;
+    // Squeeze vgpud to 64 descriptors: root's 64 connections (root is held to the per-user cap
+    // only) then run it out, and accept(2) fails with EMFILE.
+    let out = Command::new("prlimit")
+        .arg(format!("--pid={}", d.pid()))
+        .arg("--nofile=64:64")
+        .output()
+        .await
+        .expect("prlimit (util-linux) must be installed");
+    ok(&out);
+    let mut a = Attacker::start(0, IDLE, &[socket_of(&d.bus), "64".into(), "40".into()]);
+    let got = a.report().await;
+    assert_eq!(got[0], "connected", "{got:?}");
+    let deadline = Instant::now() + PATIENCE;
+    while !d.log().contains("Too many open files") {
+        assert!(
+            Instant::now() < deadline,
+            "vgpud never ran out of descriptors:\n{}",
+            d.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    a.stop().await;
+    assert_answered(&d.bus, None, "after running out of descriptors").await;
+    assert_answered(&d.bus, Some(NOBODY), "after running out of descriptors").await;
     assert_alive(&d);
 }
