@@ -8,6 +8,7 @@
 //!   closes every one of them (refused past the per-user cap, or at the handshake timeout);
 //! * many users together stop at the bus's total cap, and root is still answered;
 //! * out of descriptors (`EMFILE`), the bus accepts again once they are back;
+//! * file descriptors an unprivileged user sends never enter vgpud's table;
 //! * 8 connections announcing a 120 MiB body and sending 4 KiB leave vgpud's RSS under a bound;
 //! * vgpud never exits.
 //!
@@ -104,6 +105,46 @@ for i in range(n):
     except OSError:
         pass
 print("sent", sent, flush=True)
+sys.stdin.readline()
+"#;
+
+/// Authenticates `N` connections to the bus at `PATH`, then on each sends the primary header of a
+/// message announcing a 64 KiB body, and one byte of it every 0.1 s for `SECONDS`, each write with
+/// 250 file descriptors (of `/dev/null`) along. Prints `closed CLOSED CONNECTED` (how many the bus
+/// closed, of how many it took), then waits for stdin to close.
+const FDS: &str = r#"
+import array, os, socket, struct, sys, time
+path, n, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+uid = str(os.getuid()).encode().hex().encode()
+nulls = array.array("i", [os.open("/dev/null", os.O_RDONLY) for _ in range(250)])
+socks = []
+for i in range(n):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(10)
+    try:
+        s.connect(path)
+        s.sendall(b"\0AUTH EXTERNAL " + uid + b"\r\n")
+        s.recv(4096)
+        s.sendall(b"NEGOTIATE_UNIX_FD\r\n")
+        s.recv(4096)
+        s.sendall(b"BEGIN\r\n")
+        socks.append(s)
+    except OSError:
+        pass
+# Each message announces a 64 KiB body, which then trickles in a byte at a time, with descriptors.
+first = {i: struct.pack("<cBBBIII", b"l", 1, 0, 1, 65536, 1, 0) for i in range(len(socks))}
+closed = set()
+deadline = time.time() + seconds
+while time.time() < deadline:
+    for i, s in enumerate(socks):
+        if i in closed:
+            continue
+        try:
+            s.sendmsg([first.pop(i, b"\0")], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, nulls)])
+        except OSError:
+            closed.add(i)
+    time.sleep(0.1)
+print("closed", len(closed), len(socks), flush=True)
 sys.stdin.readline()
 "#;
 
@@ -489,5 +530,39 @@ async fn the_bus_accepts_again_after_running_out_of_descriptors() {
     a.stop().await;
     assert_answered(&d.bus, None, "after running out of descriptors").await;
     assert_answered(&d.bus, Some(NOBODY), "after running out of descriptors").await;
+    assert_alive(&d);
+}
+
+#[tokio::test]
+async fn file_descriptors_sent_by_an_unprivileged_user_never_reach_vgpud() {
+    if !require_root("file_descriptors_sent_by_an_unprivileged_user_never_reach_vgpud") {
+        return;
+    }
+    let dir = open_tempdir();
+    let d = daemon(dir.path()).await;
+    let mut a = Attacker::start(NOBODY, FDS, &[socket_of(&d.bus), "60".into(), "3".into()]);
+    // While the attacker sends, vgpud's own table stays small.
+    let mut most = 0;
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < deadline {
+        let fds = std::fs::read_dir(format!("/proc/{}/fd", d.pid()))
+            .map(|r| r.count())
+            .unwrap_or(0);
+        most = most.max(fds);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let got = a.report().await;
+    eprintln!("vgpud held at most {most} descriptors; the attacker reports {got:?}");
+    assert_eq!(
+        got[1], got[2],
+        "the bus should close every connection that sends descriptors: {got:?}"
+    );
+    assert!(
+        most < 200,
+        "vgpud held {most} descriptors while 60 connections sent 250 each"
+    );
+    a.stop().await;
+    assert_answered(&d.bus, None, "after the descriptor flood").await;
+    assert_answered(&d.bus, Some(NOBODY), "after the descriptor flood").await;
     assert_alive(&d);
 }

@@ -10,6 +10,8 @@
 //! - refuses `RequestName` of the daemon's name (and polkit's) and `BecomeMonitor` from a connection
 //!   of another user than root or vgpud's own (`org.freedesktop.DBus.Error.AccessDenied`), the
 //!   embedded bus's ownership policy;
+//! - takes no file descriptors from a client other than root or vgpud's own user (vgpud's API takes
+//!   none; the kernel never installs them in vgpud's table), and closes such a client's connection;
 //! - frees the connection's slot in the bus's connection limits once zbus drops it.
 
 use std::fmt;
@@ -21,7 +23,7 @@ use std::sync::Arc;
 
 use busd::peers::Peers;
 use rustix::net::{
-    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
+    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags, SendAncillaryBuffer,
     SendAncillaryMessage, SendFlags, recvmsg, sendmsg,
 };
 use zbus::Message;
@@ -126,11 +128,25 @@ fn send_some(fd: BorrowedFd<'_>, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> io::Re
 }
 
 /// One `recvmsg` into `buf`: the bytes and the descriptors that came along.
-fn recv_some(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
+///
+/// Unless `take_fds`, it gives the kernel no room for descriptors, so none sent along is ever
+/// installed in vgpud's table (the kernel closes them), and a client that sent some is refused.
+fn recv_some(
+    fd: BorrowedFd<'_>,
+    buf: &mut [u8],
+    take_fds: bool,
+) -> io::Result<(usize, Vec<OwnedFd>)> {
     let mut iov = [IoSliceMut::new(buf)];
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS_PER_READ))];
-    let mut ancillary = RecvAncillaryBuffer::new(&mut space);
+    let room = if take_fds { &mut space[..] } else { &mut [] };
+    let mut ancillary = RecvAncillaryBuffer::new(room);
     let msg = recvmsg(fd, &mut iov, &mut ancillary, RecvFlags::CMSG_CLOEXEC)?;
+    if !take_fds && msg.flags.contains(ReturnFlags::CTRUNC) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "an unprivileged client sent file descriptors, which vgpud's API takes none of",
+        ));
+    }
     if msg.bytes == 0 {
         return Err(io::Error::new(
             io::ErrorKind::UnexpectedEof,
@@ -230,10 +246,11 @@ impl Reader {
     /// Reads once more from the socket, appending what came.
     async fn fill(&mut self) -> io::Result<()> {
         let mut chunk = vec![0u8; READ_CHUNK];
+        let take_fds = may_own_daemon_name(self.conn.cred.uid);
         let (n, fds) = self
             .conn
             .io
-            .read_with(|s| recv_some(s.as_fd(), &mut chunk))
+            .read_with(|s| recv_some(s.as_fd(), &mut chunk, take_fds))
             .await?;
         self.pending.extend_from_slice(&chunk[..n]);
         self.fds.extend(fds);
@@ -375,7 +392,11 @@ impl ReadHalf for Reader {
 
     async fn recvmsg(&mut self, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
         // Only the handshake reads through here, before any message.
-        self.conn.io.read_with(|s| recv_some(s.as_fd(), buf)).await
+        let take_fds = may_own_daemon_name(self.conn.cred.uid);
+        self.conn
+            .io
+            .read_with(|s| recv_some(s.as_fd(), buf, take_fds))
+            .await
     }
 
     fn can_pass_unix_fd(&self) -> bool {
