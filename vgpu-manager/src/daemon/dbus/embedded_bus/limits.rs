@@ -24,11 +24,14 @@ pub const MAX_CONNECTIONS: usize = 2048;
 /// VFIO devices, the runtime's own) when the connection cap is derived from `RLIMIT_NOFILE`.
 pub const FD_RESERVE: usize = 256;
 
-/// The connection cap for a soft `RLIMIT_NOFILE` of `nofile`: one descriptor per connection, and
-/// [`FD_RESERVE`] kept free, at most [`MAX_CONNECTIONS`] and at least 16.
+/// The connection cap for a soft `RLIMIT_NOFILE` of `nofile`: one descriptor per connection, with
+/// [`FD_RESERVE`] kept free and room for the privileged users' own [`MAX_CONNECTIONS_PER_UID`]
+/// (they are not held to this cap), at most [`MAX_CONNECTIONS`] and at least 16.
 pub fn connection_cap(nofile: u64) -> usize {
     let nofile = usize::try_from(nofile).unwrap_or(usize::MAX);
-    nofile.saturating_sub(FD_RESERVE).clamp(16, MAX_CONNECTIONS)
+    nofile
+        .saturating_sub(FD_RESERVE + MAX_CONNECTIONS_PER_UID)
+        .clamp(16, MAX_CONNECTIONS)
 }
 
 /// The connections the bus serves, in all and by user.
