@@ -9,7 +9,8 @@
 //! * many users together stop at the bus's total cap, and root is still answered;
 //! * out of descriptors (`EMFILE`), the bus accepts again once they are back;
 //! * file descriptors an unprivileged user sends never enter vgpud's table;
-//! * 8 connections announcing a 120 MiB body and sending 4 KiB leave vgpud's RSS under a bound;
+//! * 8 connections announcing a 120 MiB body and sending 4 KiB, and 60 announcing 1000 KiB (under
+//!   the message limit), leave vgpud's RSS under a bound;
 //! * vgpud never exits.
 //!
 //! Needs root (to switch users), `setpriv` (util-linux), `dbus-send` (dbus-bin) and `/usr/bin/python3`
@@ -76,11 +77,11 @@ sys.stdin.readline()
 "#;
 
 /// Authenticates `N` connections to the bus at `PATH` (SASL EXTERNAL as its own uid), then on each
-/// sends the primary header of a message announcing a 120 MiB body, and 4 KiB of it. Prints `sent
+/// sends the primary header of a message announcing a body of `SIZE` bytes, and 4 KiB of it. Prints `sent
 /// COUNT`, then waits for stdin to close.
 const HUGE: &str = r#"
 import os, socket, struct, sys
-path, n = sys.argv[1], int(sys.argv[2])
+path, n, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 uid = str(os.getuid()).encode().hex().encode()
 socks, sent = [], 0
 for i in range(n):
@@ -98,7 +99,7 @@ for i in range(n):
         if not line.startswith(b"OK"):
             continue
         s.sendall(b"BEGIN\r\n")
-        s.sendall(struct.pack("<cBBBIII", b"l", 1, 0, 1, 120 << 20, i + 1, 0))
+        s.sendall(struct.pack("<cBBBIII", b"l", 1, 0, 1, size, i + 1, 0))
         s.sendall(b"\0" * 4096)
         socks.append(s)
         sent += 1
@@ -481,7 +482,11 @@ async fn bodies_announced_but_never_sent_cost_no_memory() {
     let d = daemon(dir.path()).await;
     let pid = d.pid().as_raw();
     let before = proc_status(pid, "VmRSS:").unwrap();
-    let mut a = Attacker::start(NOBODY, HUGE, &[socket_of(&d.bus), "8".into()]);
+    let mut a = Attacker::start(
+        NOBODY,
+        HUGE,
+        &[socket_of(&d.bus), "8".into(), (120u32 << 20).to_string()],
+    );
     let got = a.report().await;
     assert_eq!(got[0], "sent", "{got:?}");
     // Time for the bus to read what came (and, before the limit, to allocate what was announced).
@@ -564,5 +569,36 @@ async fn file_descriptors_sent_by_an_unprivileged_user_never_reach_vgpud() {
     a.stop().await;
     assert_answered(&d.bus, None, "after the descriptor flood").await;
     assert_answered(&d.bus, Some(NOBODY), "after the descriptor flood").await;
+    assert_alive(&d);
+}
+
+#[tokio::test]
+async fn bodies_under_the_size_limit_cost_what_was_sent_not_what_was_announced() {
+    if !require_root("bodies_under_the_size_limit_cost_what_was_sent_not_what_was_announced") {
+        return;
+    }
+    let dir = open_tempdir();
+    let d = daemon(dir.path()).await;
+    let pid = d.pid().as_raw();
+    let before = proc_status(pid, "VmRSS:").unwrap();
+    // 60 connections (under the per-user cap), each announcing 1000 KiB (under the message limit):
+    // allocated by the announced length, that is 60 MiB.
+    let mut a = Attacker::start(
+        NOBODY,
+        HUGE,
+        &[socket_of(&d.bus), "60".into(), (1000 * 1024).to_string()],
+    );
+    let got = a.report().await;
+    assert_eq!(got, ["sent", "60"], "{got:?}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let during = proc_status(pid, "VmRSS:").unwrap();
+    eprintln!("vgpud's RSS: {before} KiB before, {during} KiB with 60 announced 1000 KiB bodies");
+    assert_answered(&d.bus, None, "during 60 announced bodies").await;
+    assert!(
+        during < before + RSS_GROWTH_BOUND_KIB,
+        "vgpud's RSS grew from {before} KiB to {during} KiB for 60 × 4 KiB sent of 1000 KiB announced \
+         (bound: {RSS_GROWTH_BOUND_KIB} KiB)"
+    );
+    a.stop().await;
     assert_alive(&d);
 }
