@@ -6,7 +6,7 @@
 //! * arguments wrapped in one structure in place of the argument list answer `InvalidArgs` naming the
 //!   expected signature;
 //! * a label past 256 bytes or with a control character, a pool text or scheduling requests past
-//!   1 MiB are refused with `Error.Invalid` naming the limit, nothing is made, the error messages stay
+//!   512 KiB are refused with `Error.Invalid` naming the limit, nothing is made, the error messages stay
 //!   short, and vgpud's log does not grow with the input (client text is logged clipped, with its
 //!   length).
 //!
@@ -233,24 +233,24 @@ async fn oversized_input_is_refused_naming_the_limit_and_logged_bounded() {
             "control character at byte 2",
         );
     }
-    let toml = format!("name = \"p\"\n#{}\n", "c".repeat(1 << 20));
+    let toml = format!("name = \"p\"\n#{}\n", "c".repeat(512 << 10));
     for method in ["Plan", "Apply"] {
         assert_invalid(
             method,
             refused(&conn, method, &(toml.as_str(),)).await,
             &format!(
-                "the pool text is {} bytes long, more than the limit of 1048576 bytes",
+                "the pool text is {} bytes long, more than the limit of 524288 bytes",
                 toml.len()
             ),
         );
     }
-    let requests = format!("[{}{{\"weight\":1}}]", "{\"weight\":1},".repeat(90_000));
+    let requests = format!("[{}{{\"weight\":1}}]", "{\"weight\":1},".repeat(45_000));
     for method in ["PlanScheduling", "ApplyScheduling"] {
         assert_invalid(
             method,
             refused(&conn, method, &("0000:01:00.0", requests.as_str())).await,
             &format!(
-                "the scheduling requests text is {} bytes long, more than the limit of 1048576 bytes",
+                "the scheduling requests text is {} bytes long, more than the limit of 524288 bytes",
                 requests.len()
             ),
         );
@@ -283,8 +283,8 @@ async fn oversized_input_is_refused_naming_the_limit_and_logged_bounded() {
         "{list}"
     );
 
-    // Accepted input is logged clipped: ~60,000 requests (0.8 MiB) of a GPU that has no room for them.
-    let many = format!("[{}{{\"weight\":1}}]", "{\"weight\":1},".repeat(60_000));
+    // Accepted input is logged clipped: 30,000 requests (0.4 MiB) of a GPU that has no room for them.
+    let many = format!("[{}{{\"weight\":1}}]", "{\"weight\":1},".repeat(30_000));
     let r = conn
         .call_method(
             Some(SERVICE),
@@ -315,4 +315,16 @@ async fn oversized_input_is_refused_naming_the_limit_and_logged_bounded() {
         &daemon.log()[log_before..log_before + 4096.min(grown)]
     );
     assert!(daemon.terminate().success());
+
+    // The embedded bus carries messages up to 1 MiB: a text past vgpud's limit but under the bus's is
+    // answered with vgpud's limit there too (not a closed connection).
+    let embedded = Daemon::embedded(tmp.path(), &tmp.path().join("state-embedded")).await;
+    limit_fds(&embedded);
+    let conn = client(&embedded.bus).await;
+    assert_invalid(
+        "Plan on the embedded bus",
+        refused(&conn, "Plan", &(toml.as_str(),)).await,
+        "more than the limit of 524288 bytes",
+    );
+    assert!(embedded.terminate().success());
 }

@@ -14,8 +14,10 @@ use super::RequestError;
 pub const MAX_LABEL_BYTES: usize = 256;
 
 /// The longest pool TOML text (`Plan`, `Apply`) or scheduling requests JSON text (`PlanScheduling`,
-/// `ApplyScheduling`), in bytes: 1 MiB, far above any real pool (a few KiB).
-pub const MAX_TEXT_BYTES: usize = 1 << 20;
+/// `ApplyScheduling`), in bytes: 512 KiB, far above any real pool (a few KiB), and below the embedded
+/// bus's 1 MiB message limit, so that a text past it is answered with this limit rather than a closed
+/// connection.
+pub const MAX_TEXT_BYTES: usize = 512 << 10;
 
 /// How much of a client's text an error message or a log line shows, in bytes.
 pub const ECHO_BYTES: usize = 64;
@@ -245,7 +247,7 @@ mod tests {
         let e = check_label(ClientText::Label, "vm\n1").unwrap_err();
         assert!(e.to_string().contains("control character at byte 2"), "{e}");
         let e = check_text(ClientText::PoolToml, &" ".repeat(MAX_TEXT_BYTES + 1)).unwrap_err();
-        assert!(e.to_string().contains("limit of 1048576 bytes"), "{e}");
+        assert!(e.to_string().contains("limit of 524288 bytes"), "{e}");
         assert!(check_text(ClientText::PoolToml, "name = \"p\"").is_ok());
     }
 }
