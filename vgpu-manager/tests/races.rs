@@ -1,8 +1,11 @@
 //! Commands on one instance racing each other, through the core directly on a simulated host, many
 //! threads at once: every answer is the typed error the final state explains (NotFound for an
 //! instance another command removed, a state error for one in the wrong state), a Stop never calls
-//! our own instance foreign, and of concurrent Destroys exactly one succeeds.
+//! our own instance foreign, and of concurrent Destroys exactly one succeeds. The last test runs
+//! the Create/Destroy race over D-Bus against the real `vgpud`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod dbus_common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -167,4 +170,63 @@ fn stop_never_calls_our_own_instance_foreign() {
         stops.contains_key("Ok"),
         "some Stop must have found it running: {stops:?}"
     );
+}
+
+/// The same race over D-Bus against the real `vgpud`: two clients on their own connections, one
+/// creating a UUID and one destroying it, never get `Internal` or a state error for what happened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_against_destroy_over_dbus_answers_typed_errors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let daemon = dbus_common::Daemon::embedded(tmp.path(), &tmp.path().join("state")).await;
+    let creator = dbus_common::client(&daemon.bus).await;
+    let destroyer = dbus_common::client(&daemon.bus).await;
+    let uuid = MdevUuid::new_random().to_string();
+    let name = |r: &Result<(), zbus::Error>| match r {
+        Ok(()) => "Ok".to_string(),
+        Err(zbus::Error::MethodError(n, _, _)) => n.to_string(),
+        Err(e) => format!("{e}"),
+    };
+    let mut answers: BTreeMap<(String, String), usize> = BTreeMap::new();
+    for _ in 0..150 {
+        let c = vgpu_client::Manager1Proxy::new(&creator).await.unwrap();
+        let d = vgpu_client::Manager1Proxy::new(&destroyer).await.unwrap();
+        // The destroyer keeps destroying until the create is answered, to hit every window of it.
+        let created = std::sync::atomic::AtomicBool::new(false);
+        let (made, gone) = tokio::join!(
+            async {
+                let r = c
+                    .create(
+                        "type",
+                        "nvidia-231",
+                        "",
+                        &uuid,
+                        std::collections::HashMap::new(),
+                    )
+                    .await
+                    .map(|_| ());
+                created.store(true, std::sync::atomic::Ordering::SeqCst);
+                r
+            },
+            async {
+                let mut answers = Vec::new();
+                while !created.load(std::sync::atomic::Ordering::SeqCst) {
+                    answers.push(name(&d.destroy(&uuid).await));
+                }
+                answers
+            }
+        );
+        *answers.entry(("Create".into(), name(&made))).or_default() += 1;
+        for g in gone {
+            *answers.entry(("Destroy".into(), g)).or_default() += 1;
+        }
+        let _ = d.destroy(&uuid).await;
+    }
+    println!("{answers:?}");
+    for ((cmd, answer), n) in &answers {
+        let fine = match cmd.as_str() {
+            "Create" => matches!(answer.as_str(), "Ok" | "org.vgpumanager.Error.Exists"),
+            _ => matches!(answer.as_str(), "Ok" | "org.vgpumanager.Error.NotFound"),
+        };
+        assert!(fine, "{cmd} answered {answer} {n} times: {answers:?}");
+    }
 }
