@@ -394,6 +394,8 @@ fn the_unit_is_dbus_activated_under_the_daemons_bus_name() {
     assert_eq!(get(&unit, "Service", "Type"), Some("dbus"));
     assert_eq!(get(&unit, "Service", "BusName"), Some(SERVICE));
     assert!(get(&unit, "Service", "ExecStart").is_some_and(|e| e.starts_with("/usr/bin/vgpud ")));
+    // The file-descriptor budget docs/security.md sizes (systemd's default soft limit is 1024).
+    assert_eq!(get(&unit, "Service", "LimitNOFILE"), Some("8192"));
     // Reload applies the pool files again: vgpud does that on SIGHUP.
     assert_eq!(
         get(&unit, "Service", "ExecReload"),

@@ -85,6 +85,7 @@ fn main() -> ExitCode {
         .with_ansi(std::io::stderr().is_terminal())
         .init();
     let args = Args::parse();
+    vgpu_manager::daemon::fd_budget::raise_nofile_limit();
     // Two workers whatever the core count: the daemon waits on the bus and on sysfs, and every worker
     // costs a thread and (with glibc) its own malloc arena, which on a many-core GPU host would multiply
     // the resident memory for nothing. Blocking work (sysfs, the state directory) runs on the blocking

@@ -6,6 +6,7 @@ pub mod api;
 pub mod dbus;
 pub mod engine;
 pub mod exec;
+pub mod fd_budget;
 pub mod pool_files;
 pub mod reconcile;
 pub mod store;

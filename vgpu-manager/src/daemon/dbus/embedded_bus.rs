@@ -2,16 +2,23 @@
 //! daemon and its clients work where no system bus runs (demos, tests, minimal guests).
 //!
 //! busd runs on its own runtime (zruntime), so it gets its own thread; the daemon connects to it like
-//! any client. The bus has no security policy: every peer may call every method, and the daemon's own
-//! caller checks ([`super::auth`]) are what protects mutating calls. Its socket is open to every local
-//! user, like the system bus.
+//! any client. busd enforces no policy, so the embedded bus accepts clients itself and hands busd
+//! each one over a socket of its own ([`socket`]): that is where it limits connections ([`limits`]),
+//! message sizes, and who may own the daemon's name, and answers calls to unowned names. Every peer
+//! may send every method call; the daemon's own caller checks ([`super::auth`]) are what protects
+//! mutating calls. Its socket is open to every local user, like the system bus. docs/security.md
+//! lists every limit.
 
 use std::path::PathBuf;
 
 use thiserror::Error;
 
 #[cfg(feature = "embedded-bus")]
+pub mod limits;
+#[cfg(feature = "embedded-bus")]
 mod run;
+#[cfg(feature = "embedded-bus")]
+pub mod socket;
 #[cfg(feature = "embedded-bus")]
 pub use run::start;
 

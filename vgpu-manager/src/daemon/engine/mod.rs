@@ -58,12 +58,12 @@ type Store = Mutex<StateDir>;
 /// The daemon's core: the services, each holding only what it needs, behind one command entry
 /// ([`Core::execute`]; `routes.rs` says which service serves each command).
 ///
-/// * [`Instances`]: the lifecycle commands, placement, reconcile and instance views; owns the
+/// * `Instances`: the lifecycle commands, placement, reconcile and instance views; owns the
 ///   per-parent locks and the event stream.
-/// * [`VfSlots`]: pool slots held by SR-IOV VFs, made through the GPU's vendor backend.
-/// * [`Pools`]: plan, apply (over instances and VF slots) and status of pools.
-/// * [`Scheduling`]: time-slice scheduling through the vendor backends.
-/// * [`Vfio`]: preflight and opening running instances for a VMM.
+/// * `VfSlots`: pool slots held by SR-IOV VFs, made through the GPU's vendor backend.
+/// * `Pools`: plan, apply (over instances and VF slots) and status of pools.
+/// * `Scheduling`: time-slice scheduling through the vendor backends.
+/// * `Vfio`: preflight and opening running instances for a VMM.
 ///
 /// Thread-safe: every method takes `&self`.
 pub struct Core {

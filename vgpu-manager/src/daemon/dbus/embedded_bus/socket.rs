@@ -1,0 +1,531 @@
+//! The socket of each client of the embedded bus, as zbus reads and writes it.
+//!
+//! busd (0.6) enforces no policy and reads with zbus's own socket, which allocates — and zeroes — a
+//! message's whole announced length (up to the D-Bus specification's 128 MiB) before its first
+//! body byte arrives. So the embedded bus hands zbus this socket instead, which:
+//! - refuses a message longer than [`MAX_MESSAGE_BYTES`] as soon as its primary header is in, and
+//!   holds the bytes of a message only as they arrive, never by its announced length;
+//! - answers a call to a name nobody owns with `org.freedesktop.DBus.Error.ServiceUnknown`, as
+//!   dbus-daemon does, where busd drops it and leaves the caller waiting;
+//! - refuses `RequestName` of the daemon's name (and polkit's) and `BecomeMonitor` from a connection
+//!   of another user than root or vgpud's own (`org.freedesktop.DBus.Error.AccessDenied`), the
+//!   embedded bus's ownership policy;
+//! - takes no file descriptors from a client other than root or vgpud's own user (vgpud's API takes
+//!   none; the kernel never installs them in vgpud's table), and closes such a client's connection;
+//! - frees the connection's slot in the bus's connection limits once zbus drops it.
+
+use std::fmt;
+use std::io::{self, IoSlice, IoSliceMut};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+
+use busd::peers::Peers;
+use rustix::net::{
+    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags, recvmsg, sendmsg,
+};
+use zbus::Message;
+use zbus::connection::socket::{ReadHalf, WriteHalf};
+use zbus::fdo::ConnectionCredentials;
+use zbus::message::{Flags, Type};
+use zbus::names::BusName;
+use zruntime::{AsyncIo, Shared};
+
+use super::limits::ConnectionSlot;
+use vgpu_client::SERVICE as BUS_NAME;
+
+/// The longest message a client may send on the embedded bus: 1 MiB. Every call of vgpud's API
+/// fits in a few KiB (the longest inputs are pool and scheduling TOML texts); the D-Bus
+/// specification allows 128 MiB ("Message Format"), dbus-daemon's system bus 32 MiB
+/// (`max_message_size`).
+pub const MAX_MESSAGE_BYTES: usize = 1024 * 1024;
+
+/// How many file descriptors one read may bring along (Linux's `SCM_MAX_FD`).
+const MAX_FDS_PER_READ: usize = 253;
+
+/// How many bytes one read takes at most.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// The length of a message's primary header.
+const PRIMARY_HEADER: usize = 16;
+
+/// The bus's own name, whose calls busd answers itself.
+const DBUS_NAME: &str = "org.freedesktop.DBus";
+
+/// The names only root and vgpud's own user may own on the embedded bus: vgpud's, and polkit's,
+/// which vgpud asks about callers where it has an owner.
+const PROTECTED_NAMES: [&str; 2] = [BUS_NAME, "org.freedesktop.PolicyKit1"];
+
+/// The credentials the kernel gives for a client (`SO_PEERCRED`), read once when it connects.
+#[derive(Clone, Copy, Debug)]
+pub struct PeerCred {
+    /// Its user.
+    pub uid: u32,
+    /// Its primary group.
+    pub gid: u32,
+    /// Its process.
+    pub pid: u32,
+}
+
+/// What both halves of a client's socket share: the socket, the lock that keeps messages whole on
+/// it, and the client's slot in the bus's limits.
+struct Conn {
+    io: AsyncIo<UnixStream, Shared>,
+    write: tokio::sync::Mutex<()>,
+    cred: PeerCred,
+    _slot: ConnectionSlot,
+}
+
+impl fmt::Debug for Conn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Conn").field("cred", &self.cred).finish()
+    }
+}
+
+impl Conn {
+    /// Writes all of `msg`, its descriptors with its first byte, with no other message between.
+    async fn send(&self, msg: &Message) -> zbus::Result<()> {
+        let _whole = self.write.lock().await;
+        let data = msg.data();
+        let fds: Vec<BorrowedFd<'_>> = data.fds().iter().map(|f| f.as_fd()).collect();
+        let mut pos = 0;
+        while pos < data.len() {
+            let with = if pos == 0 { &fds[..] } else { &[] };
+            pos += self
+                .io
+                .write_with(|s| send_some(s.as_fd(), &data[pos..], with))
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+/// One `sendmsg` of `bytes` with `fds`.
+fn send_some(fd: BorrowedFd<'_>, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<usize> {
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS_PER_READ))];
+    let mut ancillary = SendAncillaryBuffer::new(&mut space);
+    if !fds.is_empty() && !ancillary.push(SendAncillaryMessage::ScmRights(fds)) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "too many file descriptors for one message",
+        ));
+    }
+    let sent = sendmsg(
+        fd,
+        &[IoSlice::new(bytes)],
+        &mut ancillary,
+        SendFlags::NOSIGNAL,
+    )?;
+    if sent == 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::WriteZero,
+            "the client's socket took nothing",
+        ));
+    }
+    Ok(sent)
+}
+
+/// One `recvmsg` into `buf`: the bytes and the descriptors that came along.
+///
+/// Unless `take_fds`, it gives the kernel no room for descriptors, so none sent along is ever
+/// installed in vgpud's table (the kernel closes them), and a client that sent some is refused.
+fn recv_some(
+    fd: BorrowedFd<'_>,
+    buf: &mut [u8],
+    take_fds: bool,
+) -> io::Result<(usize, Vec<OwnedFd>)> {
+    let mut iov = [IoSliceMut::new(buf)];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS_PER_READ))];
+    let room = if take_fds { &mut space[..] } else { &mut [] };
+    let mut ancillary = RecvAncillaryBuffer::new(room);
+    let msg = recvmsg(fd, &mut iov, &mut ancillary, RecvFlags::CMSG_CLOEXEC)?;
+    if !take_fds && msg.flags.contains(ReturnFlags::CTRUNC) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "an unprivileged client sent file descriptors, which vgpud's API takes none of",
+        ));
+    }
+    if msg.bytes == 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "the client closed its connection",
+        ));
+    }
+    let mut fds = Vec::new();
+    for m in ancillary.drain() {
+        if let RecvAncillaryMessage::ScmRights(got) = m {
+            fds.extend(got);
+        }
+    }
+    Ok((msg.bytes, fds))
+}
+
+/// The whole length of the message whose primary header `h` is (D-Bus specification, "Message
+/// Format": 16 bytes, then the header fields' array padded to 8, then the body), refused past
+/// [`MAX_MESSAGE_BYTES`].
+pub fn message_len(h: &[u8; PRIMARY_HEADER]) -> io::Result<usize> {
+    let word = |at: usize| {
+        let b = [h[at], h[at + 1], h[at + 2], h[at + 3]];
+        match h[0] {
+            b'l' => Ok(u32::from_le_bytes(b) as usize),
+            b'B' => Ok(u32::from_be_bytes(b) as usize),
+            e => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("a message with the unknown byte order mark {e:#04x}"),
+            )),
+        }
+    };
+    let body = word(4)?;
+    let fields = word(12)?;
+    let len = (PRIMARY_HEADER + fields)
+        .next_multiple_of(8)
+        .saturating_add(body);
+    if len > MAX_MESSAGE_BYTES {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "a message of {len} bytes, more than the embedded bus's limit of {MAX_MESSAGE_BYTES}"
+            ),
+        ));
+    }
+    Ok(len)
+}
+
+/// Who may own vgpud's name on the embedded bus (and polkit's, and monitor it): root and the user
+/// vgpud runs as.
+pub fn may_own_daemon_name(uid: u32) -> bool {
+    uid == 0 || uid == nix::unistd::geteuid().as_raw()
+}
+
+/// Builds both halves of a client's socket, as zbus takes them.
+pub fn split(
+    stream: UnixStream,
+    cred: PeerCred,
+    slot: ConnectionSlot,
+    peers: Arc<Peers>,
+    runtime: &zruntime::Runtime<Shared>,
+) -> io::Result<zbus::connection::socket::BoxedSplit> {
+    let conn = Arc::new(Conn {
+        io: AsyncIo::new(runtime, stream)?,
+        write: tokio::sync::Mutex::new(()),
+        cred,
+        _slot: slot,
+    });
+    let reader = Reader {
+        conn: conn.clone(),
+        peers,
+        pending: Vec::new(),
+        fds: Vec::new(),
+    };
+    let writer = Writer { conn };
+    Ok(zbus::connection::socket::Split::new(
+        Box::new(reader) as Box<dyn ReadHalf>,
+        Box::new(writer) as Box<dyn WriteHalf>,
+    ))
+}
+
+/// The read half: whole messages, each screened before busd sees it.
+struct Reader {
+    conn: Arc<Conn>,
+    peers: Arc<Peers>,
+    /// Bytes received and not yet handed out, never more than a message and one read beyond it.
+    pending: Vec<u8>,
+    /// Descriptors received and not yet handed out, in the order they came.
+    fds: Vec<OwnedFd>,
+}
+
+impl fmt::Debug for Reader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reader").field("conn", &self.conn).finish()
+    }
+}
+
+impl Reader {
+    /// Reads once more from the socket, appending what came.
+    async fn fill(&mut self) -> io::Result<()> {
+        let mut chunk = vec![0u8; READ_CHUNK];
+        let take_fds = may_own_daemon_name(self.conn.cred.uid);
+        let (n, fds) = self
+            .conn
+            .io
+            .read_with(|s| recv_some(s.as_fd(), &mut chunk, take_fds))
+            .await?;
+        self.pending.extend_from_slice(&chunk[..n]);
+        self.fds.extend(fds);
+        Ok(())
+    }
+
+    /// The next whole message of the client.
+    async fn next_message(&mut self, seq: u64) -> zbus::Result<Message> {
+        loop {
+            if let Some(head) = self.pending.first_chunk::<PRIMARY_HEADER>() {
+                let len = message_len(head)?;
+                if self.pending.len() >= len {
+                    let rest = self.pending.split_off(len);
+                    let bytes = std::mem::replace(&mut self.pending, rest);
+                    return self.parse(bytes, seq).await;
+                }
+            }
+            self.fill().await?;
+        }
+    }
+
+    /// Parses `bytes`, one whole message, with the descriptors its header asks for.
+    async fn parse(&mut self, bytes: Vec<u8>, seq: u64) -> zbus::Result<Message> {
+        if self.fds.is_empty() {
+            return Replay::parse(bytes, Vec::new(), seq).await;
+        }
+        let bare = Replay::parse(bytes.clone(), Vec::new(), seq).await?;
+        let want = bare.header().unix_fds().unwrap_or(0) as usize;
+        if want > self.fds.len() {
+            return Err(zbus::Error::MissingParameter("Missing file descriptors"));
+        }
+        let fds: Vec<OwnedFd> = self.fds.drain(..want).collect();
+        Replay::parse(bytes, fds, seq).await
+    }
+
+    /// The error the bus answers `msg` with in place of passing it on, if it does.
+    async fn refusal(&self, msg: &Message) -> zbus::Result<Option<Message>> {
+        if msg.message_type() != Type::MethodCall {
+            return Ok(None);
+        }
+        let header = msg.header();
+        let Some(destination) = header.destination() else {
+            return Ok(None);
+        };
+        let expects_reply = !msg
+            .primary_header()
+            .flags()
+            .contains(Flags::NO_REPLY_EXPECTED);
+        if destination.as_str() == DBUS_NAME {
+            let member = header.member().map(|m| m.as_str());
+            let uid = self.conn.cred.uid;
+            let refused = match member {
+                Some("RequestName") => msg
+                    .body()
+                    .deserialize::<(&str, u32)>()
+                    .ok()
+                    .map(|(name, _)| name)
+                    .filter(|name| PROTECTED_NAMES.contains(name) && !may_own_daemon_name(uid))
+                    .map(|name| {
+                        format!(
+                            "uid {uid} may not own {name} on this bus: only root and the user vgpud runs as may"
+                        )
+                    }),
+                // A monitor sees every message, other users' calls included; dbus-daemon allows it
+                // to root and the bus's own user only (D-Bus specification, "Monitoring").
+                Some("BecomeMonitor") if !may_own_daemon_name(uid) => Some(format!(
+                    "uid {uid} may not monitor this bus: only root and the user vgpud runs as may"
+                )),
+                _ => None,
+            };
+            return match refused {
+                None => Ok(None),
+                Some(text) => {
+                    tracing::warn!(
+                        uid,
+                        pid = self.conn.cred.pid,
+                        call = member.unwrap_or_default(),
+                        "refused a bus call of an unprivileged user"
+                    );
+                    Ok(Some(
+                        Message::error(&header, "org.freedesktop.DBus.Error.AccessDenied")
+                            .sender(DBUS_NAME)
+                            .build(&text)?,
+                    ))
+                }
+            };
+        }
+        if !expects_reply {
+            return Ok(None);
+        }
+        let owned = match destination {
+            BusName::WellKnown(name) => self
+                .peers
+                .name_registry()
+                .await
+                .lookup(name.clone())
+                .is_some(),
+            BusName::Unique(name) => self.peers.peers().await.contains_key(name.as_str()),
+        };
+        if owned {
+            return Ok(None);
+        }
+        let text = format!("The name {destination} is not owned by any connection on this bus");
+        Ok(Some(
+            Message::error(&header, "org.freedesktop.DBus.Error.ServiceUnknown")
+                .sender(DBUS_NAME)
+                .build(&text)?,
+        ))
+    }
+}
+
+#[async_trait::async_trait]
+impl ReadHalf for Reader {
+    async fn receive_message(
+        &mut self,
+        seq: u64,
+        already_received_bytes: &mut Vec<u8>,
+        already_received_fds: &mut Vec<OwnedFd>,
+    ) -> zbus::Result<Message> {
+        // What the handshake read past its end belongs to the first messages.
+        if !already_received_bytes.is_empty() {
+            let mut first = std::mem::take(already_received_bytes);
+            first.append(&mut self.pending);
+            self.pending = first;
+        }
+        if !already_received_fds.is_empty() {
+            let mut first = std::mem::take(already_received_fds);
+            first.append(&mut self.fds);
+            self.fds = first;
+        }
+        loop {
+            let msg = self.next_message(seq).await?;
+            match self.refusal(&msg).await? {
+                None => return Ok(msg),
+                Some(error) => self.conn.send(&error).await?,
+            }
+        }
+    }
+
+    async fn recvmsg(&mut self, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
+        // Only the handshake reads through here, before any message.
+        let take_fds = may_own_daemon_name(self.conn.cred.uid);
+        self.conn
+            .io
+            .read_with(|s| recv_some(s.as_fd(), buf, take_fds))
+            .await
+    }
+
+    fn can_pass_unix_fd(&self) -> bool {
+        true
+    }
+
+    async fn peer_credentials(&mut self) -> io::Result<ConnectionCredentials> {
+        credentials(self.conn.cred).await
+    }
+}
+
+/// The write half: whole messages under the connection's lock.
+struct Writer {
+    conn: Arc<Conn>,
+}
+
+impl fmt::Debug for Writer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Writer").field("conn", &self.conn).finish()
+    }
+}
+
+#[async_trait::async_trait]
+impl WriteHalf for Writer {
+    async fn send_message(&mut self, msg: &Message) -> zbus::Result<()> {
+        self.conn.send(msg).await
+    }
+
+    async fn sendmsg(&mut self, buffer: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<usize> {
+        // The handshake's lines; messages go through `send_message`.
+        let _whole = self.conn.write.lock().await;
+        self.conn
+            .io
+            .write_with(|s| send_some(s.as_fd(), buffer, fds))
+            .await
+    }
+
+    async fn close(&mut self) -> io::Result<()> {
+        self.conn.io.get_ref().shutdown(std::net::Shutdown::Both)
+    }
+
+    fn can_pass_unix_fd(&self) -> bool {
+        true
+    }
+
+    async fn peer_credentials(&mut self) -> io::Result<ConnectionCredentials> {
+        credentials(self.conn.cred).await
+    }
+}
+
+/// The credentials busd reports for a client (`GetConnectionCredentials`): its user and process,
+/// and its groups, complete or absent as the D-Bus specification asks.
+async fn credentials(cred: PeerCred) -> io::Result<ConnectionCredentials> {
+    let mut c = ConnectionCredentials::default()
+        .set_unix_user_id(cred.uid)
+        .set_process_id(cred.pid);
+    // NSS may block (a file, a daemon, the network), so the lookup runs on a blocking thread.
+    let groups = zruntime::unblock(move || groups_of(cred.uid, cred.gid)).await;
+    for g in groups.unwrap_or_default() {
+        c = c.add_unix_group_id(g);
+    }
+    Ok(c)
+}
+
+/// The primary and supplementary groups of `uid`, if its user is known.
+fn groups_of(uid: u32, gid: u32) -> Option<Vec<u32>> {
+    use nix::unistd::{Gid, Uid, User, getgrouplist};
+    let user = User::from_uid(Uid::from_raw(uid)).ok().flatten()?;
+    let name = std::ffi::CString::new(user.name).ok()?;
+    let groups = getgrouplist(&name, Gid::from_raw(gid)).ok()?;
+    Some(groups.into_iter().map(|g| g.as_raw()).collect())
+}
+
+/// A read half over the bytes of one message already in, so zbus's own message parsing (with its
+/// checks of the header) builds the [`Message`].
+#[derive(Debug)]
+struct Replay {
+    bytes: Vec<u8>,
+    at: usize,
+    fds: Vec<OwnedFd>,
+}
+
+impl Replay {
+    /// The message in `bytes`, carrying `fds`.
+    async fn parse(bytes: Vec<u8>, fds: Vec<OwnedFd>, seq: u64) -> zbus::Result<Message> {
+        let mut replay = Replay { bytes, at: 0, fds };
+        replay
+            .receive_message(seq, &mut Vec::new(), &mut Vec::new())
+            .await
+    }
+}
+
+#[async_trait::async_trait]
+impl ReadHalf for Replay {
+    async fn recvmsg(&mut self, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
+        let n = buf.len().min(self.bytes.len() - self.at);
+        buf[..n].copy_from_slice(&self.bytes[self.at..self.at + n]);
+        self.at += n;
+        Ok((n, std::mem::take(&mut self.fds)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(endian: u8, body: u32, fields: u32) -> [u8; PRIMARY_HEADER] {
+        let mut h = [0u8; PRIMARY_HEADER];
+        h[0] = endian;
+        let (b, f) = if endian == b'l' {
+            (body.to_le_bytes(), fields.to_le_bytes())
+        } else {
+            (body.to_be_bytes(), fields.to_be_bytes())
+        };
+        h[4..8].copy_from_slice(&b);
+        h[12..16].copy_from_slice(&f);
+        h
+    }
+
+    #[test]
+    fn message_lengths_follow_the_primary_header() {
+        assert_eq!(message_len(&head(b'l', 4, 5)).unwrap(), 24 + 4);
+        assert_eq!(message_len(&head(b'B', 0, 8)).unwrap(), 24);
+    }
+
+    #[test]
+    fn a_huge_announced_body_is_refused_before_it_arrives() {
+        let e = message_len(&head(b'l', 120 << 20, 8)).unwrap_err();
+        assert!(e.to_string().contains("limit of 1048576"), "{e}");
+        assert!(message_len(&head(b'x', 0, 0)).is_err());
+    }
+}

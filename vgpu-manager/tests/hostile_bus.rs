@@ -1,0 +1,604 @@
+//! Hostile local clients against the embedded bus (`vgpud --sim demo --listen …`), vgpud started with
+//! `RLIMIT_NOFILE` 1024 (soft and hard, systemd's default soft limit), the attackers a real
+//! unprivileged uid (65534, through `setpriv`):
+//! * a hijack of vgpud's name (or polkit's) and `BecomeMonitor` are refused (`AccessDenied`), and
+//!   vgpud keeps its name;
+//! * a call to a name nobody owns is answered `ServiceUnknown` at once;
+//! * 600 connections that never authenticate: a normal client is answered during and after, the bus
+//!   closes every one of them (refused past the per-user cap, or at the handshake timeout);
+//! * many users together stop at the bus's total cap, and root is still answered;
+//! * out of descriptors (`EMFILE`), the bus accepts again once they are back;
+//! * file descriptors an unprivileged user sends never enter vgpud's table;
+//! * 8 connections announcing a 120 MiB body and sending 4 KiB, and 60 announcing 1000 KiB (under
+//!   the message limit), leave vgpud's RSS under a bound;
+//! * vgpud never exits.
+//!
+//! Needs root (to switch users), `setpriv` (util-linux), `dbus-send` (dbus-bin) and `/usr/bin/python3`
+//! (the attackers' raw sockets). Not run as root, each test fails, unless `VGPU_TESTS_ALLOW_SKIP=1`:
+//! then it prints `SKIPPED: <reason>` and returns.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod dbus_common;
+
+use std::path::Path;
+use std::process::{Output, Stdio};
+use std::time::{Duration, Instant};
+
+use dbus_common::system_bus::{NOBODY, open_tempdir, require_root};
+use dbus_common::{Daemon, PATIENCE, ok, stderr, vgpuctl, vgpuctl_as};
+use nix::sys::resource::{Resource, setrlimit};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, Command};
+
+/// The file-descriptor limit vgpud runs with here: systemd's default soft limit.
+const NOFILE: u64 = 1024;
+
+/// How much vgpud's RSS may grow while 8 connections each announce a 120 MiB body: each holds at
+/// most the bytes it really sent (4 KiB) and a 64 KiB read buffer, so a few MiB; 32 MiB leaves room
+/// for the allocator and the noise of a running daemon.
+const RSS_GROWTH_BOUND_KIB: u64 = 32 * 1024;
+
+/// Connects `N` sockets to the bus at `PATH` and never authenticates. Prints `connected OK FAILED`,
+/// waits for a line on stdin, then waits up to `WAIT` seconds for the bus to close each socket and
+/// prints `closed COUNT`, then waits for stdin to close.
+const IDLE: &str = r#"
+import socket, sys, time
+path, n, wait = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+socks, failed = [], 0
+for i in range(n):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(2)
+    try:
+        s.connect(path)
+        socks.append(s)
+    except OSError:
+        failed += 1
+        s.close()
+print("connected", len(socks), failed, flush=True)
+sys.stdin.readline()
+for s in socks:
+    s.setblocking(False)
+closed = set()
+deadline = time.time() + wait
+while time.time() < deadline and len(closed) < len(socks):
+    for i, s in enumerate(socks):
+        if i in closed:
+            continue
+        try:
+            if s.recv(4096) == b"":
+                closed.add(i)
+        except BlockingIOError:
+            pass
+        except OSError:
+            closed.add(i)
+    time.sleep(0.2)
+print("closed", len(closed), flush=True)
+sys.stdin.readline()
+"#;
+
+/// Authenticates `N` connections to the bus at `PATH` (SASL EXTERNAL as its own uid), then on each
+/// sends the primary header of a message announcing a body of `SIZE` bytes, and 4 KiB of it. Prints `sent
+/// COUNT`, then waits for stdin to close.
+const HUGE: &str = r#"
+import os, socket, struct, sys
+path, n, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+uid = str(os.getuid()).encode().hex().encode()
+socks, sent = [], 0
+for i in range(n):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(10)
+    try:
+        s.connect(path)
+        s.sendall(b"\0AUTH EXTERNAL " + uid + b"\r\n")
+        line = b""
+        while not line.endswith(b"\r\n"):
+            chunk = s.recv(1)
+            if not chunk:
+                break
+            line += chunk
+        if not line.startswith(b"OK"):
+            continue
+        s.sendall(b"BEGIN\r\n")
+        s.sendall(struct.pack("<cBBBIII", b"l", 1, 0, 1, size, i + 1, 0))
+        s.sendall(b"\0" * 4096)
+        socks.append(s)
+        sent += 1
+    except OSError:
+        pass
+print("sent", sent, flush=True)
+sys.stdin.readline()
+"#;
+
+/// Authenticates `N` connections to the bus at `PATH`, then on each sends the primary header of a
+/// message announcing a 64 KiB body, and one byte of it every 0.1 s for `SECONDS`, each write with
+/// 250 file descriptors (of `/dev/null`) along. Prints `closed CLOSED CONNECTED` (how many the bus
+/// closed, of how many it took), then waits for stdin to close.
+const FDS: &str = r#"
+import array, os, socket, struct, sys, time
+path, n, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+uid = str(os.getuid()).encode().hex().encode()
+nulls = array.array("i", [os.open("/dev/null", os.O_RDONLY) for _ in range(250)])
+socks = []
+for i in range(n):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(10)
+    try:
+        s.connect(path)
+        s.sendall(b"\0AUTH EXTERNAL " + uid + b"\r\n")
+        s.recv(4096)
+        s.sendall(b"NEGOTIATE_UNIX_FD\r\n")
+        s.recv(4096)
+        s.sendall(b"BEGIN\r\n")
+        socks.append(s)
+    except OSError:
+        pass
+# Each message announces a 64 KiB body, which then trickles in a byte at a time, with descriptors.
+first = {i: struct.pack("<cBBBIII", b"l", 1, 0, 1, 65536, 1, 0) for i in range(len(socks))}
+closed = set()
+deadline = time.time() + seconds
+while time.time() < deadline:
+    for i, s in enumerate(socks):
+        if i in closed:
+            continue
+        try:
+            s.sendmsg([first.pop(i, b"\0")], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, nulls)])
+        except OSError:
+            closed.add(i)
+    time.sleep(0.1)
+print("closed", len(closed), len(socks), flush=True)
+sys.stdin.readline()
+"#;
+
+/// Holds every process of the test process's own tree, vgpud included, to [`NOFILE`] descriptors.
+fn limit_descriptors() {
+    setrlimit(Resource::RLIMIT_NOFILE, NOFILE, NOFILE).expect("lower RLIMIT_NOFILE");
+}
+
+/// The socket file of a `unix:path=` bus address.
+fn socket_of(bus: &str) -> String {
+    bus.strip_prefix("unix:path=")
+        .expect("a unix:path= bus")
+        .to_string()
+}
+
+/// A field of `/proc/PID/status` (the number before its unit).
+fn proc_status(pid: i32, field: &str) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = s.lines().find(|l| l.starts_with(field))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Panics unless vgpud is still running (not exited, not a zombie), with its log.
+fn assert_alive(d: &Daemon) {
+    let state = std::fs::read_to_string(format!("/proc/{}/stat", d.pid()))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next().map(str::to_string))
+        });
+    assert!(
+        matches!(state.as_deref(), Some(s) if s != "Z" && s != "X"),
+        "vgpud exited (state {state:?}):\n{}",
+        d.log()
+    );
+    assert!(
+        !d.log().contains("the embedded bus stopped"),
+        "the embedded bus stopped:\n{}",
+        d.log()
+    );
+}
+
+/// Panics unless vgpud runs with `RLIMIT_NOFILE` [`NOFILE`], as the test set it up.
+fn assert_limited(d: &Daemon) {
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", d.pid())).unwrap();
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap();
+    assert!(
+        line.split_whitespace()
+            .filter(|w| *w == NOFILE.to_string())
+            .count()
+            == 2,
+        "vgpud should run with RLIMIT_NOFILE {NOFILE}: {line}"
+    );
+}
+
+/// Starts vgpud on its embedded bus, with [`NOFILE`] descriptors.
+async fn daemon(dir: &Path) -> Daemon {
+    limit_descriptors();
+    let d = Daemon::embedded(dir, &dir.join("state")).await;
+    assert_limited(&d);
+    d
+}
+
+/// A python attacker running `script` with `args` as `uid`.
+struct Attacker {
+    child: Child,
+    stdin: ChildStdin,
+    lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+}
+
+impl Attacker {
+    fn start(uid: u32, script: &str, args: &[String]) -> Attacker {
+        let mut child = Command::new("setpriv")
+            .arg(format!("--reuid={uid}"))
+            .arg(format!("--regid={uid}"))
+            .arg("--clear-groups")
+            .args(["/usr/bin/python3", "-c", script])
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("setpriv (util-linux) and /usr/bin/python3 must be installed");
+        let stdin = child.stdin.take().unwrap();
+        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        Attacker {
+            child,
+            stdin,
+            lines,
+        }
+    }
+
+    /// The next line the attacker prints, split into words.
+    async fn report(&mut self) -> Vec<String> {
+        let line = tokio::time::timeout(PATIENCE, self.lines.next_line())
+            .await
+            .expect("the attacker hung")
+            .expect("read the attacker")
+            .expect("the attacker ended early");
+        line.split_whitespace().map(str::to_string).collect()
+    }
+
+    async fn go_on(&mut self) {
+        self.stdin.write_all(b"go\n").await.unwrap();
+        self.stdin.flush().await.unwrap();
+    }
+
+    /// Kills the attacker, which closes its connections.
+    async fn stop(mut self) {
+        let _ = self.child.start_kill();
+        let _ = tokio::time::timeout(PATIENCE, self.child.wait()).await;
+    }
+}
+
+/// A normal client's call answers, within generous seconds.
+async fn assert_answered(bus: &str, uid: Option<u32>, when: &str) {
+    let t = Instant::now();
+    let out = tokio::time::timeout(Duration::from_secs(20), vgpuctl_as(uid, bus, &["status"]))
+        .await
+        .unwrap_or_else(|_| panic!("{when}: `vgpuctl status` got no answer in 20 s"));
+    ok(&out);
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "{when}: `vgpuctl status` took {:?}",
+        t.elapsed()
+    );
+}
+
+/// `dbus-send --print-reply` as `uid` with `args`, bounded.
+async fn dbus_send_as(uid: u32, bus: &str, args: &[&str]) -> Output {
+    let mut cmd = Command::new("setpriv");
+    cmd.arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={uid}"))
+        .arg("--clear-groups")
+        .arg("dbus-send")
+        .arg(format!("--bus={bus}"))
+        .args(["--print-reply", "--reply-timeout=15000"])
+        .args(args);
+    tokio::time::timeout(PATIENCE, cmd.output())
+        .await
+        .expect("dbus-send hung")
+        .expect("dbus-send (Debian package `dbus-bin`) must be installed")
+}
+
+/// The unique name that owns vgpud's name.
+async fn owner(bus: &str) -> String {
+    let out = vgpuctl(bus, &["status"]).await;
+    ok(&out);
+    let out = Command::new("dbus-send")
+        .arg(format!("--bus={bus}"))
+        .args([
+            "--print-reply",
+            "--dest=org.freedesktop.DBus",
+            "/org/freedesktop/DBus",
+            "org.freedesktop.DBus.GetNameOwner",
+            "string:org.vgpumanager.Manager1",
+        ])
+        .output()
+        .await
+        .unwrap();
+    let reply = ok(&out);
+    reply
+        .lines()
+        .find(|l| l.trim_start().starts_with("string"))
+        .unwrap_or_else(|| panic!("GetNameOwner: {reply}"))
+        .trim()
+        .to_string()
+}
+
+#[tokio::test]
+async fn an_unprivileged_user_cannot_take_vgpuds_name() {
+    if !require_root("an_unprivileged_user_cannot_take_vgpuds_name") {
+        return;
+    }
+    let dir = open_tempdir();
+    let d = daemon(dir.path()).await;
+    let before = owner(&d.bus).await;
+    // Flags 2 | 1: replace the owner, and let others replace us.
+    for flags in ["uint32:2", "uint32:3", "uint32:4"] {
+        let out = dbus_send_as(
+            NOBODY,
+            &d.bus,
+            &[
+                "--dest=org.freedesktop.DBus",
+                "/org/freedesktop/DBus",
+                "org.freedesktop.DBus.RequestName",
+                "string:org.vgpumanager.Manager1",
+                flags,
+            ],
+        )
+        .await;
+        assert!(
+            !out.status.success()
+                && stderr(&out).contains("org.freedesktop.DBus.Error.AccessDenied"),
+            "RequestName({flags}) as uid {NOBODY} should be refused with AccessDenied: {} {}",
+            String::from_utf8_lossy(&out.stdout),
+            stderr(&out)
+        );
+    }
+    // Nor polkit's name, which vgpud asks about callers where it has an owner, nor a monitor that
+    // would see other users' calls.
+    for call in [
+        &[
+            "org.freedesktop.DBus.RequestName",
+            "string:org.freedesktop.PolicyKit1",
+            "uint32:4",
+        ][..],
+        &[
+            "org.freedesktop.DBus.Monitoring.BecomeMonitor",
+            "array:string:type=method_call",
+            "uint32:0",
+        ][..],
+    ] {
+        let mut args = vec!["--dest=org.freedesktop.DBus", "/org/freedesktop/DBus"];
+        args.extend_from_slice(call);
+        let out = dbus_send_as(NOBODY, &d.bus, &args).await;
+        assert!(
+            !out.status.success()
+                && stderr(&out).contains("org.freedesktop.DBus.Error.AccessDenied"),
+            "{} as uid {NOBODY} should be refused with AccessDenied: {} {}",
+            call[0],
+            String::from_utf8_lossy(&out.stdout),
+            stderr(&out)
+        );
+    }
+    assert_eq!(owner(&d.bus).await, before, "vgpud must keep its name");
+    assert!(
+        !d.log().contains("lost"),
+        "vgpud lost its name:\n{}",
+        d.log()
+    );
+    assert_answered(&d.bus, Some(NOBODY), "after the hijack").await;
+    assert_alive(&d);
+}
+
+#[tokio::test]
+async fn a_call_to_a_name_nobody_owns_is_answered_service_unknown() {
+    if !require_root("a_call_to_a_name_nobody_owns_is_answered_service_unknown") {
+        return;
+    }
+    let dir = open_tempdir();
+    let d = daemon(dir.path()).await;
+    let t = Instant::now();
+    let out = dbus_send_as(
+        NOBODY,
+        &d.bus,
+        &[
+            "--dest=org.example.NobodyOwnsThis",
+            "/",
+            "org.example.Nothing.Call",
+        ],
+    )
+    .await;
+    assert!(
+        stderr(&out).contains("org.freedesktop.DBus.Error.ServiceUnknown"),
+        "a call to an unowned name should fail with ServiceUnknown: {}",
+        stderr(&out)
+    );
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "ServiceUnknown took {:?}: the bus let the call wait",
+        t.elapsed()
+    );
+    assert_alive(&d);
+}
+
+#[tokio::test]
+async fn six_hundred_idle_connections_do_not_stop_the_bus() {
+    if !require_root("six_hundred_idle_connections_do_not_stop_the_bus") {
+        return;
+    }
+    let dir = open_tempdir();
+    let d = daemon(dir.path()).await;
+    let args = [socket_of(&d.bus), "600".into(), "40".into()];
+    let mut a = Attacker::start(NOBODY, IDLE, &args);
+    let got = a.report().await;
+    assert_eq!(got[0], "connected", "{got:?}");
+    let connected = got[1].clone();
+    assert_answered(&d.bus, None, "during 600 idle connections").await;
+    let fds = std::fs::read_dir(format!("/proc/{}/fd", d.pid()))
+        .unwrap()
+        .count();
+    eprintln!("vgpud holds {fds} descriptors during 600 idle connections ({got:?})");
+    // Each is closed: past the per-user cap at once, the others at the handshake timeout (10 s).
+    a.go_on().await;
+    let closed = a.report().await;
+    assert_eq!(
+        closed,
+        ["closed", connected.as_str()],
+        "the bus should close every connection that never authenticates ({got:?}):\n{}",
+        d.log()
+    );
+    a.stop().await;
+    assert_answered(&d.bus, None, "after the idle connections").await;
+    assert_answered(&d.bus, Some(NOBODY), "for the attacker's user afterwards").await;
+    assert_alive(&d);
+}
+
+#[tokio::test]
+async fn many_users_stop_at_the_total_cap_and_root_is_answered() {
+    if !require_root("many_users_stop_at_the_total_cap_and_root_is_answered") {
+        return;
+    }
+    let dir = open_tempdir();
+    let d = daemon(dir.path()).await;
+    // 16 users × 60 connections: more than the bus's cap at 1024 descriptors (704), fewer than the
+    // per-user cap each.
+    let mut attackers = Vec::new();
+    for i in 0..16 {
+        let args = [socket_of(&d.bus), "60".into(), "40".into()];
+        attackers.push(Attacker::start(NOBODY - i, IDLE, &args));
+    }
+    for a in &mut attackers {
+        let got = a.report().await;
+        assert_eq!(got[0], "connected", "{got:?}");
+    }
+    assert_answered(&d.bus, None, "during 960 idle connections of 16 users").await;
+    for a in attackers {
+        a.stop().await;
+    }
+    assert_answered(&d.bus, Some(NOBODY), "after the connections of 16 users").await;
+    assert_alive(&d);
+}
+
+#[tokio::test]
+async fn bodies_announced_but_never_sent_cost_no_memory() {
+    if !require_root("bodies_announced_but_never_sent_cost_no_memory") {
+        return;
+    }
+    let dir = open_tempdir();
+    let d = daemon(dir.path()).await;
+    let pid = d.pid().as_raw();
+    let before = proc_status(pid, "VmRSS:").unwrap();
+    let mut a = Attacker::start(
+        NOBODY,
+        HUGE,
+        &[socket_of(&d.bus), "8".into(), (120u32 << 20).to_string()],
+    );
+    let got = a.report().await;
+    assert_eq!(got[0], "sent", "{got:?}");
+    // Time for the bus to read what came (and, before the limit, to allocate what was announced).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let during = proc_status(pid, "VmRSS:").unwrap();
+    eprintln!("vgpud's RSS: {before} KiB before, {during} KiB with 8 huge announced bodies");
+    assert_answered(&d.bus, None, "during 8 huge announced bodies").await;
+    assert!(
+        during < before + RSS_GROWTH_BOUND_KIB,
+        "vgpud's RSS grew from {before} KiB to {during} KiB for 8 × 4 KiB sent of 120 MiB announced \
+         (bound: {RSS_GROWTH_BOUND_KIB} KiB)"
+    );
+    a.stop().await;
+    assert_answered(&d.bus, Some(NOBODY), "after the huge bodies").await;
+    assert_alive(&d);
+}
+
+#[tokio::test]
+async fn the_bus_accepts_again_after_running_out_of_descriptors() {
+    if !require_root("the_bus_accepts_again_after_running_out_of_descriptors") {
+        return;
+    }
+    let dir = open_tempdir();
+    let d = daemon(dir.path()).await;
+    // Squeeze vgpud to 64 descriptors: root's 64 connections (root is held to the per-user cap
+    // only) then run it out, and accept(2) fails with EMFILE.
+    let out = Command::new("prlimit")
+        .arg(format!("--pid={}", d.pid()))
+        .arg("--nofile=64:64")
+        .output()
+        .await
+        .expect("prlimit (util-linux) must be installed");
+    ok(&out);
+    let mut a = Attacker::start(0, IDLE, &[socket_of(&d.bus), "64".into(), "40".into()]);
+    let got = a.report().await;
+    assert_eq!(got[0], "connected", "{got:?}");
+    let deadline = Instant::now() + PATIENCE;
+    while !d.log().contains("Too many open files") {
+        assert!(
+            Instant::now() < deadline,
+            "vgpud never ran out of descriptors:\n{}",
+            d.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    a.stop().await;
+    assert_answered(&d.bus, None, "after running out of descriptors").await;
+    assert_answered(&d.bus, Some(NOBODY), "after running out of descriptors").await;
+    assert_alive(&d);
+}
+
+#[tokio::test]
+async fn file_descriptors_sent_by_an_unprivileged_user_never_reach_vgpud() {
+    if !require_root("file_descriptors_sent_by_an_unprivileged_user_never_reach_vgpud") {
+        return;
+    }
+    let dir = open_tempdir();
+    let d = daemon(dir.path()).await;
+    let mut a = Attacker::start(NOBODY, FDS, &[socket_of(&d.bus), "60".into(), "3".into()]);
+    // While the attacker sends, vgpud's own table stays small.
+    let mut most = 0;
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < deadline {
+        let fds = std::fs::read_dir(format!("/proc/{}/fd", d.pid()))
+            .map(|r| r.count())
+            .unwrap_or(0);
+        most = most.max(fds);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let got = a.report().await;
+    eprintln!("vgpud held at most {most} descriptors; the attacker reports {got:?}");
+    assert_eq!(
+        got[1], got[2],
+        "the bus should close every connection that sends descriptors: {got:?}"
+    );
+    assert!(
+        most < 200,
+        "vgpud held {most} descriptors while 60 connections sent 250 each"
+    );
+    a.stop().await;
+    assert_answered(&d.bus, None, "after the descriptor flood").await;
+    assert_answered(&d.bus, Some(NOBODY), "after the descriptor flood").await;
+    assert_alive(&d);
+}
+
+#[tokio::test]
+async fn bodies_under_the_size_limit_cost_what_was_sent_not_what_was_announced() {
+    if !require_root("bodies_under_the_size_limit_cost_what_was_sent_not_what_was_announced") {
+        return;
+    }
+    let dir = open_tempdir();
+    let d = daemon(dir.path()).await;
+    let pid = d.pid().as_raw();
+    let before = proc_status(pid, "VmRSS:").unwrap();
+    // 60 connections (under the per-user cap), each announcing 1000 KiB (under the message limit):
+    // allocated by the announced length, that is 60 MiB.
+    let mut a = Attacker::start(
+        NOBODY,
+        HUGE,
+        &[socket_of(&d.bus), "60".into(), (1000 * 1024).to_string()],
+    );
+    let got = a.report().await;
+    assert_eq!(got, ["sent", "60"], "{got:?}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let during = proc_status(pid, "VmRSS:").unwrap();
+    eprintln!("vgpud's RSS: {before} KiB before, {during} KiB with 60 announced 1000 KiB bodies");
+    assert_answered(&d.bus, None, "during 60 announced bodies").await;
+    assert!(
+        during < before + RSS_GROWTH_BOUND_KIB,
+        "vgpud's RSS grew from {before} KiB to {during} KiB for 60 × 4 KiB sent of 1000 KiB announced \
+         (bound: {RSS_GROWTH_BOUND_KIB} KiB)"
+    );
+    a.stop().await;
+    assert_alive(&d);
+}
