@@ -124,6 +124,11 @@ impl Authorizer {
         }
     }
 
+    /// Forgets what is known of the caller on `bus_name` (its connection closed).
+    pub(super) fn forget(&self, bus_name: &str) {
+        self.callers.forget(bus_name);
+    }
+
     /// The group whose members may make changes.
     pub fn admin_group(&self) -> &str {
         &self.admin_group
@@ -137,15 +142,15 @@ impl Authorizer {
         hdr: &Header<'_>,
     ) -> Result<Caller, ApiError> {
         let method = hdr.member().map(|m| m.to_string()).unwrap_or_default();
-        let known = hdr.sender().and_then(|s| self.callers.get(s.as_str()));
-        let caller = match known {
-            Some(c) => c,
-            None => {
-                let c = identify(conn, hdr).await?;
-                self.callers.put(c.clone());
-                c
-            }
+        let Some(sender) = hdr.sender() else {
+            return Err(denied(
+                "the call carries no sender, so its caller cannot be identified".into(),
+            ));
         };
+        let caller = self
+            .callers
+            .identify_once(sender.as_str(), || identify(conn, hdr))
+            .await?;
         let admin_gid = if caller.uid == 0 {
             None
         } else {
@@ -251,9 +256,11 @@ async fn identify(conn: &Connection, hdr: &Header<'_>) -> Result<Caller, ApiErro
             denied("the call carries no sender, so its caller cannot be identified".into())
         })?
         .to_owned();
-    let dbus = zbus::fdo::DBusProxy::new(conn)
-        .await
-        .map_err(ApiError::internal)?;
+    let dbus = zbus::fdo::DBusProxy::new(conn).await.map_err(|e| {
+        denied(format!(
+            "vgpud cannot ask the bus who caller {sender} is ({e}), so it may not make changes; retry"
+        ))
+    })?;
     let creds = dbus
         .get_connection_credentials(BusName::from(sender.clone()))
         .await
@@ -268,6 +275,10 @@ async fn identify(conn: &Connection, hdr: &Header<'_>) -> Result<Caller, ApiErro
         ))
     })?;
     let bus_groups = creds.unix_group_ids().cloned();
+    let pid = creds.process_id();
+    // The answer may carry the caller's pidfd (`ProcessFD`): closed now, not held while the user
+    // database is read.
+    drop(creds);
     tracing::debug!(%sender, uid, bus_groups = ?bus_groups, "caller credentials");
     let (user, groups) = tokio::task::spawn_blocking(move || user_and_groups(uid, bus_groups))
         .await
@@ -275,7 +286,7 @@ async fn identify(conn: &Connection, hdr: &Header<'_>) -> Result<Caller, ApiErro
     Ok(Caller {
         bus_name: sender.to_string(),
         uid,
-        pid: creds.process_id(),
+        pid,
         groups,
         user,
     })

@@ -7,6 +7,7 @@
 //! (`org.vgpumanager.Instance1`); zbus adds Properties, Introspectable and Peer to each.
 //! `data/org.vgpumanager.Manager1.xml` is their introspection.
 
+mod admission;
 pub mod auth;
 pub mod bus_name;
 mod callers;
@@ -31,6 +32,7 @@ use crate::daemon::api::limits;
 use crate::daemon::api::*;
 use vgpu_client::MANAGER_PATH;
 
+pub use admission::{MAX_PENDING, MAX_RUNNING, MAX_WORKERS};
 pub use auth::{Authorizer, Caller};
 pub use errors::ApiError;
 
@@ -120,14 +122,18 @@ struct Shared {
     exec: Arc<dyn Executor>,
     auth: Authorizer,
     mirror: mirror::MirrorHandle,
+    /// How many calls each client has pending, and which clients have gone.
+    admission: Arc<admission::Admission>,
     /// The last `ListInstances` answer and the views generation it is current for.
     instance_list: std::sync::Mutex<Option<(u64, Arc<Vec<vgpu_client::InstanceInfo>>)>>,
 }
 
 impl Shared {
-    /// Runs `cmd` for the caller of `hdr`: authorization (commands that change state or hold a
-    /// device), execution, then, for changes, waits until the objects and signals reflect the result.
-    /// Manager1 and Instance1 methods all come through here.
+    /// Runs `cmd` for the caller of `hdr`: admission (at most [`MAX_PENDING`] calls pending per
+    /// client, [`MAX_RUNNING`] of them on the workers), authorization (commands that change state or
+    /// hold a device), execution unless the client has gone meanwhile, then, for changes, waits until
+    /// the objects and signals reflect the result. Manager1 and Instance1 methods all come through
+    /// here.
     async fn run<C: Command>(
         &self,
         conn: &Connection,
@@ -137,6 +143,10 @@ impl Shared {
     where
         dyn Executor: Handle<C>,
     {
+        let method = hdr.member().map(|m| m.as_str()).unwrap_or("(no member)");
+        let ticket = self
+            .admission
+            .admit(hdr.sender().map(|s| s.as_str()), method)?;
         let access = C::ACCESS;
         if access.needs_authorization() {
             let caller = self.auth.authorize_change(conn, hdr).await?;
@@ -144,7 +154,41 @@ impl Shared {
             let command = limits::clip_debug(&cmd, limits::LOG_REQUEST_BYTES);
             tracing::info!(%caller, %command, "request");
         }
-        let result = call(&self.exec, cmd).await;
+        let result = if access.is_memory_read() {
+            // No I/O and no worker thread: answered at once.
+            Ok(self.exec.handle(cmd)?)
+        } else {
+            let Ok(_running) = ticket.running().await else {
+                tracing::debug!(
+                    client = ticket.client(),
+                    method,
+                    "client gone: call dropped"
+                );
+                return Err(admission::gone_error(&ticket, method));
+            };
+            let gone = ticket.gone_flag();
+            let exec = Arc::clone(&self.exec);
+            let ran = tokio::task::spawn_blocking(move || {
+                // Queued behind other work: the client may have gone meanwhile.
+                if gone.is_gone() {
+                    return None;
+                }
+                Some(exec.handle(cmd))
+            })
+            .await;
+            match ran {
+                Ok(Some(r)) => r.map_err(QueryError::from),
+                Ok(None) => {
+                    tracing::debug!(
+                        client = ticket.client(),
+                        method,
+                        "client gone: call dropped"
+                    );
+                    return Err(admission::gone_error(&ticket, method));
+                }
+                Err(e) => Err(QueryError::from(e)),
+            }
+        };
         if access.is_change() {
             // Even a failed command may have changed something (a rolled-back step); settle always.
             self.mirror.settle().await;
@@ -158,6 +202,31 @@ impl Shared {
             e
         })
     }
+}
+
+/// Follows the bus's `NameOwnerChanged` signals: a unique name without a new owner is a client that
+/// disconnected, whose calls that have not started are then dropped and whose identity is forgotten.
+async fn follow_departures(
+    conn: &Connection,
+    admission: Arc<admission::Admission>,
+    auth: Authorizer,
+) -> zbus::Result<tokio::task::JoinHandle<()>> {
+    use zbus::export::futures_core::Stream;
+    let dbus = zbus::fdo::DBusProxy::new(conn).await?;
+    let mut changes = dbus.receive_name_owner_changed().await?;
+    Ok(tokio::spawn(async move {
+        while let Some(signal) =
+            std::future::poll_fn(|cx| std::pin::Pin::new(&mut changes).poll_next(cx)).await
+        {
+            let Ok(args) = signal.args() else { continue };
+            if let zbus::names::BusName::Unique(name) = args.name()
+                && args.new_owner().is_none()
+            {
+                admission.disconnected(name.as_str());
+                auth.forget(name.as_str());
+            }
+        }
+    }))
 }
 
 /// Why the objects could not be served.
@@ -224,11 +293,21 @@ pub async fn serve_with(
     let server = conn.object_server();
     // The ObjectManager goes first so that later objects below it are announced with InterfacesAdded.
     server.at(MANAGER_PATH, zbus::fdo::ObjectManager).await?;
-    let (handle, tasks) = mirror::start(conn, Arc::clone(&exec), events, instances, gpus).await?;
+    let (handle, mut tasks) =
+        mirror::start(conn, Arc::clone(&exec), events, instances, gpus).await?;
+    let admission = Arc::new(admission::Admission::default());
+    match follow_departures(conn, Arc::clone(&admission), auth.clone()).await {
+        Ok(task) => tasks.push(task),
+        // A peer-to-peer connection has no bus to report departures: calls then simply run.
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot follow clients' disconnections: calls of clients that have gone still run")
+        }
+    }
     let shared = Arc::new(Shared {
         exec,
         auth,
         mirror: handle.clone(),
+        admission,
         instance_list: std::sync::Mutex::new(None),
     });
     let manager = strict::Strict::wrap(manager::Manager { shared });

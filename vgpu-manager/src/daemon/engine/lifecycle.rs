@@ -55,10 +55,13 @@ impl Instances {
         let place = self.place(&req, true)?;
         let uuid = req.uuid.unwrap_or_else(MdevUuid::new_random);
         let _reserved = self.reserve_new(uuid)?;
-        self.locks.with_parent(&place.parent, || {
-            self.create_device_owned(&uuid, &place, req.label.clone())
+        // The view is read before the parent is unlocked: a Destroy of the new UUID waits for the
+        // lock, so the answer is the instance this call made, not what a later command left.
+        let view = self.locks.with_parent(&place.parent, || {
+            self.create_device_owned(&uuid, &place, req.label.clone())?;
+            Ok::<_, CoreError>(self.refresh_one(&uuid))
         })?;
-        made(self.refresh_one(&uuid), uuid, "created")
+        made(view, uuid, "created")
     }
 
     pub(super) fn define(&self, req: InstanceSpec) -> Result<InstanceView, CoreError> {
@@ -154,74 +157,136 @@ impl Instances {
         Ok(())
     }
 
+    /// The parent instance `uuid` is on now: its device's, else its definition's, else its ledger
+    /// entry's; `None` when nothing of it exists.
+    fn current_parent(&self, uuid: &MdevUuid) -> Option<String> {
+        if let Some((parent, _)) = device_identity(self.host.as_ref(), uuid) {
+            return Some(parent);
+        }
+        let store = lock(&self.store);
+        store
+            .get_definition(uuid)
+            .map(|d| d.parent.clone())
+            .or_else(|| store.get_ledger(uuid).map(|l| l.parent.clone()))
+    }
+
+    /// Runs `f` with the parent of instance `uuid` locked, and what `f` decides on read under that
+    /// lock: the cached view may be older than a concurrent command's change (every change of an
+    /// instance happens under its parent's lock). An instance that moved to another parent meanwhile
+    /// (destroyed and made again there) is followed; one that no longer exists is NotFound.
+    fn with_instance_locked<T>(
+        &self,
+        uuid: &MdevUuid,
+        mut f: impl FnMut(&str) -> Result<T, CoreError>,
+    ) -> Result<T, CoreError> {
+        // Each retry means another command re-made the instance elsewhere in between; a few are
+        // plenty, and a client that keeps moving it gets NotFound rather than a livelock.
+        for _ in 0..4 {
+            let Some(parent) = self.current_parent(uuid) else {
+                break;
+            };
+            let done = self.locks.with_parent(&parent, || {
+                (self.current_parent(uuid).as_deref() == Some(parent.as_str())).then(|| f(&parent))
+            });
+            if let Some(result) = done {
+                return result;
+            }
+        }
+        Err(CoreError::NotFound { uuid: *uuid })
+    }
+
     pub(super) fn start(&self, uuid: MdevUuid) -> Result<Option<InstanceView>, CoreError> {
         let v = self.view(&uuid)?;
         self.not_foreign(&v)?;
-        let def = lock(&self.store).get_definition(&uuid).cloned();
-        let Some(def) = def else {
-            return Err(StateError::TransientRunning { uuid }.into());
-        };
-        let place = Placement {
-            parent: def.parent.clone(),
-            gpu: def.gpu.clone(),
-            type_id: def.type_id.clone(),
-            profile: def.profile.clone(),
-        };
-        self.locks.with_parent(&def.parent, || {
+        self.with_instance_locked(&uuid, |parent| {
+            // Read under the lock: a concurrent Destroy may have removed the definition.
+            let def = lock(&self.store).get_definition(&uuid).cloned();
+            let Some(def) = def else {
+                if self.device_exists(&uuid) {
+                    return Err(StateError::TransientRunning { uuid }.into());
+                }
+                return Err(CoreError::NotFound { uuid });
+            };
             if self.device_exists(&uuid) {
                 return Err(StateError::AlreadyRunning { uuid }.into());
             }
-            if !self.parent_exists(&def.parent) {
+            if def.parent != parent || !self.parent_exists(&def.parent) {
                 return Err(StateError::ParentMissing {
                     uuid,
                     parent: def.parent.clone(),
                 }
                 .into());
             }
-            self.create_device_owned(&uuid, &place, def.label.clone())
-        })?;
-        Ok(self.refresh_one(&uuid))
-    }
-
-    /// Removes the running device of an instance we own; `what` names the command for messages.
-    fn remove_running(&self, v: &InstanceView, what: &'static str) -> Result<(), CoreError> {
-        self.not_foreign(v)?;
-        let owned = lock(&self.store).get_ledger(&v.uuid).is_some();
-        self.locks.with_parent(&v.parent, || {
-            if !self.device_exists(&v.uuid) {
-                return Err(StateError::NotRunning {
-                    uuid: v.uuid,
-                    action: what,
-                }
-                .into());
-            }
-            if !owned {
-                return Err(CoreError::Foreign { uuid: v.uuid });
-            }
-            self.remove_device_owned(&v.uuid, &v.parent)
+            let place = Placement {
+                parent: def.parent.clone(),
+                gpu: def.gpu.clone(),
+                type_id: def.type_id.clone(),
+                profile: def.profile.clone(),
+            };
+            self.create_device_owned(&uuid, &place, def.label.clone())?;
+            Ok(self.refresh_one(&uuid))
         })
     }
 
-    pub(super) fn stop(&self, uuid: MdevUuid) -> Result<Option<InstanceView>, CoreError> {
-        let v = self.view(&uuid)?;
-        self.remove_running(&v, "stop")?;
-        Ok(self.refresh_one(&uuid))
+    /// Removes the running device of instance `uuid` on `parent` if we own it; `what` names the
+    /// command for messages. The parent lock must be held, so that what is read here is current.
+    fn remove_running_locked(
+        &self,
+        uuid: &MdevUuid,
+        parent: &str,
+        what: &'static str,
+    ) -> Result<(), CoreError> {
+        if !self.device_exists(uuid) {
+            return Err(StateError::NotRunning {
+                uuid: *uuid,
+                action: what,
+            }
+            .into());
+        }
+        if lock(&self.store).get_ledger(uuid).is_none() {
+            return Err(CoreError::Foreign { uuid: *uuid });
+        }
+        self.remove_device_owned(uuid, parent)
     }
 
+    pub(super) fn stop(&self, uuid: MdevUuid) -> Result<Option<InstanceView>, CoreError> {
+        // Existence from the views (which also notice a device made behind our back); ownership is
+        // decided under the lock, as the cached view may be older than a concurrent change.
+        self.view(&uuid)?;
+        self.with_instance_locked(&uuid, |parent| {
+            self.remove_running_locked(&uuid, parent, "stop")?;
+            Ok(self.refresh_one(&uuid))
+        })
+    }
+
+    /// Removes the device (if running) and the definition. Of concurrent Destroys of one instance
+    /// exactly one succeeds: each decides under the parent's lock, and the later ones find nothing
+    /// (NotFound).
     pub(super) fn destroy(&self, uuid: MdevUuid) -> Result<Option<InstanceView>, CoreError> {
-        let v = self.view(&uuid)?;
-        self.not_foreign(&v)?;
-        if self.device_exists(&uuid) {
-            self.remove_running(&v, "destroy")?;
-        }
-        lock(&self.store).remove_definition(&uuid)?;
-        Ok(self.refresh_one(&uuid))
+        self.view(&uuid)?;
+        self.with_instance_locked(&uuid, |parent| {
+            let running = self.device_exists(&uuid);
+            if running {
+                self.remove_running_locked(&uuid, parent, "destroy")?;
+            }
+            let defined = lock(&self.store).remove_definition(&uuid)?.is_some();
+            if !running && !defined {
+                // Only a ledger entry left (its create failed and is being undone): nothing to
+                // destroy.
+                return Err(CoreError::NotFound { uuid });
+            }
+            Ok(self.refresh_one(&uuid))
+        })
     }
 
     pub(super) fn undefine(&self, uuid: MdevUuid) -> Result<Option<InstanceView>, CoreError> {
         let v = self.view(&uuid)?;
         self.not_foreign(&v)?;
         if lock(&self.store).remove_definition(&uuid)?.is_none() {
+            // A concurrent Destroy may have removed the whole instance since the view was read.
+            if !self.device_exists(&uuid) {
+                return Err(CoreError::NotFound { uuid });
+            }
             return Err(StateError::NotDefined { uuid }.into());
         }
         Ok(self.refresh_one(&uuid))
@@ -237,6 +302,10 @@ impl Instances {
         {
             let mut store = lock(&self.store);
             let Some(mut def) = store.get_definition(&uuid).cloned() else {
+                // A concurrent Destroy may have removed the whole instance since the view was read.
+                if !self.device_exists(&uuid) {
+                    return Err(CoreError::NotFound { uuid });
+                }
                 return Err(StateError::TransientAutostart { uuid }.into());
             };
             def.autostart = autostart;

@@ -10,6 +10,10 @@ use std::time::{Duration, Instant};
 
 use busd::bus::Bus;
 use busd::peer::SEND_TIMEOUT;
+
+/// How long the bus waits for vgpud's own connection to take the messages sent to it before it
+/// disconnects it (other clients get busd's `SEND_TIMEOUT`, 100 ms).
+const DAEMON_SEND_TIMEOUT: Duration = Duration::from_secs(30);
 use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
 use zbus::Address;
 use zbus::address::transport::{Transport, Unix, UnixSocket};
@@ -243,13 +247,20 @@ async fn serve(
         let peers = bus.peers().clone();
         let guid = bus.guid().clone();
         let timer = runtime.clone();
+        // vgpud's own connection (from this process) is not cut for reading slowly under a flood of
+        // calls: every client waits on it, and cutting it stops the service for all of them.
+        let send_timeout = if cred.pid == std::process::id() {
+            DAEMON_SEND_TIMEOUT
+        } else {
+            SEND_TIMEOUT
+        };
         zruntime::spawn(async move {
             let add = peers.add(
                 &guid,
                 id,
                 zbus::connection::Builder::socket(split),
                 AuthMechanism::External,
-                SEND_TIMEOUT,
+                send_timeout,
             );
             match timer.timeout(AUTH_TIMEOUT, add).await {
                 Ok(Ok(())) => {}
