@@ -602,3 +602,72 @@ async fn bodies_under_the_size_limit_cost_what_was_sent_not_what_was_announced()
     a.stop().await;
     assert_alive(&d);
 }
+
+/// A peer that hands out descriptors, as vgpud does with `Instance1.OpenDevice`.
+struct Handout;
+
+#[zbus::interface(name = "org.vgpumanager.Test.Handout")]
+impl Handout {
+    /// A descriptor of /dev/null.
+    fn open(&self) -> zbus::fdo::Result<zbus::OwnedFd> {
+        let f = std::fs::File::open("/dev/null")
+            .map_err(|e| zbus::fdo::Error::Failed(e.to_string()))?;
+        Ok(std::os::fd::OwnedFd::from(f).into())
+    }
+}
+
+#[tokio::test]
+async fn descriptors_from_a_privileged_peer_reach_root_and_unprivileged_callers() {
+    require_root("run a caller as uid 65534");
+    let dir = open_tempdir();
+    let d = daemon(dir.path()).await;
+    let bus = d.bus.clone();
+    // A root peer serving descriptors (what vgpud's OpenDevice replies carry).
+    let server = dbus_common::client(&bus).await;
+    server
+        .object_server()
+        .at("/org/vgpumanager/Test", Handout)
+        .await
+        .unwrap();
+    let name = server.unique_name().unwrap().to_string();
+    // Several calls from root, each reply with one descriptor, also pipelined.
+    let caller = dbus_common::client(&bus).await;
+    let proxy = zbus::Proxy::new(
+        &caller,
+        name.as_str(),
+        "/org/vgpumanager/Test",
+        "org.vgpumanager.Test.Handout",
+    )
+    .await
+    .unwrap();
+    let calls = (0..8).map(|_| proxy.call::<_, _, zbus::OwnedFd>("Open", &()));
+    for got in futures_util::future::join_all(calls).await {
+        let fd = got.expect("a reply carrying a descriptor arrives");
+        let meta = std::fs::File::from(std::os::fd::OwnedFd::from(fd))
+            .metadata()
+            .unwrap();
+        assert!(!meta.is_file(), "/dev/null is a character device");
+    }
+    // An unprivileged caller receives one too (an unprivileged VMM takes its device this way).
+    let out = dbus_send_as(
+        NOBODY,
+        &bus,
+        &[
+            &format!("--dest={name}"),
+            "/org/vgpumanager/Test",
+            "org.vgpumanager.Test.Handout.Open",
+        ],
+    )
+    .await;
+    assert!(
+        out.status.success(),
+        "uid {NOBODY} got no descriptor: {}",
+        stderr(&out)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("file descriptor"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_alive(&d);
+}

@@ -217,7 +217,8 @@ pub fn split(
         conn: conn.clone(),
         peers,
         pending: Vec::new(),
-        fds: Vec::new(),
+        consumed: 0,
+        fds: std::collections::VecDeque::new(),
     };
     let writer = Writer { conn };
     Ok(zbus::connection::socket::Split::new(
@@ -232,8 +233,14 @@ struct Reader {
     peers: Arc<Peers>,
     /// Bytes received and not yet handed out, never more than a message and one read beyond it.
     pending: Vec<u8>,
-    /// Descriptors received and not yet handed out, in the order they came.
-    fds: Vec<OwnedFd>,
+    /// Bytes of the stream already handed out (the stream offset of `pending[0]`).
+    consumed: u64,
+    /// Descriptors received and not yet handed out, in the order they came, each with the stream
+    /// offset of the first byte that came with it. A descriptor belongs to the message that byte is
+    /// part of: the kernel never merges data sent with descriptors into one read with data sent
+    /// before it (net/unix/af_unix.c, `unix_stream_read_generic`), and every sender passes a message's
+    /// descriptors with its first bytes.
+    fds: std::collections::VecDeque<(u64, OwnedFd)>,
 }
 
 impl fmt::Debug for Reader {
@@ -252,8 +259,9 @@ impl Reader {
             .io
             .read_with(|s| recv_some(s.as_fd(), &mut chunk, take_fds))
             .await?;
+        let at = self.consumed + self.pending.len() as u64;
         self.pending.extend_from_slice(&chunk[..n]);
-        self.fds.extend(fds);
+        self.fds.extend(fds.into_iter().map(|fd| (at, fd)));
         Ok(())
     }
 
@@ -265,25 +273,20 @@ impl Reader {
                 if self.pending.len() >= len {
                     let rest = self.pending.split_off(len);
                     let bytes = std::mem::replace(&mut self.pending, rest);
-                    return self.parse(bytes, seq).await;
+                    let end = self.consumed + len as u64;
+                    self.consumed = end;
+                    // The descriptors that came with this message's bytes.
+                    let mut fds = Vec::new();
+                    while self.fds.front().is_some_and(|(at, _)| *at < end) {
+                        if let Some((_, fd)) = self.fds.pop_front() {
+                            fds.push(fd);
+                        }
+                    }
+                    return Replay::parse(bytes, fds, seq).await;
                 }
             }
             self.fill().await?;
         }
-    }
-
-    /// Parses `bytes`, one whole message, with the descriptors its header asks for.
-    async fn parse(&mut self, bytes: Vec<u8>, seq: u64) -> zbus::Result<Message> {
-        if self.fds.is_empty() {
-            return Replay::parse(bytes, Vec::new(), seq).await;
-        }
-        let bare = Replay::parse(bytes.clone(), Vec::new(), seq).await?;
-        let want = bare.header().unix_fds().unwrap_or(0) as usize;
-        if want > self.fds.len() {
-            return Err(zbus::Error::MissingParameter("Missing file descriptors"));
-        }
-        let fds: Vec<OwnedFd> = self.fds.drain(..want).collect();
-        Replay::parse(bytes, fds, seq).await
     }
 
     /// The error the bus answers `msg` with in place of passing it on, if it does.
@@ -376,10 +379,9 @@ impl ReadHalf for Reader {
             first.append(&mut self.pending);
             self.pending = first;
         }
-        if !already_received_fds.is_empty() {
-            let mut first = std::mem::take(already_received_fds);
-            first.append(&mut self.fds);
-            self.fds = first;
+        // Descriptors the handshake read came with the first message's first bytes.
+        for fd in std::mem::take(already_received_fds).into_iter().rev() {
+            self.fds.push_front((self.consumed, fd));
         }
         loop {
             let msg = self.next_message(seq).await?;
