@@ -26,12 +26,8 @@ use std::time::{Duration, Instant};
 
 use dbus_common::system_bus::{NOBODY, open_tempdir, require_root};
 use dbus_common::{Daemon, PATIENCE, ok, stderr, vgpuctl, vgpuctl_as};
-use nix::sys::resource::{Resource, setrlimit};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
-
-/// The file-descriptor limit vgpud runs with here: systemd's default soft limit.
-const NOFILE: u64 = 1024;
 
 /// How much vgpud's RSS may grow while 8 connections each announce a 120 MiB body: each holds at
 /// most the bytes it really sent (4 KiB) and a 64 KiB read buffer, so a few MiB; 32 MiB leaves room
@@ -149,23 +145,11 @@ print("closed", len(closed), len(socks), flush=True)
 sys.stdin.readline()
 "#;
 
-/// Holds every process of the test process's own tree, vgpud included, to [`NOFILE`] descriptors.
-fn limit_descriptors() {
-    setrlimit(Resource::RLIMIT_NOFILE, NOFILE, NOFILE).expect("lower RLIMIT_NOFILE");
-}
-
 /// The socket file of a `unix:path=` bus address.
 fn socket_of(bus: &str) -> String {
     bus.strip_prefix("unix:path=")
         .expect("a unix:path= bus")
         .to_string()
-}
-
-/// A field of `/proc/PID/status` (the number before its unit).
-fn proc_status(pid: i32, field: &str) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = s.lines().find(|l| l.starts_with(field))?;
-    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// Panics unless vgpud is still running (not exited, not a zombie), with its log.
@@ -188,27 +172,10 @@ fn assert_alive(d: &Daemon) {
     );
 }
 
-/// Panics unless vgpud runs with `RLIMIT_NOFILE` [`NOFILE`], as the test set it up.
-fn assert_limited(d: &Daemon) {
-    let limits = std::fs::read_to_string(format!("/proc/{}/limits", d.pid())).unwrap();
-    let line = limits
-        .lines()
-        .find(|l| l.starts_with("Max open files"))
-        .unwrap();
-    assert!(
-        line.split_whitespace()
-            .filter(|w| *w == NOFILE.to_string())
-            .count()
-            == 2,
-        "vgpud should run with RLIMIT_NOFILE {NOFILE}: {line}"
-    );
-}
-
-/// Starts vgpud on its embedded bus, with [`NOFILE`] descriptors.
+/// Starts vgpud on its embedded bus, with [`dbus_common::HOSTILE_NOFILE`] descriptors.
 async fn daemon(dir: &Path) -> Daemon {
-    limit_descriptors();
     let d = Daemon::embedded(dir, &dir.join("state")).await;
-    assert_limited(&d);
+    d.limit_fds();
     d
 }
 
@@ -480,8 +447,7 @@ async fn bodies_announced_but_never_sent_cost_no_memory() {
     }
     let dir = open_tempdir();
     let d = daemon(dir.path()).await;
-    let pid = d.pid().as_raw();
-    let before = proc_status(pid, "VmRSS:").unwrap();
+    let before = d.rss_kib();
     let mut a = Attacker::start(
         NOBODY,
         HUGE,
@@ -491,7 +457,7 @@ async fn bodies_announced_but_never_sent_cost_no_memory() {
     assert_eq!(got[0], "sent", "{got:?}");
     // Time for the bus to read what came (and, before the limit, to allocate what was announced).
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let during = proc_status(pid, "VmRSS:").unwrap();
+    let during = d.rss_kib();
     eprintln!("vgpud's RSS: {before} KiB before, {during} KiB with 8 huge announced bodies");
     assert_answered(&d.bus, None, "during 8 huge announced bodies").await;
     assert!(
@@ -579,8 +545,7 @@ async fn bodies_under_the_size_limit_cost_what_was_sent_not_what_was_announced()
     }
     let dir = open_tempdir();
     let d = daemon(dir.path()).await;
-    let pid = d.pid().as_raw();
-    let before = proc_status(pid, "VmRSS:").unwrap();
+    let before = d.rss_kib();
     // 60 connections (under the per-user cap), each announcing 1000 KiB (under the message limit):
     // allocated by the announced length, that is 60 MiB.
     let mut a = Attacker::start(
@@ -591,7 +556,7 @@ async fn bodies_under_the_size_limit_cost_what_was_sent_not_what_was_announced()
     let got = a.report().await;
     assert_eq!(got, ["sent", "60"], "{got:?}");
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let during = proc_status(pid, "VmRSS:").unwrap();
+    let during = d.rss_kib();
     eprintln!("vgpud's RSS: {before} KiB before, {during} KiB with 60 announced 1000 KiB bodies");
     assert_answered(&d.bus, None, "during 60 announced bodies").await;
     assert!(
@@ -618,7 +583,9 @@ impl Handout {
 
 #[tokio::test]
 async fn descriptors_from_a_privileged_peer_reach_root_and_unprivileged_callers() {
-    require_root("run a caller as uid 65534");
+    if !require_root("descriptors_from_a_privileged_peer_reach_root_and_unprivileged_callers") {
+        return;
+    }
     let dir = open_tempdir();
     let d = daemon(dir.path()).await;
     let bus = d.bus.clone();

@@ -14,22 +14,18 @@ mod dbus_common;
 
 use std::collections::BTreeMap;
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use dbus_common::PATIENCE;
 use dbus_common::system_bus::{NOBODY, open_tempdir, require_root};
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
+use dbus_common::{Daemon, PATIENCE};
 use vgpu_client::{MANAGER_PATH, SERVICE};
 use zbus::Connection;
 use zbus::message::{Message, Type};
 
 /// The environment variable that makes this binary an attacking client instead of a test suite.
 const ROLE_VAR: &str = "VGPU_HOSTILE_ROLE";
-/// vgpud's file descriptor limit: systemd's default soft `LimitNOFILE`.
-const NOFILE: u32 = 1024;
 /// Descriptors vgpud may hold beyond its idle count at any moment of a flood (a few per client
 /// connection and worker; one per pending call would be thousands).
 const FD_HEADROOM: usize = 200;
@@ -38,93 +34,11 @@ const RSS_HEADROOM_KIB: u64 = 96 * 1024;
 /// How long a normal client's call may take during a flood: generous, the machine is shared.
 const ANSWER_BOUND: Duration = Duration::from_secs(5);
 
-/// vgpud on its embedded bus under `RLIMIT_NOFILE` [`NOFILE`]; killed (by pid) when dropped.
-struct LimitedDaemon {
-    child: Child,
-    bus: String,
-    log: PathBuf,
-}
-
-impl LimitedDaemon {
-    async fn start(dir: &Path) -> LimitedDaemon {
-        let bus = format!("unix:path={}", dir.join("bus.sock").display());
-        let log = dir.join("vgpud.log");
-        let child = Command::new("prlimit")
-            .arg(format!("--nofile={NOFILE}:{NOFILE}"))
-            .arg("--")
-            .arg(env!("CARGO_BIN_EXE_vgpud"))
-            .args(["--listen", &bus, "--sim", "demo", "--state-dir"])
-            .arg(dir.join("state"))
-            .env("VGPU_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("prlimit (Debian package util-linux) must be installed");
-        let mut d = LimitedDaemon { child, bus, log };
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            d.assert_running("while starting");
-            let short = Duration::from_secs(2);
-            if let Ok(Ok(conn)) =
-                tokio::time::timeout(short, zbus::connection::Builder::address(&*d.bus).build())
-                    .await
-                && let Ok(Ok(dbus)) =
-                    tokio::time::timeout(short, zbus::fdo::DBusProxy::new(&conn)).await
-                && let Ok(Ok(true)) =
-                    tokio::time::timeout(short, dbus.name_has_owner(SERVICE.try_into().unwrap()))
-                        .await
-            {
-                break;
-            }
-            assert!(Instant::now() < deadline, "vgpud not ready:\n{}", d.log());
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        // prlimit execs vgpud: the pid is vgpud's, and so is the limit.
-        let limits = std::fs::read_to_string(format!("/proc/{}/limits", d.child.id())).unwrap();
-        let line = limits
-            .lines()
-            .find(|l| l.starts_with("Max open files"))
-            .unwrap();
-        assert!(
-            line.contains(&format!(" {NOFILE} ")),
-            "vgpud's limit: {line}"
-        );
-        d
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn assert_running(&mut self, when: &str) {
-        if let Some(status) = self.child.try_wait().unwrap() {
-            panic!("vgpud exited {when} ({status}):\n{}", self.log());
-        }
-    }
-
-    fn fds(&self) -> usize {
-        std::fs::read_dir(format!("/proc/{}/fd", self.child.id()))
-            .map(|d| d.count())
-            .unwrap_or(0)
-    }
-
-    fn rss_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .unwrap_or_default();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .unwrap_or(0)
-    }
-}
-
-impl Drop for LimitedDaemon {
-    fn drop(&mut self) {
-        let _ = kill(Pid::from_raw(self.child.id() as i32), Signal::SIGKILL);
-        let _ = self.child.wait();
-    }
+/// vgpud on its embedded bus under `RLIMIT_NOFILE` [`dbus_common::HOSTILE_NOFILE`].
+async fn limited_daemon(dir: &Path) -> Daemon {
+    let d = Daemon::embedded(dir, &dir.join("state")).await;
+    d.limit_fds();
+    d
 }
 
 /// What an attacker does: `count` pipelined calls of `method` (`ListGpus`, `Destroy`), then either reads every answer or disconnects at once.
@@ -283,7 +197,7 @@ struct Observed {
 /// Calls Ping, ListInstances and ListGpus as a normal (root) client and samples vgpud's fds and RSS
 /// until `done` says the attackers finished.
 async fn observe(
-    daemon: &mut LimitedDaemon,
+    daemon: &mut Daemon,
     conn: &Connection,
     mut done: impl FnMut() -> bool,
 ) -> Observed {
@@ -299,7 +213,7 @@ async fn observe(
             let took = timed_call(conn, iface, method).await;
             let slowest = o.slowest.entry(name).or_default();
             *slowest = (*slowest).max(took);
-            o.max_fds = o.max_fds.max(daemon.fds());
+            o.max_fds = o.max_fds.max(daemon.fd_count());
             o.max_rss_kib = o.max_rss_kib.max(daemon.rss_kib());
         }
         if done() {
@@ -352,10 +266,10 @@ async fn floods_of_reads_and_refused_changes_cost_no_fds_and_others_stay_answere
         return;
     }
     let tmp = open_tempdir();
-    let mut daemon = LimitedDaemon::start(tmp.path()).await;
+    let mut daemon = limited_daemon(tmp.path()).await;
     let conn = dbus_common::client(&daemon.bus).await;
     timed_call(&conn, "org.vgpumanager.Manager1", "ListGpus").await;
-    let (idle_fds, idle_rss) = (daemon.fds(), daemon.rss_kib());
+    let (idle_fds, idle_rss) = (daemon.fd_count(), daemon.rss_kib());
 
     let reads = Attack {
         method: "ListGpus",
@@ -397,10 +311,10 @@ async fn the_work_of_a_client_that_has_gone_is_dropped() {
         return;
     }
     let tmp = open_tempdir();
-    let mut daemon = LimitedDaemon::start(tmp.path()).await;
+    let mut daemon = limited_daemon(tmp.path()).await;
     let conn = dbus_common::client(&daemon.bus).await;
     timed_call(&conn, "org.vgpumanager.Manager1", "ListGpus").await;
-    let (idle_fds, idle_rss) = (daemon.fds(), daemon.rss_kib());
+    let (idle_fds, idle_rss) = (daemon.fd_count(), daemon.rss_kib());
     // Three clients that each pipeline 10,000 ListGpus and leave at once.
     let floods: Vec<Child> = (0..3)
         .map(|_| {

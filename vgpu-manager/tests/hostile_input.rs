@@ -20,7 +20,7 @@ mod dbus_common;
 
 use std::collections::HashMap;
 
-use dbus_common::name::{Attack, Outcome, attack_as, attacker_main, limit_fds, rss_kib};
+use dbus_common::name::{Attack, Outcome, attack_as, attacker_main};
 use dbus_common::system_bus::{NOBODY, PERMISSIVE, open_tempdir, require_root, start_dbus_daemon};
 use dbus_common::{Daemon, client, ok_json, vgpuctl, vgpuctl_as};
 use vgpu_client::{MANAGER_PATH, SERVICE};
@@ -68,7 +68,7 @@ async fn set_of_a_read_only_property_answers_property_read_only() {
     }
     let tmp = open_tempdir();
     let daemon = Daemon::embedded(tmp.path(), &tmp.path().join("state")).await;
-    limit_fds(&daemon);
+    daemon.limit_fds();
     let bus = daemon.bus.clone();
     let made = ok_json(&vgpuctl(&bus, &["create", "--profile", "vdi-2g", "--json"]).await);
     let uuid = made["uuid"].as_str().unwrap().to_string();
@@ -126,7 +126,7 @@ async fn arguments_wrapped_in_a_structure_are_refused() {
     }
     let tmp = open_tempdir();
     let daemon = Daemon::embedded(tmp.path(), &tmp.path().join("state")).await;
-    limit_fds(&daemon);
+    daemon.limit_fds();
     let bus = daemon.bus.clone();
     let made = ok_json(&vgpuctl(&bus, &["create", "--profile", "vdi-2g", "--json"]).await);
     let uuid = made["uuid"].as_str().unwrap().to_string();
@@ -208,7 +208,7 @@ async fn oversized_input_is_refused_naming_the_limit_and_logged_bounded() {
     let tmp = open_tempdir();
     let bus = start_dbus_daemon(tmp.path(), PERMISSIVE, None);
     let daemon = Daemon::on_bus(&bus.address, tmp.path(), &tmp.path().join("state"), &[]).await;
-    limit_fds(&daemon);
+    daemon.limit_fds();
     let conn = client(&bus.address).await;
     let log_before = daemon.log().len();
 
@@ -303,7 +303,7 @@ async fn oversized_input_is_refused_naming_the_limit_and_logged_bounded() {
     }
     // Every refusal above and this call are in the log, each line bounded: far less than the input.
     let grown = daemon.log().len() - log_before;
-    let rss = rss_kib(&daemon);
+    let rss = daemon.rss_kib();
     eprintln!(
         "vgpud's log grew by {grown} bytes for ~40 MiB of oversized input; its RSS is {rss} KiB"
     );
@@ -319,7 +319,7 @@ async fn oversized_input_is_refused_naming_the_limit_and_logged_bounded() {
     // The embedded bus carries messages up to 1 MiB: a text past vgpud's limit but under the bus's is
     // answered with vgpud's limit there too (not a closed connection).
     let embedded = Daemon::embedded(tmp.path(), &tmp.path().join("state-embedded")).await;
-    limit_fds(&embedded);
+    embedded.limit_fds();
     let conn = client(&embedded.bus).await;
     assert_invalid(
         "Plan on the embedded bus",

@@ -18,7 +18,7 @@ mod dbus_common;
 
 use std::time::Duration;
 
-use dbus_common::name::{Attack, Outcome, attack_as, attacker_main, limit_fds};
+use dbus_common::name::{Attack, Outcome, attack_as, attacker_main};
 use dbus_common::system_bus::{
     NOBODY, PERMISSIVE, SYSTEM_DEFAULTS, open_tempdir, repo, require_root, start_dbus_daemon,
 };
@@ -92,7 +92,7 @@ async fn the_shipped_policy_keeps_the_name_from_an_unprivileged_user() {
         let tmp = open_tempdir();
         let bus = start_dbus_daemon(tmp.path(), defaults, Some(&policy));
         let daemon = Daemon::on_bus(&bus.address, tmp.path(), &tmp.path().join("state"), &[]).await;
-        limit_fds(&daemon);
+        daemon.limit_fds();
         let (first, _, _) = owner(&bus.address).await;
         for flags in [
             REPLACE_EXISTING,
@@ -124,7 +124,7 @@ async fn vgpud_does_not_let_its_name_be_replaced_on_a_permissive_bus() {
     let tmp = open_tempdir();
     let bus = start_dbus_daemon(tmp.path(), PERMISSIVE, None);
     let daemon = Daemon::on_bus(&bus.address, tmp.path(), &tmp.path().join("state"), &[]).await;
-    limit_fds(&daemon);
+    daemon.limit_fds();
     hijacks_fail(&bus.address, &daemon, false).await;
     assert!(daemon.terminate().success());
 }
@@ -138,7 +138,7 @@ async fn vgpud_does_not_let_its_name_be_replaced_on_the_embedded_bus() {
     }
     let tmp = open_tempdir();
     let daemon = Daemon::embedded(tmp.path(), &tmp.path().join("state")).await;
-    limit_fds(&daemon);
+    daemon.limit_fds();
     let bus = daemon.bus.clone();
     hijacks_fail(&bus, &daemon, true).await;
     assert!(daemon.terminate().success());
@@ -191,7 +191,7 @@ async fn a_second_vgpud_refuses_to_start_and_the_first_keeps_its_name() {
     let policy = repo().join("data/org.vgpumanager.Manager1.conf");
     let bus = start_dbus_daemon(tmp.path(), SYSTEM_DEFAULTS, Some(&policy));
     let first = Daemon::on_bus(&bus.address, tmp.path(), &tmp.path().join("state"), &[]).await;
-    limit_fds(&first);
+    first.limit_fds();
     let (unique, pid, _) = owner(&bus.address).await;
     let second = tokio::process::Command::new(env!("CARGO_BIN_EXE_vgpud"))
         .args(["--bus", &bus.address, "--sim", "demo", "--state-dir"])

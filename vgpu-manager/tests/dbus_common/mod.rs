@@ -18,6 +18,10 @@ use tokio::sync::mpsc;
 use vgpu_client::{BusAddress, Manager1Proxy, SERVICE};
 use zbus::Connection;
 
+/// vgpud's open-file limit in the hostile suites ([`Daemon::limit_fds`]): systemd's default soft
+/// `LimitNOFILE`.
+pub const HOSTILE_NOFILE: u64 = 1024;
+
 /// How long to wait for something that normally takes milliseconds; only a hang reaches it.
 pub const PATIENCE: Duration = Duration::from_secs(60);
 
@@ -139,6 +143,60 @@ impl Daemon {
                 self.log()
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Lowers the running vgpud's open-file limit to [`HOSTILE_NOFILE`] (soft and hard), systemd's
+    /// default soft limit, as the hostile suites run it (`prlimit`, util-linux), and checks that it
+    /// took.
+    pub fn limit_fds(&self) {
+        let pid = self.pid();
+        let status = Command::new("prlimit")
+            .arg(format!("--pid={pid}"))
+            .arg(format!("--nofile={HOSTILE_NOFILE}:{HOSTILE_NOFILE}"))
+            .status()
+            .expect("prlimit (Debian package util-linux) must be installed");
+        assert!(status.success(), "prlimit --pid={pid} failed: {status}");
+        let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+        let line = limits
+            .lines()
+            .find(|l| l.starts_with("Max open files"))
+            .unwrap();
+        let n = HOSTILE_NOFILE.to_string();
+        assert_eq!(
+            line.split_whitespace().filter(|w| *w == n).count(),
+            2,
+            "vgpud should run with RLIMIT_NOFILE {n}: {line}"
+        );
+    }
+
+    /// The running vgpud's resident memory in KiB (`VmRSS` in /proc/PID/status).
+    pub fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmRSS in /proc/PID/status")
+    }
+
+    /// The descriptors vgpud holds now.
+    pub fn fd_count(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.pid()))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    }
+
+    /// Panics, with its log, if vgpud has exited.
+    pub fn assert_running(&mut self, when: &str) {
+        if let Some(status) = self
+            .child
+            .as_mut()
+            .expect("running")
+            .try_wait()
+            .expect("poll vgpud")
+        {
+            panic!("vgpud exited {when} ({status}):\n{}", self.log());
         }
     }
 

@@ -238,25 +238,3 @@ async fn run(bus: &str, attack: &Attack) -> Outcome {
         }
     }
 }
-
-/// Lowers the running vgpud's open-file limit to 1024 (soft and hard), systemd's default soft limit,
-/// as the hostile suites run it (`prlimit`, util-linux).
-pub fn limit_fds(daemon: &super::Daemon) {
-    let pid = daemon.pid();
-    let status = Command::new("prlimit")
-        .arg(format!("--pid={pid}"))
-        .arg("--nofile=1024:1024")
-        .status()
-        .expect("prlimit (Debian package util-linux) must be installed");
-    assert!(status.success(), "prlimit --pid={pid} failed: {status}");
-}
-
-/// The running vgpud's resident memory in KiB (`VmRSS` in /proc/PID/status).
-pub fn rss_kib(daemon: &super::Daemon) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{}/status", daemon.pid())).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS in /proc/PID/status")
-}
