@@ -159,11 +159,6 @@ impl<S, U, E> Report<S, U, E> {
     pub fn succeeded(&self) -> bool {
         self.failure.is_none()
     }
-
-    /// True when everything recorded was undone (or nothing needed to be).
-    pub fn fully_undone(&self) -> bool {
-        self.rollback_errors.is_empty() && self.left.is_empty()
-    }
 }
 
 /// One effect in the journal of a whole run.
@@ -332,11 +327,6 @@ impl<'a, S: Clone + fmt::Display, A: Actions<S> + ?Sized> Transaction<'a, S, A> 
 }
 
 impl<S: Clone + fmt::Display, A: Actions<S> + ?Sized> Failed<'_, S, A> {
-    /// The step that failed.
-    pub fn failure(&self) -> &StepFailure<S, A::Error> {
-        &self.failure
-    }
-
     /// Undoes the run.
     pub fn roll_back(self) -> Undone<S, A::Undo, A::Error> {
         let at = self.run.steps.len().checked_sub(1);
@@ -454,7 +444,7 @@ mod tests {
         assert_eq!(report.completed, steps[..2].to_vec());
         assert_eq!(report.rolled_back, vec![steps[1].clone(), steps[0].clone()]);
         assert_eq!(report.effects, 4);
-        assert!(report.fully_undone());
+        assert!(report.rollback_errors.is_empty() && report.left.is_empty());
         assert!(c.cells.values().all(|v| *v == 0), "{:?}", c.cells);
         assert!(!c.cells.contains_key(&4), "nothing runs after the failure");
     }
