@@ -573,12 +573,22 @@ struct Handout;
 
 #[zbus::interface(name = "org.vgpumanager.Test.Handout")]
 impl Handout {
-    /// A descriptor of /dev/null.
-    fn open(&self) -> zbus::fdo::Result<zbus::OwnedFd> {
+    /// A descriptor of /dev/null, announced first by a signal without one: the peer writes the two
+    /// messages back to back, so the bus may read them in one go (the kernel glues a write without
+    /// descriptors to the next one that has some, net/unix/af_unix.c `unix_stream_read_generic`).
+    async fn open(
+        &self,
+        #[zbus(signal_emitter)] emitter: zbus::object_server::SignalEmitter<'_>,
+    ) -> zbus::fdo::Result<zbus::OwnedFd> {
+        Self::opening(&emitter).await?;
         let f = std::fs::File::open("/dev/null")
             .map_err(|e| zbus::fdo::Error::Failed(e.to_string()))?;
         Ok(std::os::fd::OwnedFd::from(f).into())
     }
+
+    /// Sent before each reply of `Open`.
+    #[zbus(signal)]
+    async fn opening(emitter: &zbus::object_server::SignalEmitter<'_>) -> zbus::Result<()>;
 }
 
 #[tokio::test]
@@ -589,7 +599,7 @@ async fn descriptors_from_a_privileged_peer_reach_root_and_unprivileged_callers(
     let dir = open_tempdir();
     let d = daemon(dir.path()).await;
     let bus = d.bus.clone();
-    // A root peer serving descriptors (what vgpud's OpenDevice replies carry).
+    // A root peer serving descriptors (what vgpud's OpenDevice replies carry), sending signals too.
     let server = dbus_common::client(&bus).await;
     server
         .object_server()
@@ -597,7 +607,7 @@ async fn descriptors_from_a_privileged_peer_reach_root_and_unprivileged_callers(
         .await
         .unwrap();
     let name = server.unique_name().unwrap().to_string();
-    // Several calls from root, each reply with one descriptor, also pipelined.
+    // Many calls from root, pipelined, each reply with one descriptor after a signal without any.
     let caller = dbus_common::client(&bus).await;
     let proxy = zbus::Proxy::new(
         &caller,
@@ -607,7 +617,7 @@ async fn descriptors_from_a_privileged_peer_reach_root_and_unprivileged_callers(
     )
     .await
     .unwrap();
-    let calls = (0..8).map(|_| proxy.call::<_, _, zbus::OwnedFd>("Open", &()));
+    let calls = (0..64).map(|_| proxy.call::<_, _, zbus::OwnedFd>("Open", &()));
     for got in futures_util::future::join_all(calls).await {
         let fd = got.expect("a reply carrying a descriptor arrives");
         let meta = std::fs::File::from(std::os::fd::OwnedFd::from(fd))

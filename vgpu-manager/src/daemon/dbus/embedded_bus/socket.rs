@@ -217,7 +217,6 @@ pub fn split(
         conn: conn.clone(),
         peers,
         pending: Vec::new(),
-        consumed: 0,
         fds: std::collections::VecDeque::new(),
     };
     let writer = Writer { conn };
@@ -233,14 +232,12 @@ struct Reader {
     peers: Arc<Peers>,
     /// Bytes received and not yet handed out, never more than a message and one read beyond it.
     pending: Vec<u8>,
-    /// Bytes of the stream already handed out (the stream offset of `pending[0]`).
-    consumed: u64,
-    /// Descriptors received and not yet handed out, in the order they came, each with the stream
-    /// offset of the first byte that came with it. A descriptor belongs to the message that byte is
-    /// part of: the kernel never merges data sent with descriptors into one read with data sent
-    /// before it (net/unix/af_unix.c, `unix_stream_read_generic`), and every sender passes a message's
-    /// descriptors with its first bytes.
-    fds: std::collections::VecDeque<(u64, OwnedFd)>,
+    /// Descriptors received and not yet handed out, in the order they came. They belong to the
+    /// messages, in order, whose headers ask for descriptors (`UNIX_FDS`): one read may bring the end
+    /// of a message without descriptors together with the next message and its descriptors (the
+    /// kernel glues a write to a following one that carries descriptors, net/unix/af_unix.c
+    /// `unix_stream_read_generic`), so where they arrived says nothing.
+    fds: std::collections::VecDeque<OwnedFd>,
 }
 
 impl fmt::Debug for Reader {
@@ -259,9 +256,8 @@ impl Reader {
             .io
             .read_with(|s| recv_some(s.as_fd(), &mut chunk, take_fds))
             .await?;
-        let at = self.consumed + self.pending.len() as u64;
         self.pending.extend_from_slice(&chunk[..n]);
-        self.fds.extend(fds.into_iter().map(|fd| (at, fd)));
+        self.fds.extend(fds);
         Ok(())
     }
 
@@ -273,20 +269,36 @@ impl Reader {
                 if self.pending.len() >= len {
                     let rest = self.pending.split_off(len);
                     let bytes = std::mem::replace(&mut self.pending, rest);
-                    let end = self.consumed + len as u64;
-                    self.consumed = end;
-                    // The descriptors that came with this message's bytes.
-                    let mut fds = Vec::new();
-                    while self.fds.front().is_some_and(|(at, _)| *at < end) {
-                        if let Some((_, fd)) = self.fds.pop_front() {
-                            fds.push(fd);
-                        }
-                    }
-                    return Replay::parse(bytes, fds, seq).await;
+                    return self.parse(bytes, seq).await;
                 }
             }
             self.fill().await?;
         }
+    }
+
+    /// Parses `bytes`, one whole message, with as many of the pending descriptors as its header asks
+    /// for. zbus refuses a message given fewer descriptors than its header names and accepts more, so
+    /// the first count it accepts, trying 0, 1, … with duplicates, is exactly the header's; the
+    /// message keeps those duplicates and the originals are closed.
+    async fn parse(&mut self, bytes: Vec<u8>, seq: u64) -> zbus::Result<Message> {
+        for k in 0..=self.fds.len() {
+            let trial = self
+                .fds
+                .iter()
+                .take(k)
+                .map(|fd| fd.try_clone())
+                .collect::<io::Result<Vec<OwnedFd>>>()?;
+            match Replay::parse(bytes.clone(), trial, seq).await {
+                Err(zbus::Error::MissingParameter(_)) if k < self.fds.len() => continue,
+                Ok(msg) => {
+                    self.fds.drain(..k);
+                    return Ok(msg);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        // Not reached: the last count tried (all pending descriptors) returns either way.
+        Err(zbus::Error::MissingParameter("Missing file descriptors"))
     }
 
     /// The error the bus answers `msg` with in place of passing it on, if it does.
@@ -379,9 +391,9 @@ impl ReadHalf for Reader {
             first.append(&mut self.pending);
             self.pending = first;
         }
-        // Descriptors the handshake read came with the first message's first bytes.
+        // Descriptors the handshake read belong to the first messages.
         for fd in std::mem::take(already_received_fds).into_iter().rev() {
-            self.fds.push_front((self.consumed, fd));
+            self.fds.push_front(fd);
         }
         loop {
             let msg = self.next_message(seq).await?;
