@@ -160,7 +160,10 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    let args = mdevctl::alias_args(args.into_iter().map(Into::into).collect());
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    if let Some(program) = args.first().and_then(|a| mdevctl::Program::of(a)) {
+        return mdevctl::run_program(program, args, out, err);
+    }
     let cli = match Cli::try_parse_from(args) {
         Ok(c) => c,
         Err(e) => {

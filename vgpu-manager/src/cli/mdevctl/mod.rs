@@ -1,7 +1,9 @@
 //! `vgpuctl mdevctl …`: an mdevctl-compatible front end to vgpud, so libvirt's node-device driver (which
 //! runs `mdevctl`) and scripts written for mdevctl keep working on hosts where vgpud manages the mdevs.
-//! Install it as `mdevctl` (a symlink to vgpuctl: invoked under that name, vgpuctl behaves as
-//! `vgpuctl mdevctl`; as `lsmdev`, as `vgpuctl mdevctl list`).
+//! Install it as `mdevctl` (a symlink to vgpuctl: invoked under that name, vgpuctl is a program named
+//! `mdevctl` with these commands, mdevctl's usage lines, its `Error: …` messages and exit status 1 for a
+//! failed command; as `lsmdev`, it is `mdevctl list`). JSON is written without a final newline, as
+//! mdevctl writes it. docs/mdevctl.md tracks conformance with mdevctl's own tests.
 //!
 //! It answers the command lines libvirt issues (libvirt src/node_device/node_device_driver.c):
 //! `list --dumpjson [--defined]`, `start --parent=P --jsonfile=/dev/stdin [--uuid=U]` (create),
@@ -15,11 +17,11 @@
 //! Two vgpu-manager extensions move definitions between the two tools: `export` writes vgpud's
 //! definitions as `/etc/mdevctl.d/<parent>/<uuid>` files, `import` defines mdevctl's files in vgpud.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use clap::{ArgGroup, Args, Subcommand};
+use clap::{ArgGroup, Args, Parser, Subcommand};
 use qemu_glue::mdevctl::{
     CONFIG_DIR, MdevctlConfig, MdevctlDevice, MdevctlType, StartMode, list_json, types_json,
 };
@@ -179,24 +181,95 @@ pub struct ModifyArgs {
     force: bool,
 }
 
-/// Rewrites the arguments when vgpuctl runs as `mdevctl` or `lsmdev` (through a symlink), so that
-/// `mdevctl list …` means `vgpuctl mdevctl list …`.
-pub fn alias_args(mut args: Vec<OsString>) -> Vec<OsString> {
-    let name = args
-        .first()
-        .and_then(|a| Path::new(a).file_name())
-        .and_then(|n| n.to_str())
-        .unwrap_or_default()
-        .to_string();
-    let insert: &[&str] = match name.as_str() {
-        "mdevctl" => &["mdevctl"],
-        "lsmdev" => &["mdevctl", "list"],
-        _ => &[],
-    };
-    for (i, a) in insert.iter().enumerate() {
-        args.insert(1 + i, OsString::from(a));
+/// `mdevctl`: vgpuctl invoked under that name (a symlink), a program of its own whose usage, errors and
+/// exit codes are mdevctl's.
+#[derive(Debug, Parser)]
+#[command(
+    name = "mdevctl",
+    version,
+    about = "Manage mediated devices through vgpud (vgpu-manager's mdevctl-compatible front end)"
+)]
+struct MdevctlProgram {
+    #[command(flatten)]
+    bus: BusArgs,
+    #[command(subcommand)]
+    command: MdevctlCommand,
+}
+
+/// `lsmdev`: `mdevctl list` under its own name, as mdevctl installs it.
+#[derive(Debug, Parser)]
+#[command(
+    name = "lsmdev",
+    version,
+    about = "List mediated devices (vgpu-manager's mdevctl-compatible front end)"
+)]
+struct LsmdevProgram {
+    #[command(flatten)]
+    bus: BusArgs,
+    #[command(flatten)]
+    list: ListArgs,
+}
+
+/// The program vgpuctl runs as, from the file name of `argv[0]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Program {
+    /// Invoked as `mdevctl`.
+    Mdevctl,
+    /// Invoked as `lsmdev`.
+    Lsmdev,
+}
+
+impl Program {
+    /// The program `argv0` names, if it is `mdevctl` or `lsmdev` (mdevctl's src/main.rs decides the same
+    /// way, by the name it was run under).
+    pub fn of(argv0: &OsStr) -> Option<Program> {
+        match Path::new(argv0).file_name()?.to_str()? {
+            "mdevctl" => Some(Program::Mdevctl),
+            "lsmdev" => Some(Program::Lsmdev),
+            _ => None,
+        }
     }
-    args
+}
+
+/// mdevctl's exit status for a failed command: its `main` returns an error, which Rust reports with
+/// `Error: ` and status 1 (mdevctl src/main.rs). Usage errors keep clap's status 2, as in mdevctl.
+pub const EXIT_FAILED: i32 = 1;
+
+/// Runs `args` as `program`: parses them with mdevctl's command line, runs the command against vgpud,
+/// and reports a failure as mdevctl does (`Error: …` on `err`, status [`EXIT_FAILED`]). Returns the exit
+/// status.
+pub fn run_program(
+    program: Program,
+    args: Vec<OsString>,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> i32 {
+    let parsed = match program {
+        Program::Mdevctl => MdevctlProgram::try_parse_from(args).map(|p| (p.bus, p.command)),
+        Program::Lsmdev => {
+            LsmdevProgram::try_parse_from(args).map(|p| (p.bus, MdevctlCommand::List(p.list)))
+        }
+    };
+    let (bus, command) = match parsed {
+        Ok(p) => p,
+        Err(e) => {
+            let text = e.render().to_string();
+            let _ = if e.use_stderr() {
+                err.write_all(text.as_bytes())
+            } else {
+                out.write_all(text.as_bytes())
+            };
+            return if e.use_stderr() { super::EXIT_USAGE } else { 0 };
+        }
+    };
+    match run(&command, &bus, out) {
+        Ok(()) => 0,
+        Err(CliError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => 0,
+        Err(e) => {
+            let _ = writeln!(err, "Error: {e}");
+            EXIT_FAILED
+        }
+    }
 }
 
 /// Runs one mdevctl command against vgpud on `bus`.
@@ -279,7 +352,8 @@ fn list(daemon: &mut dyn ManagerCalls, a: &ListArgs, out: &mut dyn Write) -> Res
             (Some(_), [(_, d)]) => d.config.to_json_pretty(),
             _ => list_json(&chosen.iter().map(|(_, d)| d.clone()).collect::<Vec<_>>()),
         };
-        writeln!(out, "{text}")?;
+        // mdevctl writes its JSON without a final newline.
+        write!(out, "{text}")?;
         return Ok(());
     }
     let mut sorted = chosen;
@@ -336,7 +410,8 @@ fn types(
         .collect();
     parents.sort_by(|a, b| a.0.cmp(&b.0));
     if dumpjson {
-        writeln!(out, "{}", types_json(&parents))?;
+        // mdevctl writes its JSON without a final newline.
+        write!(out, "{}", types_json(&parents))?;
         return Ok(());
     }
     for (p, ts) in &parents {

@@ -119,6 +119,9 @@ pub(super) fn define(
     Ok(())
 }
 
+/// `start` of a new device. A parent vgpud does not list is refused with mdevctl's words (mdevctl
+/// src/mdev.rs, the parent lookup of `start`: "Unable to find parent device '…'", with "Did you mean '…'?"
+/// when only the letter case differs, as for an upper-case PCI address).
 pub(super) fn start(
     daemon: &mut dyn ManagerCalls,
     spec: &DeviceSpec,
@@ -151,7 +154,19 @@ pub(super) fn start(
             "device is insufficiently specified: give --parent and --type (or --jsonfile), or the --uuid of a definition",
         ));
     };
-    let made = daemon.create(&new_instance(&t, p, uuid.as_ref()))?;
+    let parents: Vec<String> = daemon.list_gpus()?.into_iter().map(|g| g.id).collect();
+    let known = parents.iter().any(|k| k == p);
+    if !known && let Some(k) = parents.iter().find(|k| k.eq_ignore_ascii_case(p)) {
+        return Err(bad(format!(
+            "Unable to find parent device '{p}'. Did you mean '{k}'?"
+        )));
+    }
+    let made = daemon
+        .create(&new_instance(&t, p, uuid.as_ref()))
+        .map_err(|e| match known {
+            true => CliError::from(e),
+            false => bad(format!("Unable to find parent device '{p}' ({e})")),
+        })?;
     if uuid.is_none() {
         writeln!(out, "{}", made.uuid)?;
     }

@@ -71,7 +71,7 @@ fn list_dumpjson_active_and_defined_in_mdevctl_shape() {
         mdevctl(&mut f, "list --dumpjson -p 0000:ff:00.0")
             .ok()
             .as_deref(),
-        Some("[]\n")
+        Some("[]")
     );
 }
 
@@ -311,14 +311,59 @@ fn export_then_import_moves_definitions_between_the_tools() {
 
 #[test]
 fn running_as_mdevctl_or_lsmdev_selects_the_front_end() {
-    let v = |a: &[&str]| alias_args(a.iter().map(OsString::from).collect());
-    assert_eq!(
-        v(&["/usr/sbin/mdevctl", "list"])[1..],
-        [OsString::from("mdevctl"), "list".into()]
+    let p = |a: &str| Program::of(OsStr::new(a));
+    assert_eq!(p("/usr/sbin/mdevctl"), Some(Program::Mdevctl));
+    assert_eq!(p("lsmdev"), Some(Program::Lsmdev));
+    assert_eq!(p("vgpuctl"), None);
+    assert_eq!(p("/usr/bin/mdevctl-old"), None);
+}
+
+fn program(program: Program, line: &str) -> (i32, String, String) {
+    let name = match program {
+        Program::Mdevctl => "/usr/sbin/mdevctl",
+        Program::Lsmdev => "/usr/sbin/lsmdev",
+    };
+    let argv = std::iter::once(name)
+        .chain(line.split_whitespace())
+        .map(OsString::from)
+        .collect();
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let code = run_program(program, argv, &mut out, &mut err);
+    (
+        code,
+        String::from_utf8_lossy(&out).into_owned(),
+        String::from_utf8_lossy(&err).into_owned(),
+    )
+}
+
+#[test]
+fn as_mdevctl_the_usage_names_mdevctl_once() {
+    let (code, out, _) = program(Program::Mdevctl, "--help");
+    assert_eq!(code, 0);
+    assert!(out.contains("Usage: mdevctl [OPTIONS] <COMMAND>"), "{out}");
+    let (_, out, _) = program(Program::Mdevctl, "list --help");
+    assert!(out.contains("Usage: mdevctl list [OPTIONS]"), "{out}");
+    assert!(
+        !out.contains("mdevctl mdevctl") && !out.contains("--sysfs-root"),
+        "{out}"
     );
-    assert_eq!(
-        v(&["lsmdev", "-d"])[1..],
-        [OsString::from("mdevctl"), "list".into(), "-d".into()]
+    let (code, _, err) = program(Program::Mdevctl, "bogus");
+    assert_eq!(code, crate::cli::EXIT_USAGE);
+    assert!(err.contains("Usage: mdevctl [OPTIONS] <COMMAND>"), "{err}");
+    let (code, out, _) = program(Program::Lsmdev, "--help");
+    assert_eq!(code, 0);
+    assert!(out.contains("Usage: lsmdev [OPTIONS]"), "{out}");
+}
+
+#[test]
+fn as_mdevctl_a_failure_is_reported_as_mdevctl_reports_it() {
+    // No daemon on this bus: the command fails, as mdevctl's main reports an error (src/main.rs).
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let bus = format!("--bus=unix:path={}", dir.path().join("none").display());
+    let (code, out, err) = program(Program::Mdevctl, &format!("list {bus}"));
+    assert_eq!(code, EXIT_FAILED, "{err}");
+    assert!(
+        out.is_empty() && err.starts_with("Error: ") && err.ends_with('\n'),
+        "{err}"
     );
-    assert_eq!(v(&["vgpuctl", "list"])[1..], [OsString::from("list")]);
 }
