@@ -3,8 +3,8 @@
 //! description}`, `sys/bus/mdev/devices/<uuid>` → the device below its parent with an `mdev_type` link,
 //! `etc/mdevctl.d/<parent>/<uuid>` definitions, call-out directories under `usr/lib/mdevctl/scripts.d`
 //! and `etc/mdevctl.d/scripts.d`), plus what a real kernel has beside it and vgpud reads: a PCI device
-//! entry for a parent named by a PCI address, the write-only `create`/`remove` attributes, and a small
-//! kernel ([`FakeKernel`]) that makes and removes the devices those attributes are written for.
+//! entry for a parent named by a PCI address, and the write-only `create`/`remove` attributes, whose
+//! writes [`kernel_writes`] reads back.
 //!
 //! Also starts vgpud on such a root ([`Daemon::on_sysfs_root`]).
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
@@ -12,9 +12,6 @@
 use std::fs;
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::Daemon;
@@ -237,19 +234,7 @@ fn materialize(root: &Path, parent: &str, ty: &str, uuid: &str) {
     let _ = link(&dev, &fake.type_dir(parent, ty).join("devices").join(uuid));
 }
 
-fn unmaterialize(root: &Path, uuid: &str) {
-    let link = root.join("sys/bus/mdev/devices").join(uuid);
-    let Ok(dev) = fs::canonicalize(&link) else {
-        return;
-    };
-    if let Ok(ty) = fs::canonicalize(dev.join("mdev_type")) {
-        let _ = fs::remove_file(ty.join("devices").join(uuid));
-    }
-    let _ = fs::remove_file(&link);
-    let _ = fs::remove_dir_all(&dev);
-}
-
-/// One write the fake kernel saw: `create` of a type (parent, type, text) or `remove` of a device.
+/// One write to a kernel attribute of the fake root: `create` of a type (parent, type, text) or `remove` of a device.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KernelWrite {
     /// Text written to `<parent>/mdev_supported_types/<type>/create`.
@@ -270,51 +255,14 @@ pub enum KernelWrite {
     },
 }
 
-/// Polls the fake root's `create` and `remove` files and acts on what is written to them, as the
-/// kernel's mdev core would: a UUID written to `create` makes the device, `1` written to `remove`
-/// removes it. Every write is recorded.
-pub struct FakeKernel {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<Vec<KernelWrite>>>,
-}
-
-impl FakeKernel {
-    /// Starts watching `root`.
-    pub fn start(root: &Path) -> FakeKernel {
-        let root = root.to_path_buf();
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = std::thread::spawn(move || {
-            let mut seen = Vec::new();
-            loop {
-                let last = flag.load(Ordering::Acquire);
-                poll(&root, &mut seen);
-                if last {
-                    return seen;
-                }
-                std::thread::sleep(Duration::from_millis(5));
-            }
-        });
-        FakeKernel {
-            stop,
-            thread: Some(thread),
-        }
-    }
-
-    /// Stops watching (after one last look) and returns every write seen.
-    pub fn finish(mut self) -> Vec<KernelWrite> {
-        self.stop.store(true, Ordering::Release);
-        self.thread.take().unwrap().join().unwrap()
-    }
-}
-
-impl Drop for FakeKernel {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
+/// What was written to the fake root's `create` and `remove` attributes. Nothing acts on those writes
+/// while a command runs: the tree has no kernel behind it, and one that made devices a moment after the
+/// write (a watcher) would race with vgpud, which reads a device back as soon as its write returns, as a
+/// real kernel lets it. So a device asked for never appears, the same way every run.
+pub fn kernel_writes(root: &Path) -> Vec<KernelWrite> {
+    let mut seen = Vec::new();
+    poll(root, &mut seen);
+    seen
 }
 
 fn poll(root: &Path, seen: &mut Vec<KernelWrite>) {
@@ -332,12 +280,7 @@ fn poll(root: &Path, seen: &mut Vec<KernelWrite>) {
             if text.is_empty() {
                 continue;
             }
-            fs::write(&create, "").unwrap();
             let ty = t.file_name().to_string_lossy().into_owned();
-            let uuid = text.trim().to_string();
-            if !root.join("sys/bus/mdev/devices").join(&uuid).exists() {
-                materialize(root, &parent, &ty, &uuid);
-            }
             seen.push(KernelWrite::Create {
                 parent: parent.clone(),
                 ty,
@@ -355,11 +298,6 @@ fn poll(root: &Path, seen: &mut Vec<KernelWrite>) {
             continue;
         }
         let uuid = d.file_name().to_string_lossy().into_owned();
-        if text.trim() == "1" {
-            unmaterialize(root, &uuid);
-        } else {
-            let _ = fs::write(&remove, "");
-        }
         seen.push(KernelWrite::Remove { uuid, text });
     }
 }
