@@ -57,6 +57,12 @@ pub enum MdevctlCommand {
     Stop(UuidSpec),
     /// Change a definition: --auto/--manual, --type, or a --jsonfile.
     Modify(ModifyArgs),
+    /// Start the parent's definitions marked auto (what mdevctl's udev rule runs when a parent appears).
+    #[command(hide = true)]
+    StartParentMdevs {
+        /// The parent device (its sysfs name).
+        parent: String,
+    },
     /// vgpu-manager extension: write vgpud's definitions as mdevctl definition files.
     Export {
         /// The mdevctl definition directory to write `<parent>/<uuid>` files into.
@@ -136,13 +142,19 @@ pub struct UuidSpec {
     force: bool,
 }
 
-/// `modify` options (mdevctl's).
+/// `modify` options, combined as mdevctl's command line allows (mdevctl src/cli.rs `Modify`: one of
+/// --auto, --manual, --addattr, --delattr or --jsonfile is required and they exclude each other; --type
+/// goes with --auto/--manual or an attribute change; --live needs --jsonfile).
 #[derive(Debug, Args)]
-#[command(group(ArgGroup::new("change").args(["auto", "manual", "mdev_type", "jsonfile", "addattr", "delattr"])))]
+#[command(group(
+    ArgGroup::new("change")
+        .required(true)
+        .args(["auto", "manual", "addattr", "delattr", "jsonfile"])
+))]
 pub struct ModifyArgs {
     /// The UUID of the definition to change.
     #[arg(short, long, value_name = "UUID")]
-    uuid: Option<String>,
+    uuid: String,
     /// Its parent device (its sysfs name, e.g. 0000:3b:00.0).
     #[arg(short, long, value_name = "PARENT")]
     parent: Option<String>,
@@ -150,22 +162,22 @@ pub struct ModifyArgs {
     #[arg(short = 't', long = "type", value_name = "TYPE")]
     mdev_type: Option<String>,
     /// Start automatically.
-    #[arg(short, long)]
+    #[arg(short, long, conflicts_with_all = ["index", "value"])]
     auto: bool,
     /// Start only when asked.
-    #[arg(short, long)]
+    #[arg(short, long, conflicts_with_all = ["index", "value"])]
     manual: bool,
     /// New configuration from FILE.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["mdev_type", "index", "value"])]
     jsonfile: Option<PathBuf>,
     /// Change the definition (the default).
     #[arg(short, long)]
     defined: bool,
     /// Change the running device (not supported by vgpud).
-    #[arg(short, long)]
+    #[arg(short, long, conflicts_with_all = ["mdev_type", "index", "value"], requires = "jsonfile")]
     live: bool,
     /// Add an attribute (not supported by vgpud).
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", requires = "value")]
     addattr: Option<String>,
     /// Delete an attribute (not supported by vgpud).
     #[arg(long)]
@@ -174,7 +186,7 @@ pub struct ModifyArgs {
     #[arg(short, long)]
     index: Option<u32>,
     /// Attribute value.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "delattr", requires = "addattr")]
     value: Option<String>,
     /// Accepted for compatibility; vgpud runs no call-out scripts.
     #[arg(short, long)]
@@ -295,6 +307,7 @@ pub fn run_with(
         MdevctlCommand::Start(s) => ops::start(daemon, s, out),
         MdevctlCommand::Stop(s) => ops::stop(daemon, s),
         MdevctlCommand::Modify(m) => ops::modify(daemon, m),
+        MdevctlCommand::StartParentMdevs { parent } => ops::start_parent_mdevs(daemon, parent),
         MdevctlCommand::Export { dir } => ops::export(daemon, dir, out),
         MdevctlCommand::Import { dir, dry_run } => ops::import(daemon, dir, *dry_run, out),
     }

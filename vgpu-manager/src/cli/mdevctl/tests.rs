@@ -367,3 +367,56 @@ fn as_mdevctl_a_failure_is_reported_as_mdevctl_reports_it() {
         "{err}"
     );
 }
+
+#[test]
+fn modify_options_combine_as_mdevctls_command_line_allows() {
+    let mut f = demo();
+    // One of --auto, --manual, --addattr, --delattr, --jsonfile is required: nothing, or --type alone,
+    // is a usage error (mdevctl src/cli.rs), not a silent success.
+    for line in [
+        format!("modify --uuid {B}"),
+        format!("modify --uuid {B} --type nvidia-222"),
+        format!("modify --uuid {B} --auto --manual"),
+    ] {
+        let e = mdevctl(&mut f, &line).unwrap_err();
+        assert!(e.contains("Usage:"), "{line}: {e}");
+    }
+    let e = mdevctl(&mut f, &format!("modify --uuid {B} --live --auto")).unwrap_err();
+    assert_eq!(e, "'auto' cannot be changed on active mdev");
+    assert!(f.log.is_empty(), "{:?}", f.log);
+    // --type with --manual changes both.
+    mdevctl(
+        &mut f,
+        &format!("modify --uuid {B} --type nvidia-222 --manual"),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let b = &f.instances[B];
+    assert_eq!((b.type_id.as_str(), b.autostart), ("nvidia-222", false));
+    // A JSON file names a definition only with its parent.
+    let cfg = json_file(r#"{"mdev_type":"nvidia-231","start":"auto"}"#);
+    let e = mdevctl(
+        &mut f,
+        &format!("modify --uuid {B} --jsonfile {}", cfg.path().display()),
+    )
+    .unwrap_err();
+    assert!(e.contains("Parent device required"), "{e}");
+}
+
+#[test]
+fn start_parent_mdevs_starts_that_parents_auto_definitions() {
+    const C: &str = "9d1c0e52-2a3c-4f0c-a0f7-5a8a4b1c2d3f";
+    const D: &str = "9d1c0e52-2a3c-4f0c-a0f7-5a8a4b1c2d40";
+    let mut manual = instance(C, "nvidia-231", "stopped", true, "daemon");
+    manual.autostart = false;
+    let mut elsewhere = instance(D, "nvidia-231", "stopped", true, "daemon");
+    elsewhere.autostart = true;
+    elsewhere.parent = "0000:02:00.0".into();
+    elsewhere.gpu = "0000:02:00.0".into();
+    let mut f = demo().with(manual).with(elsewhere);
+    mdevctl(&mut f, "start-parent-mdevs 0000:01:00.0").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(f.instances[B].state, "running");
+    assert_eq!(f.instances[C].state, "stopped");
+    assert_eq!(f.instances[D].state, "stopped");
+    // Nothing due: still a success.
+    mdevctl(&mut f, "start-parent-mdevs 0000:7f:00.0").unwrap_or_else(|e| panic!("{e}"));
+}
