@@ -208,7 +208,9 @@ async fn run_case(c: &Case, mdevctl: &Path) -> Result<(), String> {
     let mut child = Command::new(mdevctl)
         .args(&argv)
         .env("VGPU_BUS", &daemon.bus)
-        .env_remove("VGPU_SYSFS_ROOT")
+        // mdevctl's tests inject their root; ours reaches the front end as it reaches vgpuctl (the front
+        // end reads the kernel's mdev types itself, as mdevctl does).
+        .env("VGPU_SYSFS_ROOT", &root.root)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -29,6 +29,9 @@ fn run(mdevctl: &Path, bus: &str, args: &[&str], stdin: &str) -> Output {
     let mut child = Command::new(mdevctl)
         .args(args)
         .env("VGPU_BUS", bus)
+        // No sysfs below this root: `types` asks vgpud (on its simulated host) even where the machine
+        // running the test has mdev parents of its own.
+        .env("VGPU_SYSFS_ROOT", mdevctl.parent().unwrap())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

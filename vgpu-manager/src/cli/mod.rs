@@ -227,7 +227,7 @@ fn dispatch(cli: &Cli, out: &mut dyn Write) -> Result<(), CliError> {
         Command::Pool(c) => pool::run(c, &cli.host, &cli.bus, out),
         Command::Sched(c) => sched::run(c, &cli.host, out),
         Command::Xml(a) => xml::run(a, &cli.bus, out),
-        Command::Mdevctl(c) => mdevctl::run(c, &cli.bus, out),
+        Command::Mdevctl(c) => mdevctl::run(c, &cli.bus, &cli.host, out),
         Command::Completions { shell } => completions::completions(*shell, out),
         // Handled in `run` (its exit code depends on the report).
         Command::Preflight(_) | Command::OpenDevice(_) => Ok(()),

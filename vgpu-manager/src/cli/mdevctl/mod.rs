@@ -10,7 +10,8 @@
 //! `define --parent=P --jsonfile=/dev/stdin [--uuid=U]`, `start --uuid=U`, `stop --uuid=U`,
 //! `undefine --uuid=U`, `modify --uuid U --auto|--manual`, `modify --parent=P --jsonfile=/dev/stdin
 //! --uuid=U --defined` and the capability probe `modify --defined --live --jsonfile b --help`; plus
-//! `types --dumpjson` and mdevctl's own forms (`-u`, `-p`, `-t`, `--type`). Output follows mdevctl's
+//! `types --dumpjson` (read from the kernel's sysfs, as mdevctl reads it) and mdevctl's own forms (`-u`,
+//! `-p`, `-t`, `--type`). Output follows mdevctl's
 //! shapes ([`qemu_glue::mdevctl`]). What vgpud cannot do is refused with a one-line reason: attributes
 //! (`attrs`, `--addattr`), and `--live` changes of a running device.
 //!
@@ -28,8 +29,8 @@ use qemu_glue::mdevctl::{
 use vgpu_client::blocking::{self, ManagerCalls};
 use vgpu_client::{BusAddress, InstanceInfo};
 
-use super::CliError;
 use super::daemon_cmds::BusArgs;
+use super::{CliError, HostArgs};
 
 mod ops;
 
@@ -274,7 +275,13 @@ pub fn run_program(
             return if e.use_stderr() { super::EXIT_USAGE } else { 0 };
         }
     };
-    match run(&command, &bus, out) {
+    // mdevctl reads the live sysfs; VGPU_SYSFS_ROOT points it below another root, as for vgpuctl.
+    let host = HostArgs {
+        sim: None,
+        sim_journal: None,
+        sysfs_root: std::env::var_os("VGPU_SYSFS_ROOT").map(PathBuf::from),
+    };
+    match run(&command, &bus, &host, out) {
         Ok(()) => 0,
         Err(CliError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => 0,
         Err(e) => {
@@ -284,8 +291,19 @@ pub fn run_program(
     }
 }
 
-/// Runs one mdevctl command against vgpud on `bus`.
-pub fn run(cmd: &MdevctlCommand, bus: &BusArgs, out: &mut dyn Write) -> Result<(), CliError> {
+/// Runs one mdevctl command against vgpud on `bus`. `types` reads the kernel's mdev parents from `host`
+/// itself, as mdevctl does, and asks vgpud only when the host shows none.
+pub fn run(
+    cmd: &MdevctlCommand,
+    bus: &BusArgs,
+    host: &HostArgs,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    if let MdevctlCommand::Types { parent, dumpjson } = cmd
+        && let Some(parents) = host_types(host, parent.as_deref())
+    {
+        return print_types(&parents, *dumpjson, out);
+    }
     let bus: BusAddress = bus.bus.parse()?;
     let mut daemon = blocking::Client::connect_unchecked(&bus)?;
     run_with(cmd, &mut daemon, out)
@@ -300,7 +318,7 @@ pub fn run_with(
     match cmd {
         MdevctlCommand::List(a) => list(daemon, a, out),
         MdevctlCommand::Types { parent, dumpjson } => {
-            types(daemon, parent.as_deref(), *dumpjson, out)
+            print_types(&daemon_types(daemon, parent.as_deref())?, *dumpjson, out)
         }
         MdevctlCommand::Define(s) => ops::define(daemon, s, out),
         MdevctlCommand::Undefine(s) => ops::undefine(daemon, s),
@@ -391,12 +409,55 @@ fn list(daemon: &mut dyn ManagerCalls, a: &ListArgs, out: &mut dyn Write) -> Res
     Ok(())
 }
 
-fn types(
+/// The kernel's mdev parents and their types as mdevctl lists them (mdevctl src/environment.rs
+/// `get_supported_types`: every entry of `/sys/class/mdev_bus`, types by name, `name` and `description`
+/// trimmed and left out when empty, a description's line breaks shown as ", "). `None` when the host shows
+/// no mdev parent at all (vgpud on a simulated host, or the host cannot be read): then vgpud's view serves.
+fn host_types(host: &HostArgs, parent: Option<&str>) -> Option<Vec<(String, Vec<MdevctlType>)>> {
+    let host = host
+        .open()
+        .map_err(|e| tracing::debug!(error = %e, "no host to read mdev types from"))
+        .ok()?;
+    let inventory = vgpu_host::discover::discover(host.as_ref())
+        .map_err(|e| tracing::warn!(error = %e, "cannot read the mdev parents; asking vgpud"))
+        .ok()?;
+    if inventory.mdev_parents.is_empty() {
+        return None;
+    }
+    let text = |t: &Option<String>| {
+        t.as_deref()
+            .map(|t| t.trim().replace('\n', ", "))
+            .filter(|t| !t.is_empty())
+    };
+    let mut parents: Vec<(String, Vec<MdevctlType>)> = inventory
+        .mdev_parents
+        .into_iter()
+        .filter(|p| parent.is_none_or(|want| want == p.name))
+        .map(|p| {
+            let mut types: Vec<MdevctlType> = p
+                .types
+                .iter()
+                .map(|t| MdevctlType {
+                    type_id: t.id.to_string(),
+                    available_instances: t.available_instances,
+                    device_api: t.device_api.trim().to_string(),
+                    name: text(&t.name),
+                    description: text(&t.description),
+                })
+                .collect();
+            types.sort_by(|a, b| a.type_id.cmp(&b.type_id));
+            (p.name, types)
+        })
+        .collect();
+    parents.sort_by(|a, b| a.0.cmp(&b.0));
+    Some(parents)
+}
+
+/// vgpud's view of the mdev types: the parents it treats as GPUs, without names or descriptions.
+fn daemon_types(
     daemon: &mut dyn ManagerCalls,
     parent: Option<&str>,
-    dumpjson: bool,
-    out: &mut dyn Write,
-) -> Result<(), CliError> {
+) -> Result<Vec<(String, Vec<MdevctlType>)>, CliError> {
     let mut parents: Vec<(String, Vec<MdevctlType>)> = daemon
         .list_gpus()?
         .into_iter()
@@ -422,12 +483,21 @@ fn types(
         })
         .collect();
     parents.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(parents)
+}
+
+/// Prints `types` as mdevctl does (src/main.rs types_command).
+fn print_types(
+    parents: &[(String, Vec<MdevctlType>)],
+    dumpjson: bool,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
     if dumpjson {
         // mdevctl writes its JSON without a final newline.
-        write!(out, "{}", types_json(&parents))?;
+        write!(out, "{}", types_json(parents))?;
         return Ok(());
     }
-    for (p, ts) in &parents {
+    for (p, ts) in parents {
         writeln!(out, "{p}")?;
         for t in ts {
             writeln!(
@@ -435,6 +505,12 @@ fn types(
                 "  {}\n    Available instances: {}\n    Device API: {}",
                 t.type_id, t.available_instances, t.device_api
             )?;
+            if let Some(n) = &t.name {
+                writeln!(out, "    Name: {n}")?;
+            }
+            if let Some(d) = &t.description {
+                writeln!(out, "    Description: {d}")?;
+            }
         }
     }
     Ok(())

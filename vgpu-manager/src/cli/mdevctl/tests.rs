@@ -420,3 +420,43 @@ fn start_parent_mdevs_starts_that_parents_auto_definitions() {
     // Nothing due: still a success.
     mdevctl(&mut f, "start-parent-mdevs 0000:7f:00.0").unwrap_or_else(|e| panic!("{e}"));
 }
+
+#[test]
+fn types_reads_every_mdev_parent_of_the_host_without_vgpud() {
+    // A channel-subsystem parent (not a GPU) with mdevctl's fields; no daemon on the bus.
+    let root = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let t = root
+        .path()
+        .join("sys/devices/css0/0.0.26ab/mdev_supported_types/vfio_ccw-io");
+    std::fs::create_dir_all(&t).unwrap_or_else(|e| panic!("{e}"));
+    for (f, v) in [
+        ("available_instances", "4\n"),
+        ("device_api", "vfio_mdev\n"),
+        ("name", "I/O subchannel\n"),
+        ("description", "line one\nline two\n"),
+    ] {
+        std::fs::write(t.join(f), v).unwrap_or_else(|e| panic!("{e}"));
+    }
+    std::fs::create_dir_all(root.path().join("sys/class/mdev_bus"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    std::os::unix::fs::symlink(
+        "../../devices/css0/0.0.26ab",
+        root.path().join("sys/class/mdev_bus/0.0.26ab"),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let host = HostArgs {
+        sim: None,
+        sim_journal: None,
+        sysfs_root: Some(root.path().to_path_buf()),
+    };
+    let bus = BusArgs {
+        bus: format!("unix:path={}", root.path().join("no-bus").display()),
+    };
+    let mut out = Vec::new();
+    let t = T::try_parse_from(["mdevctl", "types"]).unwrap_or_else(|e| panic!("{e}"));
+    run(&t.c, &bus, &host, &mut out).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        String::from_utf8_lossy(&out),
+        "0.0.26ab\n  vfio_ccw-io\n    Available instances: 4\n    Device API: vfio_mdev\n    Name: I/O subchannel\n    Description: line one, line two\n"
+    );
+}
