@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use dbus_common::Daemon;
-use dbus_common::mdevctl::{FakeRoot, KernelWrite, kernel_writes};
+use dbus_common::mdevctl::{FakeKernel, FakeRoot, KernelWrite};
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mdevctl")
@@ -188,6 +188,7 @@ async fn run_case(c: &Case, mdevctl: &Path) -> Result<(), String> {
     let tmp = tempfile::tempdir().unwrap();
     let root = FakeRoot::new(&tmp.path().join("root"));
     build(&root, &c.setup);
+    let kernel = FakeKernel::start(&root.root);
     let daemon = match Daemon::on_sysfs_root(tmp.path(), &root.root).await {
         Ok(d) => d,
         Err(log) => return Err(format!("vgpud does not start on this tree: {log}")),
@@ -221,7 +222,7 @@ async fn run_case(c: &Case, mdevctl: &Path) -> Result<(), String> {
         .await
         .unwrap();
     drop(daemon);
-    let writes = kernel_writes(&root.root);
+    let writes = kernel.finish();
     let ran = Ran {
         code: out.status.code(),
         stdout: out.stdout,

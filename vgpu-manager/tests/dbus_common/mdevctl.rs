@@ -3,8 +3,8 @@
 //! description}`, `sys/bus/mdev/devices/<uuid>` → the device below its parent with an `mdev_type` link,
 //! `etc/mdevctl.d/<parent>/<uuid>` definitions, call-out directories under `usr/lib/mdevctl/scripts.d`
 //! and `etc/mdevctl.d/scripts.d`), plus what a real kernel has beside it and vgpud reads: a PCI device
-//! entry for a parent named by a PCI address, and the write-only `create`/`remove` attributes, whose
-//! writes [`kernel_writes`] reads back.
+//! entry for a parent named by a PCI address, and a kernel behind the write-only `create`/`remove`
+//! attributes ([`FakeKernel`]).
 //!
 //! Also starts vgpud on such a root ([`Daemon::on_sysfs_root`]).
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
@@ -12,9 +12,11 @@
 use std::fs;
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::Daemon;
+use super::fuse_attr::FuseAttr;
 
 impl Daemon {
     /// Starts `vgpud --listen unix:path=<dir>/bus.sock --sysfs-root <root> --state-dir <dir>/state
@@ -234,7 +236,7 @@ fn materialize(root: &Path, parent: &str, ty: &str, uuid: &str) {
     let _ = link(&dev, &fake.type_dir(parent, ty).join("devices").join(uuid));
 }
 
-/// One write to a kernel attribute of the fake root: `create` of a type (parent, type, text) or `remove` of a device.
+/// One write to a kernel attribute of the fake root: `create` of a type or `remove` of a device.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KernelWrite {
     /// Text written to `<parent>/mdev_supported_types/<type>/create`.
@@ -255,49 +257,123 @@ pub enum KernelWrite {
     },
 }
 
-/// What was written to the fake root's `create` and `remove` attributes. Nothing acts on those writes
-/// while a command runs: the tree has no kernel behind it, and one that made devices a moment after the
-/// write (a watcher) would race with vgpud, which reads a device back as soon as its write returns, as a
-/// real kernel lets it. So a device asked for never appears, the same way every run.
-pub fn kernel_writes(root: &Path) -> Vec<KernelWrite> {
-    let mut seen = Vec::new();
-    poll(root, &mut seen);
-    seen
+/// The fake root's kernel: every `create` and `remove` attribute is served through FUSE
+/// ([`super::fuse_attr`]), so a UUID written to `create` makes the device, and `1` written to `remove`
+/// removes it, before the write returns, as the kernel's mdev core does (drivers/vfio/mdev/mdev_sysfs.c
+/// `create_store`, `remove_store`). Every write is recorded. Needs root and /dev/fuse.
+pub struct FakeKernel {
+    writes: Arc<Mutex<Vec<KernelWrite>>>,
+    mounts: Arc<Mutex<Vec<FuseAttr>>>,
 }
 
-fn poll(root: &Path, seen: &mut Vec<KernelWrite>) {
-    let Ok(parents) = fs::read_dir(root.join("sys/class/mdev_bus")) else {
-        return;
-    };
-    for p in parents.flatten() {
-        let parent = p.file_name().to_string_lossy().into_owned();
-        let Ok(types) = fs::read_dir(p.path().join("mdev_supported_types")) else {
-            continue;
+impl FakeKernel {
+    /// Serves the `create` attribute of every type and the `remove` attribute of every device below
+    /// `root`.
+    pub fn start(root: &Path) -> FakeKernel {
+        let k = FakeKernel {
+            writes: Arc::default(),
+            mounts: Arc::default(),
         };
-        for t in types.flatten() {
-            let create = t.path().join("create");
-            let text = fs::read_to_string(&create).unwrap_or_default();
-            if text.is_empty() {
+        let parents = fs::read_dir(root.join("sys/class/mdev_bus")).unwrap();
+        for p in parents.flatten() {
+            let parent = p.file_name().to_string_lossy().into_owned();
+            let Ok(types) = fs::read_dir(p.path().join("mdev_supported_types")) else {
                 continue;
+            };
+            for t in types.flatten() {
+                let ty = t.file_name().to_string_lossy().into_owned();
+                serve_create(root, &parent, &ty, &k.writes, &k.mounts);
             }
-            let ty = t.file_name().to_string_lossy().into_owned();
-            seen.push(KernelWrite::Create {
-                parent: parent.clone(),
-                ty,
-                text,
-            });
         }
+        for d in fs::read_dir(root.join("sys/bus/mdev/devices"))
+            .unwrap()
+            .flatten()
+        {
+            let uuid = d.file_name().to_string_lossy().into_owned();
+            if d.path().join("remove").exists() {
+                serve_remove(root, &uuid, &k.writes, &k.mounts);
+            }
+        }
+        k
     }
-    let Ok(devices) = fs::read_dir(root.join("sys/bus/mdev/devices")) else {
-        return;
+
+    /// Unmounts every attribute and returns the writes seen.
+    pub fn finish(self) -> Vec<KernelWrite> {
+        self.writes.lock().unwrap().clone()
+    }
+}
+
+impl Drop for FakeKernel {
+    /// Unmounts every attribute (the callbacks hold the list too, so it is emptied here, not dropped).
+    fn drop(&mut self) {
+        let mounts = std::mem::take(&mut *self.mounts.lock().unwrap());
+        drop(mounts);
+    }
+}
+
+type Mounts = Arc<Mutex<Vec<FuseAttr>>>;
+type Writes = Arc<Mutex<Vec<KernelWrite>>>;
+
+fn serve_create(root: &Path, parent: &str, ty: &str, writes: &Writes, mounts: &Mounts) {
+    let fake = FakeRoot {
+        root: root.to_path_buf(),
     };
-    for d in devices.flatten() {
-        let remove = d.path().join("remove");
-        let text = fs::read_to_string(&remove).unwrap_or_default();
-        if text.is_empty() {
-            continue;
-        }
-        let uuid = d.file_name().to_string_lossy().into_owned();
-        seen.push(KernelWrite::Remove { uuid, text });
-    }
+    let path = fake.type_dir(parent, ty).join("create");
+    let (root, parent, ty) = (root.to_path_buf(), parent.to_string(), ty.to_string());
+    let (w, m) = (writes.clone(), mounts.clone());
+    let attr = FuseAttr::mount(
+        &path,
+        Box::new(move |text: &str| {
+            w.lock().unwrap().push(KernelWrite::Create {
+                parent: parent.clone(),
+                ty: ty.clone(),
+                text: text.to_string(),
+            });
+            let uuid = text.trim();
+            let devices = root.join("sys/bus/mdev/devices");
+            if devices.join(uuid).exists() {
+                return Err(17); // EEXIST, as mdev_device_create answers
+            }
+            let fake = FakeRoot { root: root.clone() };
+            let avail = fs::read_to_string(fake.type_dir(&parent, &ty).join("available_instances"))
+                .unwrap_or_default();
+            if avail.trim() == "0" {
+                return Err(87); // EUSERS: the mdev core's answer for a full type
+            }
+            materialize(&root, &parent, &ty, uuid);
+            serve_remove(&root, uuid, &w, &m);
+            Ok(())
+        }),
+    );
+    mounts.lock().unwrap().push(attr);
+}
+
+fn serve_remove(root: &Path, uuid: &str, writes: &Writes, mounts: &Mounts) {
+    let path = root.join("sys/bus/mdev/devices").join(uuid).join("remove");
+    let (root, uuid) = (root.to_path_buf(), uuid.to_string());
+    let w = writes.clone();
+    let attr = FuseAttr::mount(
+        &fs::canonicalize(&path).unwrap(),
+        Box::new(move |text: &str| {
+            w.lock().unwrap().push(KernelWrite::Remove {
+                uuid: uuid.clone(),
+                text: text.to_string(),
+            });
+            if text.trim() != "1" {
+                return Err(22); // EINVAL
+            }
+            let link = root.join("sys/bus/mdev/devices").join(&uuid);
+            let Ok(dev) = fs::canonicalize(&link) else {
+                return Err(2);
+            };
+            super::fuse_attr::unmount(&dev.join("remove"));
+            if let Ok(ty) = fs::canonicalize(dev.join("mdev_type")) {
+                let _ = fs::remove_file(ty.join("devices").join(&uuid));
+            }
+            let _ = fs::remove_file(&link);
+            let _ = fs::remove_dir_all(&dev);
+            Ok(())
+        }),
+    );
+    mounts.lock().unwrap().push(attr);
 }

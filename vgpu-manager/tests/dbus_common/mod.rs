@@ -4,6 +4,7 @@
 
 pub mod crash;
 pub mod flood;
+pub mod fuse_attr;
 pub mod mdevctl;
 pub mod name;
 pub mod system_bus;
