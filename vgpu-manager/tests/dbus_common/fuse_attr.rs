@@ -211,3 +211,32 @@ impl Drop for FuseAttr {
         drop(self.thread.take());
     }
 }
+
+/// True when FUSE attributes can be served here (root, `/dev/fuse`). Otherwise the test fails, so that it
+/// never passes without having run — unless `VGPU_TESTS_ALLOW_SKIP=1` is set: then this returns false
+/// after printing `SKIPPED: <reason>` to stderr, and the caller returns.
+pub fn require_fuse(test: &str) -> bool {
+    let why = if !nix::unistd::geteuid().is_root() {
+        Some("mounting FUSE attributes needs root".to_string())
+    } else {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/fuse")
+            .err()
+            .map(|e| format!("cannot open /dev/fuse ({e})"))
+    };
+    let Some(why) = why else { return true };
+    let var = super::system_bus::ALLOW_SKIP_VAR;
+    if std::env::var(var).as_deref() == Ok("1") {
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED: {test}: {why}; {var}=1 allowed the skip"
+        );
+        return false;
+    }
+    panic!(
+        "{test}: {why}. Run the tests as root on a kernel with FUSE, as CI does (scripts/test under \
+         .ci/run), or set {var}=1 to skip with a SKIPPED line on stderr"
+    );
+}
