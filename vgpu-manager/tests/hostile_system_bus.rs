@@ -1,0 +1,477 @@
+//! Hostile local clients against vgpud on a real `dbus-daemon` configured as Debian's system bus
+//! (dbus's default system policy, the shipped `data/org.vgpumanager.Manager1.conf`, the system bus's
+//! resource limits and user; `dbus_common::system_bus::real_system_bus`), vgpud under
+//! `RLIMIT_NOFILE` 1024 (systemd's default soft limit), every attacker a real unprivileged uid
+//! (65534). Each test checks that vgpud never exits, that a normal (root) client stays answered
+//! within [`flood::ANSWER_BOUND`], and that vgpud's descriptors and RSS stay within the shared bounds:
+//! * (a) 10,000 pipelined `ListGpus` and 3,000 `Destroy`: the policy refuses every Destroy at the
+//!   bus (`AccessDenied`), every ListGpus is answered or refused typed;
+//! * (b) 10,000 pipelined `GetManagedObjects`;
+//! * (c) the work of clients that leave at once is dropped;
+//! * (d) hundreds of idle connections, unauthenticated or not, and bodies announced but never sent:
+//!   dbus-daemon's own limits hold them off and vgpud does not notice;
+//! * (e) calls carrying file descriptors: the policy keeps them from vgpud, and where a bus lets
+//!   them through vgpud holds none for long and keeps its connection;
+//! * (f) past `max_replies_per_connection` pending calls the bus refuses typed
+//!   (`org.freedesktop.DBus.Error.LimitsExceeded`), and nothing hangs.
+//!
+//! The attackers are this test binary run again as uid 65534 (the test named `attacker`). Needs root
+//! (to switch uid), the Debian packages `dbus` (dbus-daemon, its system.conf) and util-linux
+//! (`prlimit`); not run as root, each test fails unless `VGPU_TESTS_ALLOW_SKIP=1` is set (then it prints
+//! `SKIPPED: <reason>` and returns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod dbus_common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Child;
+use std::time::Duration;
+
+use dbus_common::flood::{
+    self, Args, Attack, assert_all_answered, assert_bounds, finished, observe, timed_call,
+};
+use dbus_common::sysbus::{self, Raw, socket_of};
+use dbus_common::system_bus::{
+    DbusDaemon, NOBODY, PERMISSIVE, SYSTEM_LIMITS, open_tempdir, real_system_bus, repo,
+    require_root, start_dbus_daemon_with,
+};
+use dbus_common::{Daemon, ok_json, vgpuctl_as};
+use vgpu_client::MANAGER_PATH;
+use zbus::Connection;
+
+/// The bus's refusal past one of its limits (`max_replies_per_connection`, a full queue).
+const BUS_LIMITS: &str = "org.freedesktop.DBus.Error.LimitsExceeded";
+/// The bus's refusal by policy.
+const BUS_DENIED: &str = "org.freedesktop.DBus.Error.AccessDenied";
+/// vgpud's refusal past its own per-client limit.
+const VGPUD_LIMITS: &str = "org.vgpumanager.Error.LimitsExceeded";
+
+/// Not a test of its own: the entry point of the attacking clients ([`flood::spawn`],
+/// [`sysbus::spawn`]), run as uid 65534. Without their role variables it has nothing to do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attacker() {
+    flood::attacker_main().await;
+    sysbus::attacker_main();
+}
+
+/// vgpud on a bus, its normal client, and its idle figures. Dropped in this order: vgpud first.
+struct Setup {
+    daemon: Daemon,
+    conn: Connection,
+    bus: DbusDaemon,
+    idle_fds: usize,
+    idle_rss: u64,
+    _dir: tempfile::TempDir,
+}
+
+impl Setup {
+    /// vgpud under `RLIMIT_NOFILE` 1024 on the bus `start` makes in a fresh directory.
+    async fn on(start: impl FnOnce(&Path) -> DbusDaemon) -> Setup {
+        let dir = open_tempdir();
+        let bus = start(dir.path());
+        let daemon = Daemon::on_bus(&bus.address, dir.path(), &dir.path().join("state"), &[]).await;
+        daemon.limit_fds();
+        let conn = dbus_common::client(&bus.address).await;
+        timed_call(&conn, "org.vgpumanager.Manager1", "ListGpus").await;
+        let (idle_fds, idle_rss) = (daemon.fd_count(), daemon.rss_kib());
+        Setup {
+            daemon,
+            conn,
+            bus,
+            idle_fds,
+            idle_rss,
+            _dir: dir,
+        }
+    }
+
+    /// On a bus configured as Debian's system bus.
+    async fn system_bus() -> Setup {
+        Setup::on(real_system_bus).await
+    }
+
+    /// Observes vgpud until every attacker has finished, then checks the shared bounds.
+    async fn watch(&mut self, what: &str, attackers: &mut [Child]) -> flood::Observed {
+        let o = observe(&mut self.daemon, &self.conn, || {
+            attackers.iter_mut().all(finished)
+        })
+        .await;
+        self.daemon.assert_running(what);
+        assert_bounds(what, &o, self.idle_fds, self.idle_rss);
+        o
+    }
+
+    /// A new root client and a new client of the attacker's uid are answered (nothing the attack
+    /// left behind keeps the bus or vgpud from serving newcomers).
+    async fn newcomers_answered(&mut self, what: &str) {
+        let fresh = dbus_common::client(&self.bus.address).await;
+        timed_call(&fresh, "org.vgpumanager.Manager1", "ListGpus").await;
+        let list = ok_json(&vgpuctl_as(Some(NOBODY), &self.bus.address, &["list", "--json"]).await);
+        assert!(list.is_array(), "{what}: {list}");
+        self.daemon.assert_running(what);
+    }
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        // A failed check shows what vgpud logged (its log lives in the directory being removed).
+        if std::thread::panicking() {
+            eprintln!("vgpud's log:\n{}", self.daemon.log());
+        }
+    }
+}
+
+/// The pool text the `Plan` floods send (a real pool file, which vgpud plans on a worker thread).
+fn pool_text() -> String {
+    std::fs::read_to_string(repo().join("data/pools.d/vdi-floor.toml")).unwrap()
+}
+
+fn count(t: &BTreeMap<String, usize>, key: &str) -> usize {
+    t.get(key).copied().unwrap_or(0)
+}
+
+#[test]
+fn the_test_bus_has_the_limits_of_debians_system_bus() {
+    // Debian's system.conf lists the built-in limits, each in a comment of its own, and sets none.
+    let conf = std::fs::read_to_string("/usr/share/dbus-1/system.conf").expect(
+        "/usr/share/dbus-1/system.conf (Debian package dbus-system-bus-common) must be installed",
+    );
+    let mut listed = BTreeMap::new();
+    for line in conf.lines().map(str::trim) {
+        if let Some(rest) = line.strip_prefix("<!-- <limit name=\"") {
+            let (name, rest) = rest.split_once("\">").unwrap();
+            let value = rest.split_once('<').unwrap().0.parse::<u64>().unwrap();
+            listed.insert(name.to_string(), value);
+        } else {
+            assert!(
+                !line.starts_with("<limit"),
+                "Debian's system.conf now sets a limit: {line}"
+            );
+        }
+    }
+    let ours: BTreeMap<String, u64> = SYSTEM_LIMITS
+        .iter()
+        .map(|(n, v)| (n.to_string(), *v))
+        .collect();
+    assert_eq!(ours, listed, "SYSTEM_LIMITS against Debian's system.conf");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn floods_of_reads_and_refused_changes() {
+    if !require_root("floods_of_reads_and_refused_changes") {
+        return;
+    }
+    let mut s = Setup::system_bus().await;
+    let reads = Attack::manager("ListGpus", 10_000);
+    let changes = Attack::destroy(3_000);
+    let mut attackers = [
+        flood::spawn(&s.bus.address, &reads),
+        flood::spawn(&s.bus.address, &changes),
+    ];
+    s.watch("ListGpus and Destroy floods", &mut attackers).await;
+    let [a, b] = attackers;
+    assert_all_answered(
+        "10,000 ListGpus",
+        &flood::tally(a),
+        reads.count,
+        &["ok", BUS_LIMITS, VGPUD_LIMITS],
+    );
+    // The policy lets only root and group vgpu-admin send Destroy: none reaches vgpud.
+    assert_all_answered(
+        "3,000 Destroy",
+        &flood::tally(b),
+        changes.count,
+        &[BUS_DENIED],
+    );
+    s.newcomers_answered("after the floods").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_get_managed_objects() {
+    if !require_root("a_flood_of_get_managed_objects") {
+        return;
+    }
+    let mut s = Setup::system_bus().await;
+    let objects = Attack::call(
+        MANAGER_PATH,
+        "org.freedesktop.DBus.ObjectManager",
+        "GetManagedObjects",
+        Args::None,
+        10_000,
+    );
+    let mut attackers = [flood::spawn(&s.bus.address, &objects)];
+    s.watch("10,000 GetManagedObjects", &mut attackers).await;
+    let [a] = attackers;
+    assert_all_answered(
+        "10,000 GetManagedObjects",
+        &flood::tally(a),
+        objects.count,
+        &["ok", BUS_LIMITS, VGPUD_LIMITS],
+    );
+    s.newcomers_answered("after the flood").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_work_of_clients_that_leave_is_dropped() {
+    if !require_root("the_work_of_clients_that_leave_is_dropped") {
+        return;
+    }
+    let mut s = Setup::system_bus().await;
+    // Reads answered at once, and plans that need a worker thread, from clients that leave at once.
+    let mut floods: Vec<Child> = (0..3)
+        .map(|_| {
+            flood::spawn(
+                &s.bus.address,
+                &Attack::manager("ListGpus", 10_000).leaving(),
+            )
+        })
+        .collect();
+    let plans = Attack::call(
+        MANAGER_PATH,
+        "org.vgpumanager.Manager1",
+        "Plan",
+        Args::Str(pool_text()),
+        3_000,
+    )
+    .leaving();
+    floods.push(flood::spawn(&s.bus.address, &plans));
+    for f in floods {
+        flood::tally(f);
+    }
+    // They are gone: what they queued must not keep the normal client waiting.
+    let mut rounds = 0;
+    let o = observe(&mut s.daemon, &s.conn, || {
+        rounds += 1;
+        rounds >= 20
+    })
+    .await;
+    s.daemon.assert_running("after the clients left");
+    assert_bounds(
+        "after four flooding clients left",
+        &o,
+        s.idle_fds,
+        s.idle_rss,
+    );
+    s.newcomers_answered("after the clients left").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_stop_at_the_bus() {
+    if !require_root("idle_connections_stop_at_the_bus") {
+        return;
+    }
+    let mut s = Setup::system_bus().await;
+    let socket = socket_of(&s.bus.address);
+    // 600 connections that never authenticate (the bus keeps at most max_incomplete_connections,
+    // 64, and closes each after auth_timeout, 5 s), and 300 that do and say Hello (the bus takes at
+    // most max_connections_per_user, 256, of one uid).
+    let unauthenticated = Raw::Idle {
+        connections: 600,
+        authenticate: false,
+        hold: 8,
+    };
+    let authenticated = Raw::Idle {
+        connections: 300,
+        authenticate: true,
+        hold: 8,
+    };
+    let mut attackers = [
+        sysbus::spawn(&socket, &unauthenticated),
+        sysbus::spawn(&socket, &authenticated),
+    ];
+    let o = s.watch("900 idle connections", &mut attackers).await;
+    let [a, b] = attackers;
+    let (a, b) = (flood::tally(a), flood::tally(b));
+    println!("unauthenticated: {a:?}; authenticated: {b:?}");
+    assert_eq!(
+        count(&a, "held"),
+        0,
+        "the bus should close every connection that never authenticates: {a:?}"
+    );
+    assert!(
+        count(&b, "held") <= 256,
+        "the bus should hold at most 256 connections of one uid: {b:?}"
+    );
+    // vgpud never sees a connection to the bus: no descriptor of its own for any of them.
+    assert!(
+        o.max_fds <= s.idle_fds + 8,
+        "vgpud held {} descriptors during 900 idle connections (idle {})",
+        o.max_fds,
+        s.idle_fds
+    );
+    s.newcomers_answered("after the idle connections").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_announced_but_never_sent_stop_at_the_bus() {
+    if !require_root("bodies_announced_but_never_sent_stop_at_the_bus") {
+        return;
+    }
+    let mut s = Setup::system_bus().await;
+    let socket = socket_of(&s.bus.address);
+    // 8 announcing 120 MiB (past max_message_size, 32 MiB: the bus closes them at the header) and
+    // 60 announcing 30 MiB (under it: the bus waits for the rest, in its own memory).
+    let over = Raw::Announce {
+        connections: 8,
+        announced: 120 << 20,
+        hold: 4,
+    };
+    let under = Raw::Announce {
+        connections: 60,
+        announced: 30 << 20,
+        hold: 4,
+    };
+    let mut attackers = [
+        sysbus::spawn(&socket, &over),
+        sysbus::spawn(&socket, &under),
+    ];
+    let o = s.watch("68 announced bodies", &mut attackers).await;
+    let [a, b] = attackers;
+    let (a, b) = (flood::tally(a), flood::tally(b));
+    println!("past the size limit: {a:?}; under it: {b:?}");
+    assert_eq!(
+        count(&a, "held"),
+        0,
+        "the bus should close a connection announcing a message past max_message_size: {a:?}"
+    );
+    // A message still incomplete goes to nobody: vgpud's RSS is untouched.
+    assert!(
+        o.max_rss_kib <= s.idle_rss + 8 * 1024,
+        "vgpud's RSS grew from {} KiB to {} KiB while bodies were announced to the bus",
+        s.idle_rss,
+        o.max_rss_kib
+    );
+    s.newcomers_answered("after the announced bodies").await;
+}
+
+/// How many descriptors vgpud may hold beyond its idle count while calls carrying 16 each arrive:
+/// a few such messages at once, never one per pending call.
+const FD_CALL_HEADROOM: usize = 64;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_policy_keeps_calls_carrying_descriptors_from_vgpud() {
+    if !require_root("the_policy_keeps_calls_carrying_descriptors_from_vgpud") {
+        return;
+    }
+    let mut s = Setup::system_bus().await;
+    let socket = socket_of(&s.bus.address);
+    let pool = pool_text();
+    let attacks = [
+        Raw::manager_fds("ListGpus", None, 3_000, 16),
+        Raw::manager_fds("Plan", Some(&pool), 3_000, 16),
+    ];
+    let mut attackers: Vec<Child> = attacks.iter().map(|a| sysbus::spawn(&socket, a)).collect();
+    let o = s
+        .watch("calls carrying 16 descriptors each", &mut attackers)
+        .await;
+    for (attack, a) in attacks.iter().zip(attackers) {
+        let Raw::Fds { member, count, .. } = attack else {
+            unreachable!()
+        };
+        assert_all_answered(
+            &format!("{count} {member} with 16 descriptors each"),
+            &flood::tally(a),
+            *count,
+            &[BUS_DENIED],
+        );
+    }
+    assert!(
+        o.max_fds <= s.idle_fds + 8,
+        "vgpud held {} descriptors (idle {}): calls carrying descriptors reached it",
+        o.max_fds,
+        s.idle_fds
+    );
+    s.newcomers_answered("after the descriptor flood").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn where_the_bus_lets_descriptors_through_vgpud_holds_few_and_keeps_its_connection() {
+    if !require_root(
+        "where_the_bus_lets_descriptors_through_vgpud_holds_few_and_keeps_its_connection",
+    ) {
+        return;
+    }
+    // A bus with the system bus's limits but no policy at all: calls carrying descriptors reach
+    // vgpud (what an administrator's own policy might allow).
+    let limits: String = SYSTEM_LIMITS
+        .iter()
+        .map(|(name, value)| format!("  <limit name=\"{name}\">{value}</limit>\n"))
+        .collect();
+    let mut s = Setup::on(|dir| start_dbus_daemon_with(dir, PERMISSIVE, None, &limits)).await;
+    let socket = socket_of(&s.bus.address);
+    let pool = pool_text();
+    let attacks = [
+        Raw::manager_fds("ListGpus", None, 3_000, 16),
+        Raw::manager_fds("Plan", Some(&pool), 3_000, 16),
+        Raw::manager_fds("Plan", Some(&pool), 3_000, 16),
+    ];
+    let mut attackers: Vec<Child> = attacks.iter().map(|a| sysbus::spawn(&socket, a)).collect();
+    let o = s
+        .watch(
+            "calls carrying 16 descriptors each, no policy",
+            &mut attackers,
+        )
+        .await;
+    println!(
+        "vgpud held at most {} descriptors (idle {})",
+        o.max_fds, s.idle_fds
+    );
+    for (attack, a) in attacks.iter().zip(attackers) {
+        let Raw::Fds { member, count, .. } = attack else {
+            unreachable!()
+        };
+        assert_all_answered(
+            &format!("{count} {member} with 16 descriptors each, no policy"),
+            &flood::tally(a),
+            *count,
+            &[
+                "org.freedesktop.DBus.Error.InvalidArgs",
+                BUS_LIMITS,
+                VGPUD_LIMITS,
+            ],
+        );
+    }
+    assert!(
+        o.max_fds <= s.idle_fds + FD_CALL_HEADROOM,
+        "vgpud held {} descriptors (idle {}) while calls carrying 16 each arrived",
+        o.max_fds,
+        s.idle_fds
+    );
+    s.newcomers_answered("after the descriptor flood").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pending_replies_past_the_bus_limit_are_refused_typed() {
+    use nix::sys::signal::{Signal, kill};
+    if !require_root("pending_replies_past_the_bus_limit_are_refused_typed") {
+        return;
+    }
+    let mut s = Setup::system_bus().await;
+    // vgpud stopped: every call the bus forwards stays pending, so the attacker's 129th pending call
+    // meets max_replies_per_connection (128).
+    kill(s.daemon.pid(), Signal::SIGSTOP).unwrap();
+    let reads = Attack::manager("ListGpus", 1_000);
+    let mut a = flood::spawn(&s.bus.address, &reads);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    kill(s.daemon.pid(), Signal::SIGCONT).unwrap();
+    let o = observe(&mut s.daemon, &s.conn, || finished(&mut a)).await;
+    s.daemon.assert_running("after the stall");
+    assert_bounds(
+        "1,000 ListGpus on a stalled vgpud",
+        &o,
+        s.idle_fds,
+        s.idle_rss,
+    );
+    let tally = flood::tally(a);
+    assert_all_answered(
+        "1,000 ListGpus on a stalled vgpud",
+        &tally,
+        reads.count,
+        &["ok", BUS_LIMITS, VGPUD_LIMITS],
+    );
+    assert!(
+        count(&tally, BUS_LIMITS) >= reads.count - 128,
+        "past 128 pending calls the bus should refuse with LimitsExceeded: {tally:?}"
+    );
+    s.newcomers_answered("after the stall").await;
+}
