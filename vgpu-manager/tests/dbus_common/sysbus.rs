@@ -444,3 +444,49 @@ fn fd_calls(socket: &str, attack: &Raw) -> BTreeMap<String, usize> {
     }
     read.join().unwrap()
 }
+
+/// Samples a process's descriptor count every 2 ms on a thread of its own, to catch the peaks that
+/// the slower sampling of [`super::flood::observe`] misses.
+pub struct FdSampler {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<usize>,
+}
+
+impl FdSampler {
+    /// Starts sampling process `pid`.
+    pub fn start(pid: nix::unistd::Pid) -> FdSampler {
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut most = 0;
+            while !stopped.load(Ordering::Relaxed) {
+                if let Ok(d) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
+                    most = most.max(d.count());
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            most
+        });
+        FdSampler { stop, thread }
+    }
+
+    /// Stops and returns the most descriptors seen.
+    pub fn most(self) -> usize {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().unwrap()
+    }
+}
+
+/// Sets process `pid`'s open-file limit to `n` (soft and hard) with util-linux's `prlimit`.
+pub fn set_nofile(pid: nix::unistd::Pid, n: u64) {
+    let status = Command::new("prlimit")
+        .arg(format!("--pid={pid}"))
+        .arg(format!("--nofile={n}:{n}"))
+        .status()
+        .expect("prlimit (Debian package util-linux) must be installed");
+    assert!(
+        status.success(),
+        "prlimit --pid={pid} --nofile={n}:{n} failed: {status}"
+    );
+}

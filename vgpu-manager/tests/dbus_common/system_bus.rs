@@ -60,6 +60,13 @@ pub struct DbusDaemon {
     pub address: String,
 }
 
+impl DbusDaemon {
+    /// The bus daemon's process id.
+    pub fn pid(&self) -> Pid {
+        Pid::from_raw(self.child.id() as i32)
+    }
+}
+
 impl Drop for DbusDaemon {
     fn drop(&mut self) {
         let _ = kill(Pid::from_raw(self.child.id() as i32), Signal::SIGTERM);

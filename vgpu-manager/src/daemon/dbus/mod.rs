@@ -144,6 +144,13 @@ impl Shared {
         dyn Executor: Handle<C>,
     {
         let method = hdr.member().map(|m| m.as_str()).unwrap_or("(no member)");
+        // No method takes a file descriptor, and those a call brings stay in vgpud's table until
+        // the call is answered: refused before admission, such a call never waits holding them.
+        if let Some(n) = hdr.unix_fds().filter(|n| *n > 0) {
+            return Err(ApiError::invalid(format!(
+                "{method} takes no file descriptors, and the call carried {n}: send it without any"
+            )));
+        }
         let ticket = self
             .admission
             .admit(hdr.sender().map(|s| s.as_str()), method)?;
