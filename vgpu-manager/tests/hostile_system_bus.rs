@@ -10,13 +10,17 @@
 //! * (c) the work of clients that leave at once is dropped;
 //! * (d) hundreds of idle connections, unauthenticated or not, and bodies announced but never sent:
 //!   dbus-daemon's own limits hold them off and vgpud does not notice;
-//! * (e) calls carrying file descriptors: the policy keeps them from vgpud, and where a bus lets
-//!   them through vgpud holds none for long and keeps its connection;
+//! * (e) calls carrying file descriptors (16 each, max_message_unix_fds): the policy refuses them
+//!   at the bus (`AccessDenied`); on a bus without the policy vgpud refuses each before any work
+//!   (`org.vgpumanager.Error.Invalid`) and, with the shipped unit's `LimitNOFILE`, holds at most what
+//!   the bus's pending-reply limit lets in (at 1024 descriptors zbus's read-ahead alone would exhaust
+//!   the table: that case is the policy's to prevent);
 //! * (f) past `max_replies_per_connection` pending calls the bus refuses typed
 //!   (`org.freedesktop.DBus.Error.LimitsExceeded`), and nothing hangs.
 //!
 //! The attackers are this test binary run again as uid 65534 (the test named `attacker`). Needs root
-//! (to switch uid), the Debian packages `dbus` (dbus-daemon, its system.conf) and util-linux
+//! (to switch uid), the Debian packages `dbus` (dbus-daemon; dbus-system-bus-common: system.conf and
+//! user messagebus) and util-linux
 //! (`prlimit`); not run as root, each test fails unless `VGPU_TESTS_ALLOW_SKIP=1` is set (then it prints
 //! `SKIPPED: <reason>` and returns).
 #![allow(clippy::unwrap_used, clippy::expect_used)]

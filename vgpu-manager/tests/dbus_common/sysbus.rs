@@ -395,20 +395,15 @@ fn fd_calls(socket: &str, attack: &Raw) -> BTreeMap<String, usize> {
             reader.set_read_timeout(Some(left)).unwrap();
             let a = match read_answer(&mut reader) {
                 Ok(a) => a,
-                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-                    disconnected = true;
+                Err(e) => {
+                    use std::io::ErrorKind::{ConnectionReset, UnexpectedEof};
+                    disconnected = matches!(e.kind(), UnexpectedEof | ConnectionReset);
                     break;
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
-                    disconnected = true;
-                    break;
-                }
-                Err(_) => break,
             };
-            let Some(serial) = a.reply_serial.filter(|s| expected.contains(s)) else {
+            if !a.reply_serial.is_some_and(|s| expected.contains(&s)) {
                 continue;
-            };
-            let _ = serial;
+            }
             *tally
                 .entry(a.error.unwrap_or_else(|| "ok".into()))
                 .or_default() += 1;
