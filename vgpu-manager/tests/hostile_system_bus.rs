@@ -313,14 +313,25 @@ async fn idle_connections_stop_at_the_bus() {
     let [a, b] = attackers;
     let (a, b) = (flood::tally(a), flood::tally(b));
     let newcomer = newcomer.await.unwrap();
+    let bus_most = bus_fds.most();
     println!(
-        "authenticated: {a:?}; unauthenticated: {b:?}; the bus held at most {} descriptors; a new \
-         client took {newcomer:?}",
-        bus_fds.most()
+        "authenticated: {a:?}; unauthenticated: {b:?}; the bus held at most {bus_most} descriptors; \
+         a new client took {newcomer:?}"
+    );
+    let per_user = bus_limit("max_connections_per_user");
+    let incomplete = bus_limit("max_incomplete_connections");
+    assert!(
+        count(&a, "held") <= per_user,
+        "the bus should hold at most {per_user} connections of one uid: {a:?}"
     );
     assert!(
-        count(&a, "held") <= 256,
-        "the bus should hold at most 256 connections of one uid: {a:?}"
+        count(&b, "closed") > 0,
+        "the bus should close connections that never authenticate after auth_timeout: {b:?}"
+    );
+    // The bus itself holds no more than its limits allow (and a few of its own).
+    assert!(
+        bus_most <= per_user + incomplete + 64,
+        "dbus-daemon held {bus_most} descriptors: {a:?} {b:?}"
     );
     // vgpud never sees a connection to the bus: no descriptor of its own for any of them.
     assert!(
