@@ -418,7 +418,7 @@ async fn the_policy_keeps_calls_carrying_descriptors_from_vgpud() {
         .watch("calls carrying 16 descriptors each", &mut attackers)
         .await;
     for (attack, a) in attacks.iter().zip(attackers) {
-        let Raw::Fds { member, count, .. } = attack else {
+        let Raw::Calls { member, count, .. } = attack else {
             unreachable!()
         };
         assert_all_answered(
@@ -501,7 +501,7 @@ async fn where_the_bus_lets_descriptors_through_vgpud_holds_few_and_keeps_its_co
         s.idle_fds
     );
     for (attack, a) in attacks.iter().zip(attackers) {
-        let Raw::Fds { member, count, .. } = attack else {
+        let Raw::Calls { member, count, .. } = attack else {
             unreachable!()
         };
         assert_all_answered(
@@ -525,6 +525,32 @@ async fn where_the_bus_lets_descriptors_through_vgpud_holds_few_and_keeps_its_co
         s.idle_fds
     );
     s.newcomers_answered("after the descriptor flood").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_connections_of_one_user_do_not_multiply_its_share() {
+    if !require_root("many_connections_of_one_user_do_not_multiply_its_share") {
+        return;
+    }
+    let mut s = Setup::system_bus().await;
+    let socket = socket_of(&s.bus.address);
+    // The bus lets one uid have max_connections_per_user (256) connections, and vgpud's
+    // per-client limits (calls pending, calls on the workers) apply to each connection: 128
+    // connections of one user, each with 2 plans (which run on worker threads), all pending at once.
+    let (connections, count) = (128, 2);
+    let plans = Raw::manager_fds("Plan", Some(&pool_text()), count, 0).on_connections(connections);
+    let mut attackers = [sysbus::spawn(&socket, &plans)];
+    s.watch("Plan on 128 connections of one user", &mut attackers)
+        .await;
+    let [a] = attackers;
+    assert_all_answered(
+        "Plan on 128 connections of one user",
+        &flood::tally(a),
+        connections * count,
+        &["ok", BUS_LIMITS, VGPUD_LIMITS],
+    );
+    s.newcomers_answered("after 128 connections of one user")
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

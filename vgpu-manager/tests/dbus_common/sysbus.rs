@@ -52,11 +52,14 @@ pub enum Raw {
         /// Seconds to hold them.
         hold: u64,
     },
-    /// `count` pipelined calls of `interface.member` on `path` at `destination` with the string
-    /// argument `arg` (or none), each carrying `fds` descriptors of /dev/null that the body does not
-    /// mention; the answers are tallied by error name (`ok` for a reply, `unanswered`, and
-    /// `disconnected` for those still due when the bus closed the connection).
-    Fds {
+    /// On each of `connections` connections, `count` pipelined calls of `interface.member` on `path`
+    /// at `destination` with the string argument `arg` (or none), each carrying `fds` descriptors of
+    /// /dev/null that the body does not mention; the answers of all are tallied by error name (`ok`
+    /// for a reply, `unanswered`, and `disconnected` for those still due when the bus closed the
+    /// connection).
+    Calls {
+        /// How many connections.
+        connections: usize,
         /// The called object.
         path: String,
         /// The called interface.
@@ -75,9 +78,10 @@ pub enum Raw {
 }
 
 impl Raw {
-    /// `count` calls of vgpud's `Manager1.member`, each carrying `fds` descriptors.
+    /// `count` calls of vgpud's `Manager1.member` on one connection, each carrying `fds` descriptors.
     pub fn manager_fds(member: &str, arg: Option<&str>, count: usize, fds: usize) -> Raw {
-        Raw::Fds {
+        Raw::Calls {
+            connections: 1,
             path: vgpu_client::MANAGER_PATH.into(),
             interface: "org.vgpumanager.Manager1".into(),
             member: member.into(),
@@ -86,6 +90,16 @@ impl Raw {
             count,
             fds,
         }
+    }
+}
+
+impl Raw {
+    /// The same calls on each of `n` connections.
+    pub fn on_connections(mut self, n: usize) -> Raw {
+        if let Raw::Calls { connections, .. } = &mut self {
+            *connections = n;
+        }
+        self
     }
 }
 
@@ -133,7 +147,27 @@ pub fn attacker_main() {
             announced,
             hold,
         } => announce(&socket, connections, announced, hold),
-        Raw::Fds { .. } => fd_calls(&socket, &attack),
+        Raw::Calls { connections, .. } => {
+            // Connected one after the other (the bus closes the oldest of more than
+            // max_incomplete_connections still authenticating), then all sending at once.
+            let attack = std::sync::Arc::new(attack);
+            let socks: Vec<std::io::Result<UnixStream>> =
+                (0..connections).map(|_| connect(&socket)).collect();
+            let each: Vec<_> = socks
+                .into_iter()
+                .map(|s| {
+                    let attack = attack.clone();
+                    std::thread::spawn(move || calls(s, &attack))
+                })
+                .collect();
+            let mut tally = BTreeMap::new();
+            for t in each {
+                for (k, v) in t.join().unwrap() {
+                    *tally.entry(k).or_default() += v;
+                }
+            }
+            tally
+        }
     };
     println!("TALLY {}", serde_json::to_string(&tally).unwrap());
 }
@@ -275,6 +309,14 @@ fn with_unix_fds(msg: &Message, n: u32) -> Vec<u8> {
     bytes
 }
 
+/// An authenticated connection that has said Hello.
+fn connect(socket: &str) -> std::io::Result<UnixStream> {
+    let mut s = UnixStream::connect(socket)?;
+    authenticate(&mut s)?;
+    s.write_all(&hello().data()[..])?;
+    Ok(s)
+}
+
 /// One message of a byte stream: its reply serial and error name, if any.
 struct Answer {
     reply_serial: Option<u32>,
@@ -342,8 +384,9 @@ fn read_answer(s: &mut UnixStream) -> std::io::Result<Answer> {
     })
 }
 
-fn fd_calls(socket: &str, attack: &Raw) -> BTreeMap<String, usize> {
-    let Raw::Fds {
+/// One connection's part of [`Raw::Calls`].
+fn calls(s: std::io::Result<UnixStream>, attack: &Raw) -> BTreeMap<String, usize> {
+    let Raw::Calls {
         path,
         interface,
         member,
@@ -351,13 +394,14 @@ fn fd_calls(socket: &str, attack: &Raw) -> BTreeMap<String, usize> {
         arg,
         count,
         fds,
+        ..
     } = attack
     else {
         unreachable!()
     };
-    let mut s = UnixStream::connect(socket).expect("connect to the bus");
-    authenticate(&mut s).expect("authenticate");
-    s.write_all(&hello().data()[..]).unwrap();
+    let Ok(mut s) = s else {
+        return BTreeMap::from([("refused".to_string(), *count)]);
+    };
     let nulls: Vec<OwnedFd> = (0..*fds)
         .map(|_| OwnedFd::from(std::fs::File::open("/dev/null").unwrap()))
         .collect();
@@ -372,10 +416,11 @@ fn fd_calls(socket: &str, attack: &Raw) -> BTreeMap<String, usize> {
                 None => b.build(&()),
             }
             .unwrap();
-            (
-                msg.primary_header().serial_num().get(),
-                with_unix_fds(&msg, *fds as u32),
-            )
+            let bytes = match *fds {
+                0 => msg.data()[..].to_vec(),
+                n => with_unix_fds(&msg, n as u32),
+            };
+            (msg.primary_header().serial_num().get(), bytes)
         })
         .collect();
     let expected: std::collections::HashSet<u32> = calls.iter().map(|(s, _)| *s).collect();
@@ -398,6 +443,9 @@ fn fd_calls(socket: &str, attack: &Raw) -> BTreeMap<String, usize> {
                 Err(e) => {
                     use std::io::ErrorKind::{ConnectionReset, UnexpectedEof};
                     disconnected = matches!(e.kind(), UnexpectedEof | ConnectionReset);
+                    if !disconnected {
+                        eprintln!("the attacker stops reading: {e}");
+                    }
                     break;
                 }
             };
@@ -421,11 +469,12 @@ fn fd_calls(socket: &str, attack: &Raw) -> BTreeMap<String, usize> {
     });
     let sock = s.as_raw_fd();
     for (_, bytes) in &calls {
-        let cmsg = [ControlMessage::ScmRights(&raw)];
+        let with_fds = [ControlMessage::ScmRights(&raw)];
+        let cmsg: &[ControlMessage] = if raw.is_empty() { &[] } else { &with_fds };
         let sent = match sendmsg::<UnixAddr>(
             sock,
             &[IoSlice::new(bytes)],
-            &cmsg,
+            cmsg,
             MsgFlags::MSG_NOSIGNAL,
             None,
         ) {
