@@ -16,7 +16,8 @@
 //!   the bus's pending-reply limit lets in (at 1024 descriptors zbus's read-ahead alone would exhaust
 //!   the table: that case is the policy's to prevent);
 //! * (f) past `max_replies_per_connection` pending calls the bus refuses typed
-//!   (`org.freedesktop.DBus.Error.LimitsExceeded`), and nothing hangs.
+//!   (`org.freedesktop.DBus.Error.LimitsExceeded`), and nothing hangs;
+//! * many connections of one user (the bus allows 256) get no more of vgpud than one.
 //!
 //! The attackers are this test binary run again as uid 65534 (the test named `attacker`). Needs root
 //! (to switch uid), the Debian packages `dbus` (dbus-daemon; dbus-system-bus-common: system.conf and
