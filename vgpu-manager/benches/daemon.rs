@@ -58,6 +58,7 @@ fn define_all(dir: &Path) {
             uuid: None,
             autostart: true,
             label: Some(format!("desktop-{i}")),
+            attrs: Vec::new(),
         }))
         .unwrap();
     }

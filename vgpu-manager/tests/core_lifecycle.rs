@@ -35,6 +35,7 @@ fn req(target: InstanceTarget, gpu: Option<&str>) -> InstanceSpec {
         uuid: None,
         autostart: false,
         label: Some("vm-1".into()),
+        attrs: Vec::new(),
     }
 }
 

@@ -42,6 +42,7 @@ fn spec(uuid: MdevUuid) -> InstanceSpec {
         uuid: Some(uuid),
         autostart: false,
         label: None,
+        attrs: Vec::new(),
     }
 }
 

@@ -57,6 +57,9 @@ pub struct NewInstance {
     pub uuid: Option<String>,
     /// A free-form label saying who asked (a VM name, `libvirt:<domain>`); `None` for none.
     pub label: Option<String>,
+    /// mdev attributes (name, value), written in this order to the device after each create, as
+    /// mdevctl's `attrs` are (option `attrs` of `Create`/`Define`); none when empty.
+    pub attrs: Vec<(String, String)>,
 }
 
 impl NewInstance {
@@ -68,6 +71,7 @@ impl NewInstance {
             gpu: None,
             uuid: None,
             label: None,
+            attrs: Vec::new(),
         }
     }
 
@@ -176,6 +180,13 @@ impl Client {
             .map_err(self.error("(connect)"))
     }
 
+    /// The mdev attributes (name, value) of instance `uuid`'s definition, in write order (its
+    /// `Attributes` property); none for a transient or foreign instance.
+    pub async fn instance_attrs(&self, uuid: &str) -> Result<Vec<(String, String)>, ClientError> {
+        let proxy = self.instance(uuid).await?;
+        self.call("Get(Attributes)", proxy.attributes()).await
+    }
+
     /// Turns a zbus failure of `method` into the client's error.
     pub(crate) fn error(&self, method: &str) -> impl Fn(zbus::Error) -> ClientError + '_ {
         let method = method.to_string();
@@ -255,6 +266,9 @@ impl Client {
         }
         if let Some(a) = autostart {
             options.insert("autostart", Variant::from(a));
+        }
+        if !req.attrs.is_empty() {
+            options.insert("attrs", Variant::from(req.attrs.clone()));
         }
         let kind = req.kind.as_str();
         let gpu = req.gpu.as_deref().unwrap_or("");

@@ -36,6 +36,8 @@ pub trait ManagerCalls {
     fn undefine(&mut self, uuid: &str) -> Result<(), ClientError>;
     /// Sets whether a definition starts with the daemon (`SetAutostart`).
     fn set_autostart(&mut self, uuid: &str, autostart: bool) -> Result<(), ClientError>;
+    /// The mdev attributes of instance `uuid`'s definition, in write order (`Attributes`).
+    fn instance_attrs(&mut self, uuid: &str) -> Result<Vec<(String, String)>, ClientError>;
 }
 
 /// A blocking client: the async [`crate::Client`] and the one-thread runtime it runs on. Every call
@@ -178,6 +180,9 @@ impl ManagerCalls for Client {
     fn set_autostart(&mut self, uuid: &str, autostart: bool) -> Result<(), ClientError> {
         Client::set_autostart(self, uuid, autostart)
     }
+    fn instance_attrs(&mut self, uuid: &str) -> Result<Vec<(String, String)>, ClientError> {
+        self.run(|c| c.instance_attrs(uuid))
+    }
 }
 
 /// A borrowed daemon is a daemon, so callers can keep theirs after handing it to a function that
@@ -212,5 +217,8 @@ impl<D: ManagerCalls + ?Sized> ManagerCalls for &mut D {
     }
     fn set_autostart(&mut self, uuid: &str, autostart: bool) -> Result<(), ClientError> {
         (**self).set_autostart(uuid, autostart)
+    }
+    fn instance_attrs(&mut self, uuid: &str) -> Result<Vec<(String, String)>, ClientError> {
+        (**self).instance_attrs(uuid)
     }
 }

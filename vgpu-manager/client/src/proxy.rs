@@ -183,6 +183,9 @@ pub trait Instance1 {
     /// JSON of the last preflight (empty before the first).
     #[zbus(property)]
     fn health(&self) -> zbus::Result<String>;
+    /// The definition's mdev attributes (name, value), in the order they are written at each start.
+    #[zbus(property)]
+    fn attributes(&self) -> zbus::Result<Vec<(String, String)>>;
 
     /// Opens the instance through VFIO as a VMM would; JSON of a
     /// `PreflightReport` of the VFIO crate (also kept in `Health`).

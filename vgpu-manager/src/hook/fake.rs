@@ -14,6 +14,8 @@ pub(crate) struct FakeDaemon {
     pub log: Vec<String>,
     /// UUIDs whose create/start fails.
     pub fail: BTreeSet<String>,
+    /// The mdev attributes of each definition (as the daemon's `Attributes` shows them).
+    pub attrs: BTreeMap<String, Vec<(String, String)>>,
     next: u32,
 }
 
@@ -51,6 +53,7 @@ impl FakeDaemon {
     pub fn new() -> Self {
         FakeDaemon {
             instances: BTreeMap::new(),
+            attrs: BTreeMap::new(),
             gpus: vec![GpuInfo {
                 path: vgpu_client::gpu_path("0000:01:00.0"),
                 id: "0000:01:00.0".into(),
@@ -141,6 +144,9 @@ impl FakeDaemon {
         i.profile = profile;
         i.autostart = autostart;
         i.label = req.label.clone().unwrap_or_default();
+        if defined {
+            self.attrs.insert(uuid.clone(), req.attrs.clone());
+        }
         self.instances.insert(uuid, i.clone());
         Ok(i)
     }
@@ -227,6 +233,7 @@ impl ManagerCalls for FakeDaemon {
         self.log.push(format!("destroy {uuid}"));
         self.owned(uuid)?;
         self.instances.remove(uuid);
+        self.attrs.remove(uuid);
         Ok(())
     }
 
@@ -236,6 +243,7 @@ impl ManagerCalls for FakeDaemon {
         if !i.defined {
             return Err(refuse("State", format!("instance {uuid} is not defined")));
         }
+        self.attrs.remove(uuid);
         if i.state == "running" {
             if let Some(i) = self.instances.get_mut(uuid) {
                 i.defined = false;
@@ -257,5 +265,9 @@ impl ManagerCalls for FakeDaemon {
             i.autostart = autostart;
         }
         Ok(())
+    }
+
+    fn instance_attrs(&mut self, uuid: &str) -> Result<Vec<(String, String)>, ClientError> {
+        Ok(self.attrs.get(uuid).cloned().unwrap_or_default())
     }
 }

@@ -50,6 +50,26 @@ pub fn create_mdev(
     }
 }
 
+/// Writes `value` to attribute `name` of mdev `uuid` (`/sys/bus/mdev/devices/<uuid>/<name>`), as mdevctl
+/// does after `create` for each attribute of a definition, in order (mdevctl src/mdev.rs `start`, which
+/// also removes the device again when one fails). `name` must be one file name (the caller checks it).
+///
+/// Kernel source: the attribute's store handler is the vendor driver's (e.g. drivers/s390/crypto/
+/// vfio_ap_ops.c `assign_adapter_store`); a name the driver does not have is `ENOENT`.
+pub fn write_mdev_attr(
+    host: &dyn Host,
+    uuid: &MdevUuid,
+    name: &str,
+    value: &str,
+) -> Result<(), LifecycleError> {
+    host.write(&paths::mdev_device(uuid).join(name), value)
+        .map_err(|source| LifecycleError::AttributeRefused {
+            uuid: *uuid,
+            name: name.to_string(),
+            source: Box::new(source),
+        })
+}
+
 /// Removes the mdev `uuid` by writing `1` to its `remove` attribute.
 ///
 /// Kernel source: drivers/vfio/mdev/mdev_sysfs.c `remove_store`; once removed the device directory is gone,

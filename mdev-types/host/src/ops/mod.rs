@@ -16,7 +16,7 @@ pub use bind::{
     BindRecord, VfioBindError, bind_driver, bind_vfio, current_driver, restore_driver,
     vf_without_autoprobe,
 };
-pub use mdev::{create_mdev, remove_mdev};
+pub use mdev::{create_mdev, remove_mdev, write_mdev_attr};
 pub use sriov::{set_sriov_autoprobe, set_sriov_numvfs};
 
 /// A lifecycle operation the kernel refused, in terms of what the operator asked for.
@@ -129,6 +129,22 @@ pub enum LifecycleError {
         /// The driver bound after the probe, or `None` when no driver is bound.
         actual: Option<String>,
     },
+    /// Writing an attribute of a new mdev (`/sys/bus/mdev/devices/<uuid>/<name>`) failed; the value and
+    /// the errno are the source's.
+    #[error(
+        "mdev {uuid}: writing {:?} to its attribute {name} failed: {} (the attribute is the driver's: check its name and value against the driver's documentation)",
+        .source.value.as_deref().unwrap_or_default(),
+        .source.errno
+    )]
+    AttributeRefused {
+        /// The device.
+        uuid: MdevUuid,
+        /// The attribute's file name.
+        name: String,
+        /// The failed write (value and errno).
+        #[source]
+        source: Box<HostError>,
+    },
     /// Any other kernel refusal, with operation, path and errno.
     #[error(transparent)]
     Host(#[from] HostError),
@@ -149,6 +165,7 @@ impl LifecycleError {
             LifecycleError::AboveTotalVfs { .. } => "above-total-vfs",
             LifecycleError::VfsAlreadyEnabled { .. } => "vfs-already-enabled",
             LifecycleError::BindFailed { .. } => "bind-failed",
+            LifecycleError::AttributeRefused { .. } => "attribute-refused",
             LifecycleError::Host(_) => "host",
         }
     }

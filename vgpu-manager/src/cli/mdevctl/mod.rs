@@ -12,8 +12,9 @@
 //! --uuid=U --defined` and the capability probe `modify --defined --live --jsonfile b --help`; plus
 //! `types --dumpjson` (read from the kernel's sysfs, as mdevctl reads it) and mdevctl's own forms (`-u`,
 //! `-p`, `-t`, `--type`). Output follows mdevctl's
-//! shapes ([`qemu_glue::mdevctl`]). What vgpud cannot do is refused with a one-line reason: attributes
-//! (`attrs`, `--addattr`), and `--live` changes of a running device.
+//! shapes ([`qemu_glue::mdevctl`]). A definition's attributes (`attrs`, `--addattr`, `--delattr`) are
+//! vgpud's (written in order after each create). What vgpud cannot do is refused with a one-line
+//! reason: `--live` changes of a running device.
 //!
 //! Two vgpu-manager extensions move definitions between the two tools: `export` writes vgpud's
 //! definitions as `/etc/mdevctl.d/<parent>/<uuid>` files, `import` defines mdevctl's files in vgpud.
@@ -90,7 +91,7 @@ pub struct ListArgs {
     /// Print mdevctl's JSON.
     #[arg(long)]
     dumpjson: bool,
-    /// More detail (attributes; vgpud keeps none).
+    /// More detail (a definition's attributes).
     #[arg(short, long)]
     verbose: bool,
     /// Only this device.
@@ -177,10 +178,10 @@ pub struct ModifyArgs {
     /// Change the running device (not supported by vgpud).
     #[arg(short, long, conflicts_with_all = ["mdev_type", "index", "value"], requires = "jsonfile")]
     live: bool,
-    /// Add an attribute (not supported by vgpud).
+    /// Add an attribute NAME (with --value; at --index, else at the end).
     #[arg(long, value_name = "NAME", requires = "value")]
     addattr: Option<String>,
-    /// Delete an attribute (not supported by vgpud).
+    /// Delete the attribute at --index (else the last).
     #[arg(long)]
     delattr: bool,
     /// Attribute index.
@@ -335,8 +336,9 @@ fn bad(msg: impl Into<String>) -> CliError {
     CliError::BadArgument(msg.into())
 }
 
-/// The mdevctl view of an instance; `None` when it has no usable parent or type.
-fn as_device(i: &InstanceInfo) -> Option<MdevctlDevice> {
+/// The mdevctl view of an instance with its definition's attributes; `None` when it has no usable
+/// parent or type.
+fn as_device(i: &InstanceInfo, attrs: Vec<(String, String)>) -> Option<MdevctlDevice> {
     let parent = if i.parent.is_empty() {
         &i.gpu
     } else {
@@ -348,7 +350,7 @@ fn as_device(i: &InstanceInfo) -> Option<MdevctlDevice> {
         config: MdevctlConfig {
             mdev_type: i.type_id.parse().ok()?,
             start: StartMode::from_autostart(i.autostart),
-            attrs: Vec::new(),
+            attrs,
         },
     })
 }
@@ -363,7 +365,7 @@ fn list(daemon: &mut dyn ManagerCalls, a: &ListArgs, out: &mut dyn Write) -> Res
             .map_err(|_| bad(format!("'{u}' is not a UUID")))?;
     }
     let instances = daemon.list_instances()?;
-    let chosen: Vec<(&InstanceInfo, MdevctlDevice)> = instances
+    let mut chosen: Vec<(&InstanceInfo, MdevctlDevice)> = instances
         .iter()
         .filter(|i| {
             if a.defined {
@@ -373,9 +375,17 @@ fn list(daemon: &mut dyn ManagerCalls, a: &ListArgs, out: &mut dyn Write) -> Res
             }
         })
         .filter(|i| a.uuid.as_deref().is_none_or(|u| same_uuid(u, &i.uuid)))
-        .filter_map(|i| as_device(i).map(|d| (i, d)))
+        .filter_map(|i| as_device(i, Vec::new()).map(|d| (i, d)))
         .filter(|(_, d)| a.parent.as_deref().is_none_or(|p| p == d.parent))
         .collect();
+    // A definition's attributes, as mdevctl lists a defined device's (mdevctl src/main.rs
+    // list_command); a running device's are not read back from sysfs, as mdevctl without call-outs
+    // does not (its active list shows `"attrs": []`).
+    if a.defined {
+        for (i, d) in &mut chosen {
+            d.config.attrs = daemon.instance_attrs(&i.uuid)?;
+        }
+    }
     if a.dumpjson {
         // mdevctl prints a single device's bare configuration when filtered by UUID (src/main.rs
         // list_command), so that it can be saved as a definition file.
@@ -405,6 +415,14 @@ fn list(daemon: &mut dyn ManagerCalls, a: &ListArgs, out: &mut dyn Write) -> Res
             d.config.mdev_type,
             d.config.start.as_str()
         )?;
+        if a.verbose && !d.config.attrs.is_empty() {
+            // mdevctl src/mdev.rs to_text, verbose: `  Attrs:`, then `    @{N}: {"name":"value"}`.
+            writeln!(out, "  Attrs:")?;
+            for (n, (name, value)) in d.config.attrs.iter().enumerate() {
+                let one = serde_json::json!({ name.as_str(): value });
+                writeln!(out, "    @{{{n}}}: {one}")?;
+            }
+        }
     }
     Ok(())
 }

@@ -30,20 +30,7 @@ fn read_config(path: &Path) -> Result<MdevctlConfig, CliError> {
         std::fs::read_to_string(path).map(|t| text = t)
     };
     read.map_err(|e| bad(format!("cannot read {origin}: {e}")))?;
-    let config = MdevctlConfig::from_json(&text, &origin).map_err(|e| bad(e.to_string()))?;
-    no_attrs(&config, &origin)?;
-    Ok(config)
-}
-
-fn no_attrs(config: &MdevctlConfig, origin: &str) -> Result<(), CliError> {
-    if config.attrs.is_empty() {
-        return Ok(());
-    }
-    Err(bad(format!(
-        "{origin}: vgpud does not apply mdev attributes ({} given, first '{}'): remove \"attrs\" or manage this device with mdevctl itself",
-        config.attrs.len(),
-        config.attrs[0].0
-    )))
+    MdevctlConfig::from_json(&text, &origin).map_err(|e| bad(e.to_string()))
 }
 
 /// The instance `uuid`, checking `parent` when given.
@@ -56,22 +43,46 @@ fn find(
     Ok(found.filter(|i| parent.is_none_or(|p| p == i.parent || p == i.gpu)))
 }
 
-/// What `define`/`start` should make: (type, parent, autostart), from --type or --jsonfile.
-fn wanted(spec: &DeviceSpec) -> Result<Option<(String, StartMode)>, CliError> {
+/// What `define`/`start` should make, from --type or --jsonfile.
+struct Wanted {
+    type_id: String,
+    start: StartMode,
+    /// mdev attributes in write order (only a JSON file has them).
+    attrs: Attrs,
+}
+
+/// mdev attributes (name, value) in write order.
+type Attrs = Vec<(String, String)>;
+
+fn wanted(spec: &DeviceSpec) -> Result<Option<Wanted>, CliError> {
     match (&spec.mdev_type, &spec.jsonfile) {
-        (Some(t), _) => Ok(Some((t.clone(), StartMode::from_autostart(spec.auto)))),
+        (Some(t), _) => Ok(Some(Wanted {
+            type_id: t.clone(),
+            start: StartMode::from_autostart(spec.auto),
+            attrs: Vec::new(),
+        })),
         (None, Some(f)) => {
             let c = read_config(f)?;
-            Ok(Some((c.mdev_type.to_string(), c.start)))
+            Ok(Some(Wanted {
+                type_id: c.mdev_type.to_string(),
+                start: c.start,
+                attrs: c.attrs,
+            }))
         }
         (None, None) => Ok(None),
     }
 }
 
-fn new_instance(type_id: &str, parent: &str, uuid: Option<&String>) -> NewInstance {
+fn new_instance(
+    type_id: &str,
+    parent: &str,
+    uuid: Option<&String>,
+    attrs: &[(String, String)],
+) -> NewInstance {
     NewInstance {
         gpu: Some(parent.to_string()),
         uuid: uuid.cloned(),
+        attrs: attrs.to_vec(),
         ..NewInstance::of_type(type_id)
     }
 }
@@ -83,9 +94,10 @@ pub(super) fn define(
 ) -> Result<(), CliError> {
     let uuid = spec.uuid.as_deref().map(check_uuid).transpose()?;
     let made = match (wanted(spec)?, &spec.parent, &uuid) {
-        (Some((t, start)), Some(p), _) => {
-            daemon.define(&new_instance(&t, p, uuid.as_ref()), start.is_auto())?
-        }
+        (Some(w), Some(p), _) => daemon.define(
+            &new_instance(&w.type_id, p, uuid.as_ref(), &w.attrs),
+            w.start.is_auto(),
+        )?,
         (Some(_), None, _) => return Err(bad("can't provide type without parent: give --parent")),
         // `define --uuid U`: keep a running device across reboots (mdevctl(8) "define").
         (None, _, Some(u)) => {
@@ -105,7 +117,10 @@ pub(super) fn define(
                     i.parent, i.type_id
                 )));
             }
-            daemon.define(&new_instance(&i.type_id, &i.parent, Some(u)), spec.auto)?
+            daemon.define(
+                &new_instance(&i.type_id, &i.parent, Some(u), &[]),
+                spec.auto,
+            )?
         }
         (None, _, None) => {
             return Err(bad(
@@ -132,8 +147,8 @@ pub(super) fn start(
     if let Some(u) = &uuid
         && let Some(i) = find(daemon, u, spec.parent.as_deref())?
     {
-        if let Some((t, _)) = &wanted
-            && *t != i.type_id
+        if let Some(w) = &wanted
+            && w.type_id != i.type_id
         {
             return Err(bad(format!(
                 "device {u} already exists on parent {} with type {}",
@@ -149,7 +164,7 @@ pub(super) fn start(
         daemon.start(u)?;
         return Ok(());
     }
-    let (Some((t, _)), Some(p)) = (wanted, &spec.parent) else {
+    let (Some(w), Some(p)) = (wanted, &spec.parent) else {
         return Err(bad(
             "device is insufficiently specified: give --parent and --type (or --jsonfile), or the --uuid of a definition",
         ));
@@ -162,7 +177,7 @@ pub(super) fn start(
         )));
     }
     let made = daemon
-        .create(&new_instance(&t, p, uuid.as_ref()))
+        .create(&new_instance(&w.type_id, p, uuid.as_ref(), &w.attrs))
         .map_err(|e| match known {
             true => CliError::from(e),
             false => bad(format!("Unable to find parent device '{p}' ({e})")),
@@ -199,11 +214,6 @@ pub(super) fn modify(daemon: &mut dyn ManagerCalls, m: &ModifyArgs) -> Result<()
             }
         }
     }
-    if m.addattr.is_some() || m.delattr || m.index.is_some() || m.value.is_some() {
-        return Err(bad(
-            "vgpud does not keep mdev attributes: --addattr/--delattr/--index/--value are not supported",
-        ));
-    }
     if m.live {
         return Err(bad(format!(
             "mdev {u}: vgpud cannot change a running device (--live); change the definition and restart it"
@@ -215,19 +225,58 @@ pub(super) fn modify(daemon: &mut dyn ManagerCalls, m: &ModifyArgs) -> Result<()
     let i = find(daemon, &u, m.parent.as_deref())?
         .filter(|i| i.defined)
         .ok_or_else(|| bad(format!("no definition of mdev {u}")))?;
-    let (new_type, start) = if let Some(f) = &m.jsonfile {
+    let old_attrs = daemon.instance_attrs(&u)?;
+    let (new_type, start, attrs) = if let Some(f) = &m.jsonfile {
         let c = read_config(f)?;
-        (Some(c.mdev_type.to_string()), Some(c.start))
+        (Some(c.mdev_type.to_string()), Some(c.start), c.attrs)
     } else {
         let start = (m.auto || m.manual).then(|| StartMode::from_autostart(m.auto));
-        (m.mdev_type.clone(), start)
+        let attrs = changed_attrs(m, &u, &old_attrs)?;
+        (m.mdev_type.clone(), start, attrs)
     };
     let autostart = start.map_or(i.autostart, StartMode::is_auto);
-    match new_type.filter(|t| *t != i.type_id) {
-        Some(t) => retype(daemon, &i, &t, autostart),
-        None if autostart != i.autostart => Ok(daemon.set_autostart(&u, autostart)?),
-        None => Ok(()),
+    let new_type = new_type.filter(|t| *t != i.type_id);
+    if new_type.is_some() || attrs != old_attrs {
+        let t = new_type.unwrap_or_else(|| i.type_id.clone());
+        return redefine(daemon, &i, &old_attrs, &t, autostart, &attrs);
     }
+    if autostart != i.autostart {
+        daemon.set_autostart(&u, autostart)?;
+    }
+    Ok(())
+}
+
+/// The attributes after `--addattr NAME --value V [--index N]` (inserted at N, else appended) or
+/// `--delattr [--index N]` (the one at N removed, else the last), as mdevctl's modify does (mdevctl
+/// src/main.rs modify_command; its tests' expected files modify/addattr*.expected, delattr*.expected).
+fn changed_attrs(m: &ModifyArgs, u: &str, old: &[(String, String)]) -> Result<Attrs, CliError> {
+    let mut attrs = old.to_vec();
+    let index = m.index.map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+    if let (Some(name), Some(value)) = (&m.addattr, &m.value) {
+        let at = index.unwrap_or(attrs.len());
+        if at > attrs.len() {
+            return Err(bad(format!(
+                "mdev {u}: attribute index {at} is past the end (the definition has {} attributes)",
+                attrs.len()
+            )));
+        }
+        attrs.insert(at, (name.clone(), value.clone()));
+    } else if m.delattr {
+        let Some(last) = attrs.len().checked_sub(1) else {
+            return Err(bad(format!(
+                "mdev {u}: the definition has no attributes to delete"
+            )));
+        };
+        let at = index.unwrap_or(last);
+        if at > last {
+            return Err(bad(format!(
+                "mdev {u}: no attribute at index {at} (the definition has {} attributes)",
+                attrs.len()
+            )));
+        }
+        attrs.remove(at);
+    }
+    Ok(attrs)
 }
 
 /// `start-parent-mdevs PARENT`: starts every stopped definition of `parent` marked auto, as mdevctl's
@@ -252,24 +301,26 @@ pub(super) fn start_parent_mdevs(
     Ok(())
 }
 
-/// Replaces the definition of stopped instance `i` by one of type `t` with the same UUID and parent,
-/// restoring the old one if the new one is refused.
-fn retype(
+/// Replaces the definition of stopped instance `i` (with attributes `old_attrs`) by one of type `t`
+/// with `attrs`, the same UUID and parent, restoring the old one if the new one is refused.
+fn redefine(
     daemon: &mut dyn ManagerCalls,
     i: &InstanceInfo,
+    old_attrs: &[(String, String)],
     t: &str,
     autostart: bool,
+    attrs: &[(String, String)],
 ) -> Result<(), CliError> {
     if i.state == "running" {
         return Err(bad(format!(
-            "mdev {} is running: stop it before changing its type (the type of a live mdev cannot change)",
+            "mdev {} is running: stop it before changing its type or attributes (vgpud changes the definition of a stopped device only)",
             i.uuid
         )));
     }
     daemon.undefine(&i.uuid)?;
-    if let Err(e) = daemon.define(&new_instance(t, &i.parent, Some(&i.uuid)), autostart) {
+    if let Err(e) = daemon.define(&new_instance(t, &i.parent, Some(&i.uuid), attrs), autostart) {
         let restored = daemon.define(
-            &new_instance(&i.type_id, &i.parent, Some(&i.uuid)),
+            &new_instance(&i.type_id, &i.parent, Some(&i.uuid), old_attrs),
             i.autostart,
         );
         let note = match restored {
@@ -277,7 +328,7 @@ fn retype(
             Err(r) => format!("restoring the old definition also failed: {r}"),
         };
         return Err(bad(format!(
-            "mdev {}: type {t} refused ({e}); {note}",
+            "mdev {}: the new definition (type {t}) was refused ({e}); {note}",
             i.uuid
         )));
     }
@@ -290,7 +341,10 @@ pub(super) fn export(
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
     for i in daemon.list_instances()?.iter().filter(|i| i.defined) {
-        let Some(d) = as_device(i) else { continue };
+        let attrs = daemon.instance_attrs(&i.uuid)?;
+        let Some(d) = as_device(i, attrs) else {
+            continue;
+        };
         let path = write_config(dir, &d).map_err(|e| bad(e.to_string()))?;
         writeln!(out, "{}", path.display())?;
     }
@@ -328,21 +382,18 @@ pub(super) fn import(
                 origin.display(),
                 config.mdev_type
             )),
-            _ => match no_attrs(config, &origin.display().to_string()) {
-                Err(e) => Err(e.to_string()),
-                Ok(()) if dry_run => Ok(format!(
-                    "{u}: would define {} on {parent}, start {}",
-                    config.mdev_type,
-                    config.start.as_str()
-                )),
-                Ok(()) => daemon
-                    .define(
-                        &new_instance(config.mdev_type.as_str(), parent, Some(&u)),
-                        config.start.is_auto(),
-                    )
-                    .map(|_| format!("{u}: defined {} on {parent}", config.mdev_type))
-                    .map_err(|e| format!("{u}: {e}")),
-            },
+            _ if dry_run => Ok(format!(
+                "{u}: would define {} on {parent}, start {}",
+                config.mdev_type,
+                config.start.as_str()
+            )),
+            _ => daemon
+                .define(
+                    &new_instance(config.mdev_type.as_str(), parent, Some(&u), &config.attrs),
+                    config.start.is_auto(),
+                )
+                .map(|_| format!("{u}: defined {} on {parent}", config.mdev_type))
+                .map_err(|e| format!("{u}: {e}")),
         };
         match line {
             Ok(l) => writeln!(out, "{l}")?,

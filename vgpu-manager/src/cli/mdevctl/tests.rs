@@ -242,26 +242,92 @@ fn start_of_a_definition_with_another_type_is_refused_like_mdevctl() {
 #[test]
 fn unsupported_requests_say_why() {
     let mut f = demo();
-    let attrs =
-        json_file(r#"{"mdev_type":"nvidia-231","start":"auto","attrs":[{"assign_adapter":"5"}]}"#);
-    let e = mdevctl(
-        &mut f,
-        &format!(
-            "define -p 0000:01:00.0 --jsonfile {}",
-            attrs.path().display()
-        ),
-    )
-    .unwrap_err();
-    assert!(
-        e.contains("attributes") && e.contains("assign_adapter"),
-        "{e}"
-    );
-    let e = mdevctl(&mut f, &format!("modify -u {B} --addattr=x --value=1")).unwrap_err();
-    assert!(e.contains("attributes"), "{e}");
     let e = mdevctl(&mut f, &format!("stop -u {B}")).unwrap_err();
     assert!(e.contains("not running"), "{e}");
     let e = mdevctl(&mut f, "undefine -u not-a-uuid").unwrap_err();
     assert!(e.contains("not a UUID"), "{e}");
+}
+
+fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+    list.iter()
+        .map(|(n, v)| (n.to_string(), v.to_string()))
+        .collect()
+}
+
+#[test]
+fn a_json_files_attributes_reach_the_daemon_in_order_and_are_listed_back() {
+    let mut f = demo();
+    let file = json_file(
+        r#"{"mdev_type":"nvidia-231","start":"manual","attrs":[{"assign_adapter":"5"},{"assign_domain":"4"}]}"#,
+    );
+    let p = file.path().display();
+    let made = mdevctl(&mut f, &format!("define -p 0000:01:00.0 --jsonfile {p}"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let uuid = made.trim().to_string();
+    let want = pairs(&[("assign_adapter", "5"), ("assign_domain", "4")]);
+    assert_eq!(f.attrs.get(&uuid), Some(&want));
+    let text = mdevctl(&mut f, &format!("list --defined --verbose -u {uuid}"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        text,
+        format!(
+            "{uuid} 0000:01:00.0 nvidia-231 manual\n  Attrs:\n    @{{0}}: {{\"assign_adapter\":\"5\"}}\n    @{{1}}: {{\"assign_domain\":\"4\"}}\n"
+        )
+    );
+    let json: Value = serde_json::from_str(
+        &mdevctl(&mut f, &format!("list --defined --dumpjson -u {uuid}"))
+            .unwrap_or_else(|e| panic!("{e}")),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        json["attrs"],
+        serde_json::json!([{"assign_adapter": "5"}, {"assign_domain": "4"}])
+    );
+}
+
+#[test]
+fn modify_adds_and_deletes_attributes_at_an_index_or_at_the_end() {
+    let mut f = demo();
+    f.attrs
+        .insert(B.into(), pairs(&[("a", "1"), ("b", "2"), ("c", "3")]));
+    let run = |f: &mut FakeDaemon, args: &str| {
+        mdevctl(f, &format!("modify -u {B} {args}")).unwrap_or_else(|e| panic!("{args}: {e}"));
+        f.attrs.get(B).cloned().unwrap_or_default()
+    };
+    assert_eq!(
+        run(&mut f, "--addattr x --value 9 --index 1"),
+        pairs(&[("a", "1"), ("x", "9"), ("b", "2"), ("c", "3")])
+    );
+    assert_eq!(
+        run(&mut f, "--addattr y --value 8"),
+        pairs(&[("a", "1"), ("x", "9"), ("b", "2"), ("c", "3"), ("y", "8")])
+    );
+    assert_eq!(
+        run(&mut f, "--delattr --index 0"),
+        pairs(&[("x", "9"), ("b", "2"), ("c", "3"), ("y", "8")])
+    );
+    assert_eq!(
+        run(&mut f, "--delattr"),
+        pairs(&[("x", "9"), ("b", "2"), ("c", "3")])
+    );
+    // The definition keeps its type and start mode.
+    assert_eq!(
+        (f.instances[B].type_id.as_str(), f.instances[B].autostart),
+        ("nvidia-231", true)
+    );
+    let e = mdevctl(&mut f, &format!("modify -u {B} --delattr --index 7")).unwrap_err();
+    assert!(e.contains("index 7"), "{e}");
+    assert_eq!(f.attrs[B].len(), 3, "a refused modify changes nothing");
+}
+
+#[test]
+fn attributes_of_a_running_definition_are_not_changed_in_place() {
+    let mut f = demo();
+    if let Some(i) = f.instances.get_mut(B) {
+        i.state = "running".into();
+    }
+    let e = mdevctl(&mut f, &format!("modify -u {B} --addattr x --value 1")).unwrap_err();
+    assert!(e.contains("running") && e.contains("stop it"), "{e}");
 }
 
 #[test]

@@ -14,7 +14,7 @@ use mdev_types::ids::{MdevTypeId, MdevUuid};
 use mdev_types::vfio_api::{OpenedDevice, VfioBackend};
 use vgpu_vfio::PreflightReport;
 
-use super::{CoreError, GpuView, InstanceView};
+use super::{CoreError, GpuView, InstanceView, MdevAttr};
 use crate::pool::PoolPlan;
 use crate::sched::{ApplyReport, SchedPlan, SchedRequest};
 use vgpu_client::{PoolStatus, PoolSummary, SchedulingView};
@@ -89,6 +89,9 @@ pub struct InstanceSpec {
     pub autostart: bool,
     /// A free-form label of who asked (a VM name, a pool slot); shown as `Owner`.
     pub label: Option<String>,
+    /// mdev attributes written, in order, to the device after it is created (mdevctl's `attrs`); a
+    /// refused write removes the device again.
+    pub attrs: Vec<MdevAttr>,
 }
 
 /// Declares a command type's [`Command`] impl.

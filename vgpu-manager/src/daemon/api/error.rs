@@ -305,6 +305,9 @@ pub enum RequestError {
         /// The limit ([`ClientText::limit`]).
         limit: usize,
     },
+    /// An mdev attribute of the request is refused.
+    #[error(transparent)]
+    Attr(#[from] super::attrs::AttrError),
     /// A label holds a control character.
     #[error(
         "{what} {label:?} holds a control character at byte {at}: labels are printable text on one line (no newline, tab or escape)"

@@ -10,10 +10,14 @@ use serde::{Deserialize, Serialize};
 
 use mdev_types::ids::{MdevTypeId, MdevUuid};
 
+mod attrs;
 mod command;
 mod error;
 pub mod limits;
 
+pub use attrs::{
+    AttrError, MAX_ATTR_NAME_BYTES, MAX_ATTR_VALUE_BYTES, MAX_ATTRS, MdevAttr, parse_attrs,
+};
 pub use command::*;
 pub use error::{CoreError, RequestError, StateError, UndoFailure, VfInUse};
 
@@ -156,6 +160,9 @@ pub struct InstanceView {
     pub iommu_group: Option<u32>,
     /// When it was created or defined (seconds since the Unix epoch).
     pub created_at: u64,
+    /// The definition's mdev attributes, in write order (none for a transient or foreign instance).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attrs: Vec<MdevAttr>,
 }
 
 /// A GPU as clients see it.

@@ -151,7 +151,18 @@ pub(super) fn changed_properties(
         o.created_at != n.created_at,
         Variant::from(n.created_at),
     );
+    if old.attrs != new.attrs {
+        m.insert("Attributes", Variant::from(attrs_wire(new)));
+    }
     m
+}
+
+/// The `Attributes` property: (name, value) in write order.
+fn attrs_wire(v: &InstanceView) -> Vec<(String, String)> {
+    v.attrs
+        .iter()
+        .map(|a| (a.name().to_string(), a.value().to_string()))
+        .collect()
 }
 
 /// The object behind one instance path, as served (see [`Strict`]).
@@ -251,6 +262,14 @@ impl Instance1 {
     fn created_at(&self) -> u64 {
         self.view.created_at
     }
+
+    /// The definition's mdev attributes as (name, value), in the order they are written to
+    /// /sys/bus/mdev/devices/UUID/NAME after each create (option attrs of Create/Define); empty for
+    /// none, and for transient and foreign instances.
+    #[zbus(property)]
+    fn attributes(&self) -> Vec<(String, String)> {
+        attrs_wire(&self.view)
+    }
     /// The last preflight's report as JSON (docs/json.md, `preflight --json`, plus `checked_at`);
     /// empty until `Preflight` ran. Changes are signalled.
     #[zbus(property)]
@@ -340,6 +359,7 @@ mod tests {
             label: None,
             iommu_group: Some(42),
             created_at: 1_700_000_000,
+            attrs: Vec::new(),
         }
     }
 

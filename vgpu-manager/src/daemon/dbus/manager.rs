@@ -79,11 +79,12 @@ fn parse_request(
         uuid,
         autostart: false,
         label: None,
+        attrs: Vec::new(),
     };
     let known = if method == "Define" {
-        "label (s), autostart (b)"
+        "label (s), autostart (b), attrs (a(ss))"
     } else {
-        "label (s)"
+        "label (s), attrs (a(ss))"
     };
     for (key, value) in options {
         match (key.as_str(), &**value) {
@@ -92,7 +93,10 @@ fn parse_request(
                 req.label = Some(s.as_str().to_string()).filter(|s| !s.is_empty())
             }
             ("autostart", Variant::Bool(b)) if method == "Define" => req.autostart = *b,
-            ("label" | "autostart", v) if method == "Define" || key == "label" => {
+            ("attrs", Variant::Array(a)) if a.element_signature() == "(ss)" => {
+                req.attrs = attrs_option(a).map_err(CoreError::from)?;
+            }
+            ("label" | "autostart" | "attrs", v) if method == "Define" || key != "autostart" => {
                 return Err(invalid(format!(
                     "{method}: option '{key}' has type '{}'; known options: {known}",
                     v.value_signature()
@@ -107,6 +111,18 @@ fn parse_request(
         }
     }
     Ok(req)
+}
+
+/// The `attrs` option: (name, value) pairs in write order, each checked ([`MdevAttr::new`]).
+fn attrs_option(a: &zbus::Array<'_>) -> Result<Vec<MdevAttr>, RequestError> {
+    let pairs = a.inner().iter().filter_map(|pair| match pair {
+        Variant::Structure(s) => match s.fields() {
+            [Variant::Str(n), Variant::Str(v)] => Some((n.as_str(), v.as_str())),
+            _ => None,
+        },
+        _ => None,
+    });
+    Ok(parse_attrs(pairs)?)
 }
 
 impl Manager {
@@ -186,7 +202,9 @@ impl Manager {
     }
 
     /// Creates and starts a transient instance. target_kind: "profile" or "type"; gpu and uuid may be
-    /// empty (the daemon chooses). Options: label (s).
+    /// empty (the daemon chooses). Options: label (s); attrs (a(ss)): mdev attributes (name, value)
+    /// written in order to /sys/bus/mdev/devices/UUID/NAME once the device exists, as mdevctl's attrs
+    /// are; a refused one fails the call and the device is removed again.
     #[zbus(out_args("instance"))]
     // The D-Bus signature fixes the five arguments; header and connection come from zbus.
     #[allow(clippy::too_many_arguments)]
@@ -206,7 +224,7 @@ impl Manager {
     }
 
     /// Persists a definition without starting it. Arguments as for Create; options: label (s),
-    /// autostart (b).
+    /// autostart (b), attrs (a(ss), written at each start).
     #[zbus(out_args("instance"))]
     // The D-Bus signature fixes the five arguments; header and connection come from zbus.
     #[allow(clippy::too_many_arguments)]

@@ -58,7 +58,7 @@ impl Instances {
         // The view is read before the parent is unlocked: a Destroy of the new UUID waits for the
         // lock, so the answer is the instance this call made, not what a later command left.
         let view = self.locks.with_parent(&place.parent, || {
-            self.create_device_owned(&uuid, &place, req.label.clone())?;
+            self.create_device_owned(&uuid, &place, req.label.clone(), &req.attrs)?;
             Ok::<_, CoreError>(self.refresh_one(&uuid))
         })?;
         made(view, uuid, "created")
@@ -83,6 +83,7 @@ impl Instances {
             autostart: req.autostart,
             label: req.label,
             created_at: unix_now(),
+            attrs: req.attrs,
         };
         lock(&self.store).put_definition(&def)?;
         info!(%uuid, parent = %def.parent, type_id = %def.type_id, "instance defined");
@@ -125,6 +126,7 @@ impl Instances {
                     autostart: req.autostart,
                     label: req.label.clone(),
                     created_at: unix_now(),
+                    attrs: req.attrs.clone(),
                 })?;
                 Ok(())
             })?;
@@ -223,7 +225,7 @@ impl Instances {
                 type_id: def.type_id.clone(),
                 profile: def.profile.clone(),
             };
-            self.create_device_owned(&uuid, &place, def.label.clone())?;
+            self.create_device_owned(&uuid, &place, def.label.clone(), &def.attrs)?;
             Ok(self.refresh_one(&uuid))
         })
     }

@@ -294,6 +294,7 @@ impl Pools {
             uuid: Some(v.uuid),
             autostart: v.autostart,
             label: v.label.clone(),
+            attrs: Vec::new(),
         };
         if !v.defined {
             self.instances.create(req)?;
@@ -373,6 +374,7 @@ impl PoolActions for Slots<'_> {
                 uuid: Some(slot.uuid),
                 autostart,
                 label: Some(slot_label(slot)),
+                attrs: Vec::new(),
             })
             .map(|_| ())
     }

@@ -121,6 +121,7 @@ impl PoolActions for Fake {
             autostart: false,
             label: i.label.clone(),
             created_at: 0,
+            attrs: Vec::new(),
         })
     }
 
@@ -143,6 +144,7 @@ impl PoolActions for Fake {
             label: i.label,
             iommu_group: None,
             created_at: 0,
+            attrs: Vec::new(),
         })
     }
 

@@ -9,7 +9,7 @@ use vgpu_host::ops::{self, LifecycleError};
 use super::choose::Placement;
 use super::instances::Instances;
 use super::lock;
-use crate::daemon::api::{CoreError, StateError};
+use crate::daemon::api::{CoreError, MdevAttr, StateError};
 use crate::daemon::reconcile::{
     ExecReport, Plan, ReconcileInput, ReconcileStep, Removal, StepActions, execute, execute_steps,
     plan,
@@ -86,6 +86,11 @@ impl StepActions for Actions<'_> {
         ops::create_mdev(self.core.host.as_ref(), parent, type_id, uuid).map_err(Into::into)
     }
 
+    fn write_attr(&mut self, uuid: &MdevUuid, attr: &MdevAttr) -> Result<(), CoreError> {
+        ops::write_mdev_attr(self.core.host.as_ref(), uuid, attr.name(), attr.value())
+            .map_err(Into::into)
+    }
+
     fn remove_device(&mut self, uuid: &MdevUuid, _parent: &str) -> Result<(), CoreError> {
         match ops::remove_mdev(self.core.host.as_ref(), uuid) {
             Ok(()) | Err(LifecycleError::NoSuchInstance { .. }) => {}
@@ -132,12 +137,14 @@ impl Instances {
     /// Creates the device of `uuid` at `place` through the reconcile executor, so a command's create
     /// follows the same ledger protocol and rollback as reconcile's: the ledger entry is written first;
     /// if the kernel refuses, a device it made anyway is removed and the entry dropped, and the entry
-    /// is kept whenever the device may still exist. The parent lock must be held.
+    /// is kept whenever the device may still exist. Then `attrs` are written to the device in order; a
+    /// refused one fails the create and the device is removed again. The parent lock must be held.
     pub(super) fn create_device_owned(
         &self,
         uuid: &MdevUuid,
         place: &Placement,
         label: Option<String>,
+        attrs: &[MdevAttr],
     ) -> Result<(), CoreError> {
         let plan = Plan {
             steps: vec![ReconcileStep::Create {
@@ -145,6 +152,7 @@ impl Instances {
                 parent: place.parent.clone(),
                 type_id: place.type_id.clone(),
                 replaces: None,
+                attrs: attrs.to_vec(),
             }],
         };
         let mut actions = Actions {

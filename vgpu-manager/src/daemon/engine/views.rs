@@ -89,6 +89,7 @@ impl Instances {
                 .or_else(|| led.map(|l| l.created_at))
                 .or(first_seen)
                 .unwrap_or_else(unix_now),
+            attrs: def.map(|d| d.attrs.clone()).unwrap_or_default(),
         })
     }
 

@@ -11,7 +11,7 @@ use std::fmt;
 use mdev_types::ids::{MdevTypeId, MdevUuid};
 
 use super::plan::{Plan, ReconcileStep};
-use crate::daemon::api::CoreError;
+use crate::daemon::api::{CoreError, MdevAttr};
 use crate::daemon::exec::{self, Effects, Object};
 use crate::daemon::store::{LedgerEntry, LedgerOwnership};
 
@@ -39,6 +39,8 @@ pub trait StepActions {
         parent: &str,
         type_id: &MdevTypeId,
     ) -> Result<(), Self::Error>;
+    /// Writes one mdev attribute of a device just created (`/sys/bus/mdev/devices/<uuid>/<name>`).
+    fn write_attr(&mut self, uuid: &MdevUuid, attr: &MdevAttr) -> Result<(), Self::Error>;
     /// Removes one of our mdev devices (writes its `remove` attribute), succeeding only once it is
     /// gone; a device already gone is success.
     fn remove_device(&mut self, uuid: &MdevUuid, parent: &str) -> Result<(), Self::Error>;
@@ -52,7 +54,8 @@ pub trait StepActions {
 /// The change a step makes to ledgered devices, if any.
 #[derive(Debug, Clone, Copy)]
 pub enum Change<'a> {
-    /// Write the ledger entry (replacing `replaces`), then create the device.
+    /// Write the ledger entry (replacing `replaces`), create the device, then write its attributes in
+    /// order; a refused attribute fails the step, and the rollback removes the device.
     Create {
         /// The device's UUID.
         uuid: &'a MdevUuid,
@@ -62,6 +65,8 @@ pub enum Change<'a> {
         type_id: &'a MdevTypeId,
         /// A stale entry for this UUID that the new one overwrites (put back on rollback).
         replaces: &'a Option<LedgerEntry>,
+        /// The mdev attributes to write after the create, in order.
+        attrs: &'a [MdevAttr],
     },
     /// Forget a ledger entry whose device is gone.
     DropLedger(&'a LedgerEntry),
@@ -89,11 +94,13 @@ impl DeviceStep for ReconcileStep {
                 parent,
                 type_id,
                 replaces,
+                attrs,
             } => Some(Change::Create {
                 uuid,
                 parent,
                 type_id,
                 replaces,
+                attrs,
             }),
             ReconcileStep::DropLedger { entry } => Some(Change::DropLedger(entry)),
             _ => None,
@@ -207,6 +214,7 @@ impl<A: StepActions + ?Sized, S: DeviceStep> exec::Actions<S> for Ledgered<'_, A
                 uuid,
                 parent,
                 type_id,
+                attrs,
                 ..
             }) => {
                 let remove = || LedgerUndo::RemoveDevice {
@@ -215,7 +223,11 @@ impl<A: StepActions + ?Sized, S: DeviceStep> exec::Actions<S> for Ledgered<'_, A
                 };
                 let Err(error) = self.actions.create_device(uuid, parent, type_id) else {
                     fx.done(Object::Instance(*uuid), remove());
-                    return Ok(());
+                    // mdevctl src/mdev.rs `start`: each attribute in order once the device exists;
+                    // one refused fails the start, and the rollback removes the device again.
+                    return attrs
+                        .iter()
+                        .try_for_each(|a| self.actions.write_attr(uuid, a));
                 };
                 match self.actions.device_exists(uuid) {
                     // Nothing was created: the entry can go.
@@ -295,6 +307,7 @@ pub fn execute_steps<A: StepActions + ?Sized, S: DeviceStep>(
                 parent,
                 type_id,
                 replaces,
+                ..
             } => Some((
                 LedgerEntry {
                     uuid: *uuid,

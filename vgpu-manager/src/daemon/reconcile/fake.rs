@@ -7,6 +7,7 @@ use mdev_types::ids::{MdevTypeId, MdevUuid};
 
 use super::exec::StepActions;
 use super::input::{HostInstance, HostParent, HostType, ReconcileInput};
+use crate::daemon::api::MdevAttr;
 use crate::daemon::store::{Definition, LedgerEntry};
 
 /// The observable state: devices (uuid → parent, type) and the ledger.
@@ -32,6 +33,10 @@ pub(crate) struct FakeHost {
     pub fail_exists: bool,
     /// Mutating calls so far.
     pub calls: usize,
+    /// Attribute names the devices' driver refuses (a write to one fails, as an unknown name would).
+    pub refused_attrs: BTreeSet<String>,
+    /// Every attribute written, in order: (device, name, value).
+    pub attrs_written: Vec<(MdevUuid, String, String)>,
 }
 
 impl FakeHost {
@@ -160,6 +165,25 @@ impl StepActions for FakeHost {
         }
         self.devices
             .insert(*uuid, (parent.to_string(), type_id.clone()));
+        Ok(())
+    }
+
+    fn write_attr(&mut self, uuid: &MdevUuid, attr: &MdevAttr) -> Result<(), FakeError> {
+        // Protocol: attributes are written to a device that exists and is in the ledger.
+        assert!(
+            self.devices.contains_key(uuid) && self.ledger.contains_key(uuid),
+            "attribute {attr} written to {uuid}, which does not exist or is not ours"
+        );
+        self.call("write_attr")?;
+        if self.refused_attrs.contains(attr.name()) {
+            return Err(FakeError(format!(
+                "{uuid}: attribute {} refused value {:?}",
+                attr.name(),
+                attr.value()
+            )));
+        }
+        self.attrs_written
+            .push((*uuid, attr.name().to_string(), attr.value().to_string()));
         Ok(())
     }
 

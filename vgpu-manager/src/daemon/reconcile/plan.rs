@@ -6,6 +6,7 @@ use std::fmt;
 use mdev_types::ids::{MdevTypeId, MdevUuid};
 
 use super::input::{HostInstance, ReconcileInput};
+use crate::daemon::api::MdevAttr;
 use crate::daemon::store::{Definition, LedgerEntry, LedgerOwnership};
 
 /// One step of a [`Plan`]. Only [`ReconcileStep::Create`] and [`ReconcileStep::DropLedger`] change anything; the others
@@ -24,6 +25,8 @@ pub enum ReconcileStep {
         type_id: MdevTypeId,
         /// A stale ledger entry for this UUID that the new one overwrites (restored on rollback).
         replaces: Option<LedgerEntry>,
+        /// The definition's mdev attributes, written in order once the device exists.
+        attrs: Vec<MdevAttr>,
     },
     /// An autostart definition whose parent is not registered (driver not loaded yet); retried on the
     /// next kernel event.
@@ -359,6 +362,7 @@ fn plan_absent(
                         parent: d.parent.clone(),
                         type_id: d.type_id.clone(),
                         replaces: entry.cloned(),
+                        attrs: d.attrs.clone(),
                     }
                 }
             },

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use mdev_types::ids::{MdevTypeId, MdevUuid};
 
-use crate::daemon::api::Ownership;
+use crate::daemon::api::{MdevAttr, Ownership, parse_attrs};
 
 /// The schema version this build reads and writes.
 pub const SCHEMA: i64 = 1;
@@ -37,6 +37,8 @@ pub struct Definition {
     pub label: Option<String>,
     /// When it was defined (seconds since the Unix epoch).
     pub created_at: u64,
+    /// mdev attributes written, in order, to the device after each create (mdevctl's `attrs`).
+    pub attrs: Vec<MdevAttr>,
 }
 
 /// How a ledger entry's device came to be ours. Foreign devices never get a ledger entry.
@@ -280,6 +282,17 @@ struct DefinitionV1 {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     label: Option<String>,
     created_at: u64,
+    /// Absent in files written before attributes were kept: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    attrs: Vec<AttrV1>,
+}
+
+/// Schema-1 on-disk form of one attribute of a definition (`[[attrs]]`, in write order).
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AttrV1 {
+    name: String,
+    value: String,
 }
 
 impl Record for Definition {
@@ -308,6 +321,14 @@ impl Record for Definition {
             autostart: d.autostart,
             label: d.label,
             created_at: d.created_at,
+            attrs: d
+                .attrs
+                .iter()
+                .map(|a| AttrV1 {
+                    name: a.name().to_string(),
+                    value: a.value().to_string(),
+                })
+                .collect(),
         })
         .map_err(|e| e.to_string())
     }
@@ -315,6 +336,8 @@ impl Record for Definition {
     fn decode(text: &str) -> Result<Self, Rejection> {
         decode_versioned(text, |text| {
             let d: DefinitionV1 = toml::from_str(text).map_err(|e| describe(text, &e))?;
+            let attrs = parse_attrs(d.attrs.iter().map(|a| (a.name.as_str(), a.value.as_str())))
+                .map_err(|e| format!("`attrs`: {e}"))?;
             Ok((
                 d.schema,
                 Definition {
@@ -326,6 +349,7 @@ impl Record for Definition {
                     autostart: d.autostart,
                     label: d.label,
                     created_at: d.created_at,
+                    attrs,
                 },
             ))
         })
@@ -337,6 +361,8 @@ impl Record for Definition {
             return Err("`gpu` is empty".into());
         }
         check_optional("profile", self.profile.as_deref())?;
+        parse_attrs(self.attrs.iter().map(|a| (a.name(), a.value())))
+            .map_err(|e| format!("`attrs`: {e}"))?;
         check_time(self.created_at)
     }
 }

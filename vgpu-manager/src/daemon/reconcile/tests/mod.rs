@@ -1,5 +1,6 @@
 //! Tests of the planner and the executor, with shared builders.
 
+mod attrs;
 mod exec;
 mod plan;
 mod props;
@@ -29,6 +30,7 @@ fn def(n: u32, parent: &str, type_id: &str, autostart: bool) -> Definition {
         autostart,
         label: None,
         created_at: 1_700_000_000,
+        attrs: Vec::new(),
     }
 }
 

@@ -19,7 +19,8 @@ fn autostart_definition_without_device_is_created() {
             uuid: u(1),
             parent: "p".into(),
             type_id: t("a"),
-            replaces: None
+            replaces: None,
+            attrs: Vec::new(),
         }]
     );
 }
@@ -65,6 +66,7 @@ fn ledger_entry_without_device_is_dropped_unless_recreated() {
                 parent: "p".into(),
                 type_id: t("a"),
                 replaces: Some(entry(3, "p", "a")),
+                attrs: Vec::new(),
             },
             ReconcileStep::DropLedger {
                 entry: entry(4, "gone", "a")

@@ -24,6 +24,7 @@ fn def(n: u32) -> Definition {
         autostart: true,
         label: Some(format!("vm-{n}")),
         created_at: 1_700_000_000 + u64::from(n),
+        attrs: Vec::new(),
     }
 }
 
@@ -135,6 +136,7 @@ fn plant(root: &Path, sub: &str, name: &str, bytes: &[u8]) {
     fs::write(root.join(sub).join(name), bytes).unwrap();
 }
 
+mod attrs;
 mod batch;
 mod crash;
 mod kinds;
