@@ -88,7 +88,9 @@ fn parse_cases(text: &str) -> Vec<Case> {
                         .iter()
                         .cloned(),
                 ),
-                "parent" | "active" | "defined" | "callout" => c.setup.push(l.clone()),
+                "parent" | "active" | "defined" | "callout" | "device-attr" => {
+                    c.setup.push(l.clone())
+                }
                 "run" => c.argv = rest.split_whitespace().map(str::to_string).collect(),
                 "stdin" => c.stdin = Some(rest.to_string()),
                 "expect" => {
@@ -151,7 +153,10 @@ fn script(name: &str) -> String {
     format!("{head}{body}")
 }
 
-fn build(root: &FakeRoot, setup: &[String]) {
+/// Builds the case's root; returns the writable attributes the fake kernel gives each new device
+/// (`device-attr NAME` lines).
+fn build(root: &FakeRoot, setup: &[String]) -> Vec<String> {
+    let mut device_attrs = Vec::new();
     for l in setup {
         let (word, rest) = l.split_once(' ').unwrap();
         let w: Vec<&str> = rest.split_whitespace().collect();
@@ -173,9 +178,11 @@ fn build(root: &FakeRoot, setup: &[String]) {
                 let dest = w.get(1).filter(|d| **d != "old").copied().unwrap_or(w[0]);
                 root.callout(dest, &script(w[0]), w.contains(&"old"));
             }
+            "device-attr" => device_attrs.push(w[0].to_string()),
             _ => unreachable!(),
         }
     }
+    device_attrs
 }
 
 /// What one run produced.
@@ -190,8 +197,8 @@ struct Ran {
 async fn run_case(c: &Case, mdevctl: &Path) -> Result<(), String> {
     let tmp = tempfile::tempdir().unwrap();
     let root = FakeRoot::new(&tmp.path().join("root"));
-    build(&root, &c.setup);
-    let kernel = FakeKernel::start(&root.root);
+    let device_attrs = build(&root, &c.setup);
+    let kernel = FakeKernel::start_with(&root.root, &device_attrs);
     let daemon = match Daemon::on_sysfs_root(tmp.path(), &root.root).await {
         Ok(d) => d,
         Err(log) => return Err(format!("vgpud does not start on this tree: {log}")),
@@ -269,6 +276,14 @@ fn check(c: &Case, ran: &Ran, root: &FakeRoot) -> Result<(), String> {
                 ran.stderr.trim()
             ));
         }
+        // What the kernel saw still counts for a failed command (a create undone by a remove).
+        for chk in c
+            .checks
+            .iter()
+            .filter(|l| l.starts_with("created ") || l.starts_with("removed "))
+        {
+            kernel_check(chk, ran, &String::new())?;
+        }
         return Ok(());
     }
     let printed = stdout.trim().to_string();
@@ -340,31 +355,18 @@ fn check(c: &Case, ran: &Ran, root: &FakeRoot) -> Result<(), String> {
                     }
                 }
             }
-            "created" => {
-                let want = KernelWrite::Create {
-                    parent: w[1].into(),
-                    ty: w[2].into(),
-                    text: uuid_of(w[3]),
-                };
-                if !ran.writes.contains(&want) {
+            "created" | "removed" => kernel_check(chk, ran, &printed)?,
+            "wrote" => {
+                let path = root
+                    .root
+                    .join("sys/bus/mdev/devices")
+                    .join(uuid_of(w[1]))
+                    .join(w[2]);
+                let got = std::fs::read_to_string(&path).unwrap_or_default();
+                if got != w[3] {
                     return Err(format!(
-                        "no write of {:?} to {}/{}/create (writes seen: {:?})",
-                        uuid_of(w[3]),
-                        w[1],
-                        w[2],
-                        ran.writes
-                    ));
-                }
-            }
-            "removed" => {
-                let want = KernelWrite::Remove {
-                    uuid: w[1].into(),
-                    text: "1".into(),
-                };
-                if !ran.writes.contains(&want) {
-                    return Err(format!(
-                        "no write of \"1\" to {}/remove (writes seen: {:?})",
-                        w[1], ran.writes
+                        "attribute {} of {} holds {got:?} where mdevctl writes {:?}",
+                        w[2], w[1], w[3]
                     ));
                 }
             }
@@ -386,6 +388,47 @@ fn check(c: &Case, ran: &Ran, root: &FakeRoot) -> Result<(), String> {
             "stdout-empty" => {}
             other => panic!("{}: unknown check {other}", c.name),
         }
+    }
+    Ok(())
+}
+
+/// A `created PARENT TYPE UUID` or `removed UUID` check against the kernel writes seen (`printed`: the
+/// UUID the command printed, for `printed` as the UUID).
+fn kernel_check(chk: &str, ran: &Ran, printed: &str) -> Result<(), String> {
+    let w: Vec<&str> = chk.split_whitespace().collect();
+    let uuid_of = |u: &str| {
+        if u == "printed" {
+            printed.to_string()
+        } else {
+            u.to_string()
+        }
+    };
+    if w[0] == "created" {
+        let want = KernelWrite::Create {
+            parent: w[1].into(),
+            ty: w[2].into(),
+            text: uuid_of(w[3]),
+        };
+        if !ran.writes.contains(&want) {
+            return Err(format!(
+                "no write of {:?} to {}/{}/create (writes seen: {:?})",
+                uuid_of(w[3]),
+                w[1],
+                w[2],
+                ran.writes
+            ));
+        }
+        return Ok(());
+    }
+    let want = KernelWrite::Remove {
+        uuid: w[1].into(),
+        text: "1".into(),
+    };
+    if !ran.writes.contains(&want) {
+        return Err(format!(
+            "no write of \"1\" to {}/remove (writes seen: {:?})",
+            w[1], ran.writes
+        ));
     }
     Ok(())
 }

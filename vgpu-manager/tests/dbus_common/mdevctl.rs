@@ -179,7 +179,7 @@ impl FakeRoot {
     /// (re)written as [`FakeRoot::parent`] with one instance, no device API and no name, as mdevctl's does).
     pub fn active(&self, uuid: &str, parent: &str, ty: &str) {
         self.parent(parent, ty, 1, "", "", None);
-        materialize(&self.root, parent, ty, uuid);
+        materialize(&self.root, parent, ty, uuid, &[]);
     }
 
     /// mdevctl's `populate_defined_device`: `source` copied to `/etc/mdevctl.d/<parent>/<uuid>`.
@@ -222,8 +222,9 @@ fn link(target: &Path, at: &Path) -> std::io::Result<()> {
     symlink(rel, at)
 }
 
-/// Makes the sysfs entries of a running mdev, as the kernel's mdev core does on `create`.
-fn materialize(root: &Path, parent: &str, ty: &str, uuid: &str) {
+/// Makes the sysfs entries of a running mdev, as the kernel's mdev core does on `create`, with the
+/// vendor driver's writable attributes `attrs` (empty files: what is written to one stays in it).
+fn materialize(root: &Path, parent: &str, ty: &str, uuid: &str, attrs: &[String]) {
     let fake = FakeRoot {
         root: root.to_path_buf(),
     };
@@ -231,6 +232,9 @@ fn materialize(root: &Path, parent: &str, ty: &str, uuid: &str) {
     fs::create_dir_all(&dev).unwrap();
     let _ = link(&fake.type_dir(parent, ty), &dev.join("mdev_type"));
     fs::write(dev.join("remove"), "").unwrap();
+    for a in attrs {
+        fs::write(dev.join(a), "").unwrap();
+    }
     let _ = link(&dev, &root.join("sys/bus/mdev/devices").join(uuid));
     let _ = fs::create_dir_all(fake.type_dir(parent, ty).join("devices"));
     let _ = link(&dev, &fake.type_dir(parent, ty).join("devices").join(uuid));
@@ -270,6 +274,13 @@ impl FakeKernel {
     /// Serves the `create` attribute of every type and the `remove` attribute of every device below
     /// `root`.
     pub fn start(root: &Path) -> FakeKernel {
+        FakeKernel::start_with(root, &[])
+    }
+
+    /// [`FakeKernel::start`], where every device `create` makes has the writable attributes
+    /// `device_attrs` (as a vendor driver's mdevs have theirs, e.g. vfio_ap's `assign_adapter`).
+    pub fn start_with(root: &Path, device_attrs: &[String]) -> FakeKernel {
+        let device_attrs: Arc<Vec<String>> = Arc::new(device_attrs.to_vec());
         let k = FakeKernel {
             writes: Arc::default(),
             mounts: Arc::default(),
@@ -282,7 +293,7 @@ impl FakeKernel {
             };
             for t in types.flatten() {
                 let ty = t.file_name().to_string_lossy().into_owned();
-                serve_create(root, &parent, &ty, &k.writes, &k.mounts);
+                serve_create(root, &parent, &ty, &k.writes, &k.mounts, &device_attrs);
             }
         }
         for d in fs::read_dir(root.join("sys/bus/mdev/devices"))
@@ -314,13 +325,20 @@ impl Drop for FakeKernel {
 type Mounts = Arc<Mutex<Vec<FuseAttr>>>;
 type Writes = Arc<Mutex<Vec<KernelWrite>>>;
 
-fn serve_create(root: &Path, parent: &str, ty: &str, writes: &Writes, mounts: &Mounts) {
+fn serve_create(
+    root: &Path,
+    parent: &str,
+    ty: &str,
+    writes: &Writes,
+    mounts: &Mounts,
+    attrs: &Arc<Vec<String>>,
+) {
     let fake = FakeRoot {
         root: root.to_path_buf(),
     };
     let path = fake.type_dir(parent, ty).join("create");
     let (root, parent, ty) = (root.to_path_buf(), parent.to_string(), ty.to_string());
-    let (w, m) = (writes.clone(), mounts.clone());
+    let (w, m, attrs) = (writes.clone(), mounts.clone(), attrs.clone());
     let attr = FuseAttr::mount(
         &path,
         Box::new(move |text: &str| {
@@ -340,7 +358,7 @@ fn serve_create(root: &Path, parent: &str, ty: &str, writes: &Writes, mounts: &M
             if avail.trim() == "0" {
                 return Err(87); // EUSERS: the mdev core's answer for a full type
             }
-            materialize(&root, &parent, &ty, uuid);
+            materialize(&root, &parent, &ty, uuid, &attrs);
             serve_remove(&root, uuid, &w, &m);
             Ok(())
         }),
