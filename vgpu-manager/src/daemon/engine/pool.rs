@@ -294,7 +294,7 @@ impl Pools {
             uuid: Some(v.uuid),
             autostart: v.autostart,
             label: v.label.clone(),
-            attrs: Vec::new(),
+            attrs: v.attrs.clone(),
         };
         if !v.defined {
             self.instances.create(req)?;
