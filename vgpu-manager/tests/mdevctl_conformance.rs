@@ -282,7 +282,7 @@ fn check(c: &Case, ran: &Ran, root: &FakeRoot) -> Result<(), String> {
             .iter()
             .filter(|l| l.starts_with("created ") || l.starts_with("removed "))
         {
-            kernel_check(chk, ran, &String::new())?;
+            kernel_check(chk, ran, "")?;
         }
         return Ok(());
     }
