@@ -99,3 +99,160 @@ async fn the_work_of_a_client_that_has_gone_is_dropped() {
     daemon.assert_running("after the clients left");
     assert_bounds("after three flooding clients left", &o, idle_fds, idle_rss);
 }
+
+const OBJECT_MANAGER: &str = "org.freedesktop.DBus.ObjectManager";
+const PROPERTIES: &str = "org.freedesktop.DBus.Properties";
+const GPU1: &str = "org.vgpumanager.Gpu1";
+const LIMITS_EXCEEDED: &str = "org.vgpumanager.Error.LimitsExceeded";
+
+/// The object path of vgpud's first GPU.
+async fn first_gpu_path(conn: &zbus::Connection) -> String {
+    let m = vgpu_client::Manager1Proxy::new(conn).await.unwrap();
+    let gpus = m.list_gpus().await.unwrap();
+    gpus.first().expect("a GPU").path.to_string()
+}
+
+/// Calls `GetManagedObjects` as a normal client until `stop` is set; the slowest answer.
+fn time_managed_objects(
+    conn: &zbus::Connection,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> tokio::task::JoinHandle<std::time::Duration> {
+    let conn = conn.clone();
+    tokio::spawn(async move {
+        let mut slowest = std::time::Duration::ZERO;
+        while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+            slowest = slowest.max(timed_call(&conn, OBJECT_MANAGER, "GetManagedObjects").await);
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        slowest
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_get_managed_objects_is_admitted_and_answered_from_one_reply() {
+    if !require_root("a_flood_of_get_managed_objects_is_admitted_and_answered_from_one_reply") {
+        return;
+    }
+    let tmp = open_tempdir();
+    let mut daemon = limited_daemon(tmp.path()).await;
+    // Instances too, so that each answer is the size of a small real host's.
+    for _ in 0..4 {
+        dbus_common::ok(
+            &dbus_common::vgpuctl(&daemon.bus, &["create", "--profile", "vdi-1g"]).await,
+        );
+    }
+    let conn = dbus_common::client(&daemon.bus).await;
+    timed_call(&conn, OBJECT_MANAGER, "GetManagedObjects").await;
+    let (idle_fds, idle_rss) = (daemon.fd_count(), daemon.rss_kib());
+
+    let flood = Attack::call(
+        vgpu_client::MANAGER_PATH,
+        OBJECT_MANAGER,
+        "GetManagedObjects",
+        flood::Args::None,
+        10_000,
+    );
+    let mut a = flood::spawn(&daemon.bus, &flood);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let timer = time_managed_objects(&conn, stop.clone());
+    let o = observe(&mut daemon, &conn, || finished(&mut a)).await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let slowest = timer.await.unwrap();
+    daemon.assert_running("after the flood");
+    assert_bounds("10,000 GetManagedObjects", &o, idle_fds, idle_rss);
+    println!("a normal client's slowest GetManagedObjects during the flood: {slowest:?}");
+    assert!(
+        slowest <= flood::ANSWER_BOUND,
+        "a normal client's GetManagedObjects took {slowest:?} during the flood"
+    );
+    assert_all_answered(
+        "10,000 GetManagedObjects",
+        &flood::tally(a),
+        flood.count,
+        &["ok", LIMITS_EXCEEDED],
+    );
+    timed_call(&conn, OBJECT_MANAGER, "GetManagedObjects").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_pipeline_get_managed_objects_and_leave_cost_nothing_after() {
+    if !require_root("clients_that_pipeline_get_managed_objects_and_leave_cost_nothing_after") {
+        return;
+    }
+    let tmp = open_tempdir();
+    let mut daemon = limited_daemon(tmp.path()).await;
+    let conn = dbus_common::client(&daemon.bus).await;
+    timed_call(&conn, OBJECT_MANAGER, "GetManagedObjects").await;
+    let (idle_fds, idle_rss) = (daemon.fd_count(), daemon.rss_kib());
+    let leaving = Attack::call(
+        vgpu_client::MANAGER_PATH,
+        OBJECT_MANAGER,
+        "GetManagedObjects",
+        flood::Args::None,
+        10_000,
+    )
+    .leaving();
+    let floods: Vec<Child> = (0..3)
+        .map(|_| flood::spawn(&daemon.bus, &leaving))
+        .collect();
+    for f in floods {
+        flood::tally(f);
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let timer = time_managed_objects(&conn, stop.clone());
+    let mut rounds = 0;
+    let o = observe(&mut daemon, &conn, || {
+        rounds += 1;
+        rounds >= 20
+    })
+    .await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let slowest = timer.await.unwrap();
+    daemon.assert_running("after the clients left");
+    assert_bounds(
+        "after three clients pipelined GetManagedObjects and left",
+        &o,
+        idle_fds,
+        idle_rss,
+    );
+    assert!(
+        slowest <= flood::ANSWER_BOUND,
+        "a normal client's GetManagedObjects took {slowest:?} after the flooding clients left"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_gpu_scheduling_reads_is_admitted_like_the_methods() {
+    if !require_root("a_flood_of_gpu_scheduling_reads_is_admitted_like_the_methods") {
+        return;
+    }
+    let tmp = open_tempdir();
+    let mut daemon = limited_daemon(tmp.path()).await;
+    let conn = dbus_common::client(&daemon.bus).await;
+    let gpu = first_gpu_path(&conn).await;
+    timed_call(&conn, "org.vgpumanager.Manager1", "ListGpus").await;
+    let (idle_fds, idle_rss) = (daemon.fd_count(), daemon.rss_kib());
+    // Gpu1's one read that does host I/O: Scheduling, read back through the vendor backend.
+    let reads = Attack::call(
+        &gpu,
+        PROPERTIES,
+        "Get",
+        flood::Args::TwoStrs(GPU1.into(), "Scheduling".into()),
+        10_000,
+    );
+    let mut a = flood::spawn(&daemon.bus, &reads);
+    let o = observe(&mut daemon, &conn, || finished(&mut a)).await;
+    daemon.assert_running("after the flood");
+    assert_bounds("10,000 Gpu1 Scheduling reads", &o, idle_fds, idle_rss);
+    let tally = flood::tally(a);
+    assert_all_answered(
+        "10,000 Gpu1 Scheduling reads",
+        &tally,
+        reads.count,
+        &["ok", LIMITS_EXCEEDED],
+    );
+    assert!(
+        tally.get(LIMITS_EXCEEDED).copied().unwrap_or(0) > 0,
+        "10,000 pipelined Scheduling reads, none refused: they are not admitted ({tally:?})"
+    );
+}

@@ -43,6 +43,8 @@ pub enum Args {
     NumberedUuid,
     /// One string, the same in every call.
     Str(String),
+    /// Two strings, the same in every call (`Properties.Get`'s interface and property).
+    TwoStrs(String, String),
 }
 
 /// What an attacker does: `count` pipelined calls of `interface.member` on `path` at `destination`,
@@ -122,6 +124,7 @@ impl Attack {
             Args::None => b.build(&()),
             Args::NumberedUuid => b.build(&(format!("4b20d080-1b54-4048-85b3-{i:012x}"),)),
             Args::Str(s) => b.build(&(s.as_str(),)),
+            Args::TwoStrs(a, s) => b.build(&(a.as_str(), s.as_str())),
         }
         .unwrap()
     }
@@ -170,7 +173,12 @@ pub async fn attacker_main() {
     };
     let attack: Attack = serde_json::from_str(&role).unwrap();
     let bus = std::env::var(BUS_VAR).unwrap();
+    // Room for every answer in the connection's queue: its socket is then read as fast as the bus
+    // writes, however far the tally lags (a full queue stops the reads, and the bus drops a client
+    // that takes longer than 100 ms to read what it is sent).
+    let room = std::num::NonZeroUsize::new(attack.count + 64).unwrap();
     let conn = zbus::connection::Builder::address(&*bus)
+        .max_queued(room)
         .build()
         .await
         .expect("the attacker connects");
