@@ -5,6 +5,7 @@
 pub mod crash;
 pub mod flood;
 pub mod name;
+pub mod objects;
 pub mod system_bus;
 
 use std::path::{Path, PathBuf};
