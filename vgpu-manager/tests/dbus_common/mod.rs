@@ -4,8 +4,11 @@
 
 pub mod crash;
 pub mod flood;
+pub mod fuse_attr;
+pub mod mdevctl;
 pub mod name;
 pub mod objects;
+pub mod sysbus;
 pub mod system_bus;
 
 use std::path::{Path, PathBuf};

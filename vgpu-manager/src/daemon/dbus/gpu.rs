@@ -6,13 +6,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use zbus::message::Header;
-use zbus::{BoxDBusError, OwnedObjectPath, Variant, interface};
+use zbus::{BoxDBusError, Connection, OwnedObjectPath, Variant, interface};
 
 use super::admission::{self, Admission};
 use super::errors::ApiError;
 use super::pools::json_text;
 use super::strict::Strict;
-use super::{Executor, QueryError, call, on_worker};
+use super::{Authorizer, Executor, QueryError, admit_call, call, on_worker};
 use crate::daemon::api::{GetScheduling, GpuView};
 use vgpu_client::{GpuInfo, TypeSlot, gpu_path, instance_path};
 
@@ -91,6 +91,8 @@ pub(super) struct Gpu1 {
     exec: Arc<dyn Executor>,
     /// Admits the clients' reads of those properties, as it admits the methods' calls.
     admission: Arc<Admission>,
+    /// Tells the readers' shares.
+    auth: Authorizer,
 }
 
 impl std::fmt::Debug for Gpu1 {
@@ -107,11 +109,13 @@ impl GpuObject {
         view: GpuView,
         exec: Arc<dyn Executor>,
         admission: Arc<Admission>,
+        auth: Authorizer,
     ) -> GpuObject {
         Strict::wrap(Gpu1 {
             view,
             exec,
             admission,
+            auth,
         })
     }
 }
@@ -122,7 +126,11 @@ impl Gpu1 {
     /// with `Error.LimitsExceeded`, run on the workers in turn with everyone's calls, dropped when
     /// the client has gone. vgpud's own reads (`None`: an object manager's answer, InterfacesAdded)
     /// run at once.
-    async fn read_scheduling(&self, hdr: Option<&Header<'_>>) -> Result<String, BoxDBusError> {
+    async fn read_scheduling(
+        &self,
+        conn: &Connection,
+        hdr: Option<&Header<'_>>,
+    ) -> Result<String, BoxDBusError> {
         let cmd = GetScheduling {
             gpu: self.view.id.clone(),
         };
@@ -130,10 +138,8 @@ impl Gpu1 {
             None => call(&self.exec, cmd).await,
             Some(hdr) => {
                 const WHAT: &str = "Get of Gpu1.Scheduling";
-                let sender = hdr.sender().map(|s| s.as_str());
-                let ticket = self
-                    .admission
-                    .admit(sender, WHAT)
+                let ticket = admit_call(&self.auth, &self.admission, conn, hdr, WHAT)
+                    .await
                     .map_err(|e| Box::new(e) as BoxDBusError)?;
                 match on_worker(&self.exec, &ticket, cmd).await {
                     Ok(r) => r,
@@ -203,8 +209,9 @@ impl Gpu1 {
     async fn scheduling(
         &self,
         #[zbus(header)] hdr: Option<Header<'_>>,
+        #[zbus(connection)] conn: &Connection,
     ) -> Result<String, BoxDBusError> {
-        self.read_scheduling(hdr.as_ref()).await
+        self.read_scheduling(conn, hdr.as_ref()).await
     }
 }
 

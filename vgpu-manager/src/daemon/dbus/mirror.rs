@@ -75,6 +75,8 @@ pub(super) struct Objects {
     pub(super) served: Arc<Served>,
     /// Admits the calls the GPU objects answer with host I/O (`Scheduling`).
     pub(super) admission: Arc<Admission>,
+    /// Tells the callers' shares.
+    pub(super) auth: super::Authorizer,
 }
 
 /// The instance objects.
@@ -383,6 +385,7 @@ impl Gpus {
                     g,
                     Arc::clone(&self.exec),
                     Arc::clone(&self.objects.admission),
+                    self.objects.auth.clone(),
                 );
                 let change = self.objects.served.change();
                 server.at(&path, object).await?;

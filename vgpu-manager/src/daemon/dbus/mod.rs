@@ -34,7 +34,7 @@ use crate::daemon::api::limits;
 use crate::daemon::api::*;
 use vgpu_client::MANAGER_PATH;
 
-pub use admission::{MAX_PENDING, MAX_RUNNING, MAX_WORKERS};
+pub use admission::{MAX_PENDING, MAX_RUNNING, MAX_WORKERS, RESERVED_WORKERS};
 pub use auth::{Authorizer, Caller};
 pub use errors::ApiError;
 
@@ -134,9 +134,10 @@ struct Shared {
 
 impl Shared {
     /// Runs `cmd` for the caller of `hdr`: admission (at most [`MAX_PENDING`] calls pending per
-    /// client, [`MAX_RUNNING`] of them on the workers), authorization (commands that change state or
-    /// hold a device), execution unless the client has gone meanwhile, then, for changes, waits until
-    /// the objects and signals reflect the result. Manager1 and Instance1 methods all come through
+    /// share — a user, or a connection of root or vgpud's user — [`MAX_RUNNING`] of them on the
+    /// workers), authorization (commands that change state or hold a device), execution unless the
+    /// client has gone meanwhile, then, for changes, waits until the objects and signals reflect the
+    /// result. Manager1 and Instance1 methods all come through
     /// here.
     async fn run<C: Command>(
         &self,
@@ -148,9 +149,14 @@ impl Shared {
         dyn Executor: Handle<C>,
     {
         let method = hdr.member().map(|m| m.as_str()).unwrap_or("(no member)");
-        let ticket = self
-            .admission
-            .admit(hdr.sender().map(|s| s.as_str()), method)?;
+        // No method takes a file descriptor, and those a call brings stay in vgpud's table until
+        // the call is answered: refused before admission, such a call never waits holding them.
+        if let Some(n) = hdr.unix_fds().filter(|n| *n > 0) {
+            return Err(ApiError::invalid(format!(
+                "{method} takes no file descriptors, and the call carried {n}: send it without any"
+            )));
+        }
+        let ticket = admit_call(&self.auth, &self.admission, conn, hdr, method).await?;
         let access = C::ACCESS;
         if access.needs_authorization() {
             let caller = self.auth.authorize_change(conn, hdr).await?;
@@ -190,6 +196,18 @@ impl Shared {
             e
         })
     }
+}
+
+/// Admits the call `hdr` (of `method`, as messages name it) for its caller's share.
+async fn admit_call(
+    auth: &Authorizer,
+    admission: &Arc<admission::Admission>,
+    conn: &Connection,
+    hdr: &Header<'_>,
+    method: &str,
+) -> Result<admission::Ticket, ApiError> {
+    let principal = auth.principal(conn, hdr).await;
+    admission.admit(hdr.sender().map(|s| s.as_str()), principal, method)
 }
 
 /// Runs `cmd` for the admitted call `ticket` on a worker thread once the call has its places there
@@ -311,7 +329,11 @@ pub async fn serve_with(
     let admission = Arc::new(admission::Admission::default());
     let served = Arc::new(object_manager::Served::default());
     // The ObjectManager goes first so that later objects below it are announced with InterfacesAdded.
-    let om = object_manager::ObjectManager::new(Arc::clone(&served), Arc::clone(&admission));
+    let om = object_manager::ObjectManager::new(
+        Arc::clone(&served),
+        Arc::clone(&admission),
+        auth.clone(),
+    );
     server.at(MANAGER_PATH, om).await?;
     let (handle, mut tasks) = mirror::start(
         conn,
@@ -319,6 +341,7 @@ pub async fn serve_with(
         mirror::Objects {
             served: Arc::clone(&served),
             admission: Arc::clone(&admission),
+            auth: auth.clone(),
         },
         events,
         instances,

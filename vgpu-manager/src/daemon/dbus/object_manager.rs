@@ -33,6 +33,7 @@ use super::admission::{self, Admission};
 use super::errors::ApiError;
 use super::gpu::GpuObject;
 use super::instance::InstanceObject;
+use super::{Authorizer, admit_call};
 use vgpu_client::MANAGER_PATH;
 
 /// How long an answer is reused while no served object changed: `Gpu1.Scheduling` is read from the
@@ -146,17 +147,24 @@ struct Answer {
 pub(super) struct ObjectManager {
     served: Arc<Served>,
     admission: Arc<Admission>,
+    auth: Authorizer,
     last: Mutex<Option<Answer>>,
     /// Held by the one call that builds a new answer; the others then find it built.
     building: tokio::sync::Mutex<()>,
 }
 
 impl ObjectManager {
-    /// The object manager of the objects in `served`, whose calls `admission` admits.
-    pub(super) fn new(served: Arc<Served>, admission: Arc<Admission>) -> ObjectManager {
+    /// The object manager of the objects in `served`, whose calls `admission` admits (for the
+    /// callers' shares `auth` tells).
+    pub(super) fn new(
+        served: Arc<Served>,
+        admission: Arc<Admission>,
+        auth: Authorizer,
+    ) -> ObjectManager {
         ObjectManager {
             served,
             admission,
+            auth,
             last: Mutex::new(None),
             building: tokio::sync::Mutex::new(()),
         }
@@ -307,9 +315,7 @@ impl ObjectManager {
         #[zbus(connection)] conn: &Connection,
     ) -> Result<Reply, ApiError> {
         const METHOD: &str = "GetManagedObjects";
-        let ticket = self
-            .admission
-            .admit(hdr.sender().map(|s| s.as_str()), METHOD)?;
+        let ticket = admit_call(&self.auth, &self.admission, conn, &hdr, METHOD).await?;
         let objects = self.answer(&ticket, METHOD, server, conn).await?;
         Ok(Reply {
             objects,

@@ -326,7 +326,8 @@ async fn zbus_still_announces_objects_added_and_removed() {
 #[test]
 fn the_interface_introspects_as_zbus_own() {
     let mut ours = String::new();
-    ObjectManager::new(Arc::default(), Arc::default()).introspect_to_writer(&mut ours, 0);
+    ObjectManager::new(Arc::default(), Arc::default(), Authorizer::default())
+        .introspect_to_writer(&mut ours, 0);
     let mut theirs = String::new();
     zbus::fdo::ObjectManager.introspect_to_writer(&mut theirs, 0);
     assert_eq!(ours, theirs);
