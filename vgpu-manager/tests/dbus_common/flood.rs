@@ -43,6 +43,10 @@ pub enum Args {
     NumberedUuid,
     /// One string, the same in every call.
     Str(String),
+    /// Two strings, the same in every call (`Properties.Get`'s interface and property).
+    TwoStrs(String, String),
+    /// `Properties.Set`'s arguments: an interface, a property and a string value.
+    SetStr(String, String, String),
 }
 
 /// What an attacker does: `count` pipelined calls of `interface.member` on `path` at `destination`,
@@ -122,6 +126,10 @@ impl Attack {
             Args::None => b.build(&()),
             Args::NumberedUuid => b.build(&(format!("4b20d080-1b54-4048-85b3-{i:012x}"),)),
             Args::Str(s) => b.build(&(s.as_str(),)),
+            Args::TwoStrs(a, s) => b.build(&(a.as_str(), s.as_str())),
+            Args::SetStr(i, p, v) => {
+                b.build(&(i.as_str(), p.as_str(), zbus::Variant::from(v.as_str())))
+            }
         }
         .unwrap()
     }
@@ -170,7 +178,12 @@ pub async fn attacker_main() {
     };
     let attack: Attack = serde_json::from_str(&role).unwrap();
     let bus = std::env::var(BUS_VAR).unwrap();
+    // Room for every answer in the connection's queue: its socket is then read as fast as the bus
+    // writes, however far the tally lags (a full queue stops the reads, and the bus drops a client
+    // that takes longer than 100 ms to read what it is sent).
+    let room = std::num::NonZeroUsize::new(attack.count + 64).unwrap();
     let conn = zbus::connection::Builder::address(&*bus)
+        .max_queued(room)
         .build()
         .await
         .expect("the attacker connects");
@@ -218,7 +231,12 @@ pub async fn attacker_main() {
             .lock()
             .unwrap()
             .insert(msg.primary_header().serial_num());
-        conn.send(&msg).await.expect("send a call");
+        if let Err(e) = conn.send(&msg).await {
+            // The bus dropped this client (busd drops one that takes longer than 100 ms to read
+            // what it is sent): the calls not answered are counted `unanswered`.
+            eprintln!("the attacker was disconnected after {i} calls: {e}");
+            break;
+        }
     }
     let tally = if attack.read_answers {
         reader.await.unwrap()
