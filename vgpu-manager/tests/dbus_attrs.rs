@@ -125,3 +125,27 @@ async fn attribute_names_that_are_not_one_file_name_are_refused_before_anything_
     assert!(c.find_instance(U).await.unwrap().is_none());
     assert_eq!(available(&c, &gpu, &ty).await, room);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_attrs_option_of_another_type_is_refused_with_its_type() {
+    let tmp = tempfile::tempdir().unwrap();
+    let daemon = Daemon::embedded(tmp.path(), &tmp.path().join("state")).await;
+    let c = Client::connect(&daemon.bus.parse::<BusAddress>().unwrap())
+        .await
+        .unwrap();
+    let (gpu, ty, _) = a_type(&c).await;
+    let conn = dbus_common::client(&daemon.bus).await;
+    let m = vgpu_client::Manager1Proxy::new(&conn).await.unwrap();
+    let mut options = std::collections::HashMap::new();
+    options.insert("attrs", zbus::Variant::from(vec!["assign_adapter", "5"]));
+    let e = m
+        .create("type", &ty, &gpu, U, options)
+        .await
+        .expect_err("attrs must be a(ss)");
+    let text = e.to_string();
+    assert!(
+        text.contains("'attrs' has type 'as'") && text.contains("attrs (a(ss))"),
+        "{text}"
+    );
+    assert!(c.find_instance(U).await.unwrap().is_none());
+}
