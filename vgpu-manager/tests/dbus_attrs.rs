@@ -149,3 +149,27 @@ async fn an_attrs_option_of_another_type_is_refused_with_its_type() {
     );
     assert!(c.find_instance(U).await.unwrap().is_none());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn vgpuctl_define_takes_attributes_in_order() {
+    let tmp = tempfile::tempdir().unwrap();
+    let daemon = Daemon::embedded(tmp.path(), &tmp.path().join("state")).await;
+    let c = Client::connect(&daemon.bus.parse::<BusAddress>().unwrap())
+        .await
+        .unwrap();
+    let (gpu, ty, _) = a_type(&c).await;
+    let args = [
+        "define", "--type", &ty, "--gpu", &gpu, "--uuid", U, "--attr", "b=2", "--attr", "a=x=y",
+    ];
+    dbus_common::ok(&dbus_common::vgpuctl(&daemon.bus, &args).await);
+    assert_eq!(
+        c.instance_attrs(U).await.unwrap(),
+        [("b".into(), "2".into()), ("a".into(), "x=y".into())]
+    );
+    let refused = dbus_common::vgpuctl(
+        &daemon.bus,
+        &["create", "--type", &ty, "--attr", "noequals"],
+    )
+    .await;
+    assert!(!refused.status.success());
+}

@@ -45,6 +45,17 @@ pub struct TargetArgs {
     /// A free-form label (a VM name, a pool slot).
     #[arg(long, value_name = "TEXT")]
     label: Option<String>,
+    /// An mdev attribute written to the device after each create, as NAME=VALUE (repeat it: they are
+    /// written in the order given, as mdevctl's `attrs`; a refused one removes the device again).
+    #[arg(long = "attr", value_name = "NAME=VALUE", value_parser = parse_attr)]
+    attrs: Vec<(String, String)>,
+}
+
+/// `NAME=VALUE` of `--attr` (the value may hold `=`; the daemon checks the name).
+fn parse_attr(text: &str) -> Result<(String, String), String> {
+    text.split_once('=')
+        .map(|(n, v)| (n.to_string(), v.to_string()))
+        .ok_or_else(|| format!("'{text}' is not NAME=VALUE"))
 }
 
 /// The `vgpuctl` subcommands served by vgpud over D-Bus.
@@ -309,6 +320,7 @@ impl TargetArgs {
         req.gpu = self.gpu.clone();
         req.uuid = self.uuid.clone();
         req.label = self.label.clone();
+        req.attrs = self.attrs.clone();
         req
     }
 }
