@@ -25,8 +25,13 @@ proptest! {
         profile in proptest::option::of("[a-z0-9-]{1,16}"),
         autostart: bool,
         created_at in 0u64..=(i64::MAX as u64),
+        attrs in proptest::collection::vec(("[a-z_.-][a-z0-9_.-]{0,15}", text()), 0..8),
     ) {
-        let d = Definition { label, profile, autostart, created_at, ..def(n) };
+        let attrs: Vec<crate::daemon::api::MdevAttr> = attrs
+            .iter()
+            .filter_map(|(n, v)| crate::daemon::api::MdevAttr::new(n, v).ok())
+            .collect();
+        let d = Definition { label, profile, autostart, created_at, attrs, ..def(n) };
         let back = Definition::decode(&d.encode().unwrap()).unwrap();
         prop_assert_eq!(back, d);
     }
