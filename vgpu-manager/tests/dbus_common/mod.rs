@@ -3,6 +3,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod crash;
+pub mod flood;
 pub mod name;
 pub mod system_bus;
 

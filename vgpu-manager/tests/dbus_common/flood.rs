@@ -1,0 +1,325 @@
+//! The pipelining attacker of the hostile suites, and what a test watches while it runs.
+//!
+//! An attacker is the test binary itself run again as uid 65534 ([`spawn`]): the binary's test named
+//! `attacker` calls [`attacker_main`], which reads its [`Attack`] from the environment, sends every
+//! call at once on one connection (reading answers on a task of its own, as a pipelining client does,
+//! or disconnecting at once), and prints the tally of answers by error name on its last line.
+//! [`observe`] meanwhile calls vgpud as a normal client and samples its descriptors and RSS.
+
+use std::collections::{BTreeMap, HashSet};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use vgpu_client::{MANAGER_PATH, SERVICE};
+use zbus::Connection;
+use zbus::message::{Message, Type};
+
+use super::system_bus::NOBODY;
+use super::{Daemon, PATIENCE};
+
+/// The environment variable that makes a test binary an attacking client instead of a test suite.
+pub const ROLE_VAR: &str = "VGPU_HOSTILE_ROLE";
+/// The environment variable that gives the attacker its bus address.
+const BUS_VAR: &str = "VGPU_HOSTILE_BUS";
+
+/// Descriptors vgpud may hold beyond its idle count at any moment of a flood (a few per client
+/// connection and worker; one per pending call would be thousands).
+pub const FD_HEADROOM: usize = 200;
+/// RSS vgpud may grow by during a flood.
+pub const RSS_HEADROOM_KIB: u64 = 96 * 1024;
+/// How long a normal client's call may take during a flood: generous, the machine is shared.
+pub const ANSWER_BOUND: Duration = Duration::from_secs(5);
+
+/// The argument list of each call of an attack.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Args {
+    /// No argument.
+    None,
+    /// One string: a UUID numbered after the call (`4b20d080-1b54-4048-85b3-<i>`), so every call
+    /// names another instance.
+    NumberedUuid,
+    /// One string, the same in every call.
+    Str(String),
+}
+
+/// What an attacker does: `count` pipelined calls of `interface.member` on `path` at `destination`,
+/// then either reads every answer or disconnects at once.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Attack {
+    /// The called object.
+    pub path: String,
+    /// The called interface.
+    pub interface: String,
+    /// The called method.
+    pub member: String,
+    /// The arguments of each call.
+    pub args: Args,
+    /// The bus name called.
+    pub destination: String,
+    /// How many calls.
+    pub count: usize,
+    /// Whether the attacker reads its answers (else it disconnects once every call is sent).
+    pub read_answers: bool,
+}
+
+impl Attack {
+    /// `count` calls of a method of vgpud's object `path`, reading the answers.
+    pub fn call(path: &str, interface: &str, member: &str, args: Args, count: usize) -> Attack {
+        Attack {
+            path: path.to_string(),
+            interface: interface.to_string(),
+            member: member.to_string(),
+            args,
+            destination: SERVICE.to_string(),
+            count,
+            read_answers: true,
+        }
+    }
+
+    /// `count` calls of a `org.vgpumanager.Manager1` method without arguments (`ListGpus`, …).
+    pub fn manager(member: &str, count: usize) -> Attack {
+        Attack::call(
+            MANAGER_PATH,
+            "org.vgpumanager.Manager1",
+            member,
+            Args::None,
+            count,
+        )
+    }
+
+    /// `count` calls of `Manager1.Destroy`, each of another UUID.
+    pub fn destroy(count: usize) -> Attack {
+        Attack::call(
+            MANAGER_PATH,
+            "org.vgpumanager.Manager1",
+            "Destroy",
+            Args::NumberedUuid,
+            count,
+        )
+    }
+
+    /// The same attack sent to `destination` instead of vgpud's name.
+    pub fn to(mut self, destination: &str) -> Attack {
+        self.destination = destination.to_string();
+        self
+    }
+
+    /// The same attack by a client that disconnects once every call is sent.
+    pub fn leaving(mut self) -> Attack {
+        self.read_answers = false;
+        self
+    }
+
+    /// Call number `i`.
+    fn message(&self, i: usize) -> Message {
+        let b = Message::method_call(self.path.as_str(), self.member.as_str())
+            .interface(self.interface.as_str())
+            .destination(self.destination.as_str());
+        match &self.args {
+            Args::None => b.build(&()),
+            Args::NumberedUuid => b.build(&(format!("4b20d080-1b54-4048-85b3-{i:012x}"),)),
+            Args::Str(s) => b.build(&(s.as_str(),)),
+        }
+        .unwrap()
+    }
+}
+
+/// Starts this test binary as uid 65534 running `attack` against `bus`. Its stdout ends with one
+/// line: the tally of answers by error name (`ok` for replies), as JSON.
+pub fn spawn(bus: &str, attack: &Attack) -> Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "attacker", "--nocapture", "--test-threads=1"])
+        .env(ROLE_VAR, serde_json::to_string(attack).unwrap())
+        .env(BUS_VAR, bus)
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start the attacking client")
+}
+
+/// The tally an attacker printed, once it has finished.
+pub fn tally(child: Child) -> BTreeMap<String, usize> {
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "the attacker failed: {}", out.status);
+    let text = String::from_utf8_lossy(&out.stdout);
+    // The harness may print `test attacker ... ` on the same line first.
+    let json = text
+        .lines()
+        .rev()
+        .find_map(|l| l.split_once("TALLY ").map(|(_, j)| j))
+        .unwrap_or_else(|| panic!("no tally from the attacker: {text}"));
+    serde_json::from_str(json).unwrap()
+}
+
+/// Whether an attacker has finished.
+pub fn finished(c: &mut Child) -> bool {
+    c.try_wait().unwrap().is_some()
+}
+
+/// The body of the test named `attacker` of a suite that uses [`spawn`]: without [`ROLE_VAR`] it
+/// has nothing to do (a normal test run).
+pub async fn attacker_main() {
+    let Ok(role) = std::env::var(ROLE_VAR) else {
+        return;
+    };
+    let attack: Attack = serde_json::from_str(&role).unwrap();
+    let bus = std::env::var(BUS_VAR).unwrap();
+    let conn = zbus::connection::Builder::address(&*bus)
+        .build()
+        .await
+        .expect("the attacker connects");
+    assert_eq!(nix::unistd::getuid().as_raw(), NOBODY);
+    let count = attack.count;
+    // Answers are read by a task of their own while the calls go out, as a pipelining client does
+    // (a client that stops reading would only get the bus to drop it).
+    let expected = Arc::new(Mutex::new(HashSet::new()));
+    let mut stream = zbus::MessageStream::from(&conn);
+    let reader = {
+        let expected = expected.clone();
+        tokio::spawn(async move {
+            use futures_util::StreamExt;
+            let mut tally: BTreeMap<String, usize> = BTreeMap::new();
+            let mut answered = 0;
+            let deadline = tokio::time::Instant::now() + PATIENCE;
+            while answered < count {
+                let next = tokio::time::timeout_at(deadline, stream.next()).await;
+                let Ok(Some(Ok(msg))) = next else {
+                    break;
+                };
+                let hdr = msg.header();
+                let Some(reply_to) = hdr.reply_serial() else {
+                    continue;
+                };
+                if !expected.lock().unwrap().remove(&reply_to) {
+                    continue;
+                }
+                let key = match msg.message_type() {
+                    Type::Error => hdr.error_name().map(|e| e.to_string()).unwrap_or_default(),
+                    _ => "ok".to_string(),
+                };
+                *tally.entry(key).or_default() += 1;
+                answered += 1;
+            }
+            if answered < count {
+                tally.insert("unanswered".into(), count - answered);
+            }
+            tally
+        })
+    };
+    for i in 0..count {
+        let msg = attack.message(i);
+        expected
+            .lock()
+            .unwrap()
+            .insert(msg.primary_header().serial_num());
+        conn.send(&msg).await.expect("send a call");
+    }
+    let tally = if attack.read_answers {
+        reader.await.unwrap()
+    } else {
+        // Gone at once, with every call still pending.
+        reader.abort();
+        BTreeMap::new()
+    };
+    println!("TALLY {}", serde_json::to_string(&tally).unwrap());
+}
+
+/// One call of a normal client to vgpud's manager object, timed; panics if it fails or takes
+/// longer than [`PATIENCE`].
+pub async fn timed_call(conn: &Connection, iface: &str, method: &str) -> Duration {
+    let t = Instant::now();
+    let r = tokio::time::timeout(
+        PATIENCE,
+        conn.call_method(Some(SERVICE), MANAGER_PATH, Some(iface), method, &()),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("{method} was not answered within {PATIENCE:?}"));
+    r.unwrap_or_else(|e| panic!("{method}: {e}"));
+    t.elapsed()
+}
+
+/// What the normal client and the sampler saw during a flood.
+#[derive(Debug, Default)]
+pub struct Observed {
+    /// The slowest answer to each call of the normal client.
+    pub slowest: BTreeMap<&'static str, Duration>,
+    /// The most descriptors vgpud held.
+    pub max_fds: usize,
+    /// vgpud's largest RSS, in KiB.
+    pub max_rss_kib: u64,
+}
+
+/// Calls Ping, ListInstances and ListGpus as a normal client on `conn` and samples vgpud's fds and
+/// RSS until `done` says the attackers finished.
+pub async fn observe(
+    daemon: &mut Daemon,
+    conn: &Connection,
+    mut done: impl FnMut() -> bool,
+) -> Observed {
+    let mut o = Observed::default();
+    let calls: [(&'static str, &str, &str); 3] = [
+        ("Ping", "org.freedesktop.DBus.Peer", "Ping"),
+        ("ListInstances", "org.vgpumanager.Manager1", "ListInstances"),
+        ("ListGpus", "org.vgpumanager.Manager1", "ListGpus"),
+    ];
+    loop {
+        for (name, iface, method) in calls {
+            daemon.assert_running("during the flood");
+            let took = timed_call(conn, iface, method).await;
+            let slowest = o.slowest.entry(name).or_default();
+            *slowest = (*slowest).max(took);
+            o.max_fds = o.max_fds.max(daemon.fd_count());
+            o.max_rss_kib = o.max_rss_kib.max(daemon.rss_kib());
+        }
+        if done() {
+            return o;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Panics unless the normal client was answered within [`ANSWER_BOUND`] and vgpud stayed within
+/// [`FD_HEADROOM`] descriptors and [`RSS_HEADROOM_KIB`] of its idle figures.
+pub fn assert_bounds(what: &str, o: &Observed, idle_fds: usize, idle_rss: u64) {
+    println!("{what}: {o:?} (idle: {idle_fds} fds, {idle_rss} KiB)");
+    for (call, took) in &o.slowest {
+        assert!(
+            *took <= ANSWER_BOUND,
+            "{what}: a normal client's {call} took {took:?} (bound {ANSWER_BOUND:?})"
+        );
+    }
+    assert!(
+        o.max_fds <= idle_fds + FD_HEADROOM,
+        "{what}: vgpud held {} fds (idle {idle_fds}): a descriptor per pending call?",
+        o.max_fds
+    );
+    assert!(
+        o.max_rss_kib <= idle_rss + RSS_HEADROOM_KIB,
+        "{what}: vgpud's RSS grew to {} KiB (idle {idle_rss} KiB)",
+        o.max_rss_kib
+    );
+}
+
+/// Panics unless every flooded call was answered, each with a reply or one of the `allowed` error
+/// names (`ok` for a reply): never `Internal`, never silence.
+pub fn assert_all_answered(
+    what: &str,
+    tally: &BTreeMap<String, usize>,
+    sent: usize,
+    allowed: &[&str],
+) {
+    println!("{what}: answers {tally:?}");
+    assert_eq!(tally.values().sum::<usize>(), sent, "{what}: {tally:?}");
+    for k in tally.keys() {
+        assert!(
+            allowed.contains(&k.as_str()),
+            "{what}: answered {k}: {tally:?}"
+        );
+    }
+}
