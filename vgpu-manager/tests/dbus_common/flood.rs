@@ -73,6 +73,9 @@ pub struct Attack {
     /// Another round on the same connection, once this one's answers are in.
     #[serde(default)]
     pub then: Option<Box<Attack>>,
+    /// How many calls the attacker sends ahead of its answers at most (no limit if not given).
+    #[serde(default)]
+    pub window: Option<usize>,
 }
 
 impl Attack {
@@ -87,6 +90,7 @@ impl Attack {
             count,
             read_answers: true,
             answer_within: None,
+            window: None,
             then: None,
         }
     }
@@ -128,6 +132,15 @@ impl Attack {
     /// The same attack, waiting `limit` for its answers.
     pub fn answered_within(mut self, limit: Duration) -> Attack {
         self.answer_within = Some(limit);
+        self
+    }
+
+    /// The same attack by a client that sends at most `window` calls ahead of its answers: still
+    /// far more than a bus lets wait, while what the client has to read stays within its socket's
+    /// buffer, so that on a loaded machine it keeps up with its answers (busd disconnects a client
+    /// that keeps them waiting for 100 ms).
+    pub fn window(mut self, window: usize) -> Attack {
+        self.window = Some(window);
         self
     }
 
@@ -261,8 +274,10 @@ async fn attack_round(
     // (a client that stops reading would only get the bus to drop it). Each call is known by its
     // serial, and numbered in the order it went out.
     let expected = Arc::new(Mutex::new(HashMap::new()));
+    let answered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let reader = {
         let expected = expected.clone();
+        let answered = answered.clone();
         tokio::spawn(async move {
             use futures_util::StreamExt;
             let mut tally: BTreeMap<String, usize> = BTreeMap::new();
@@ -287,6 +302,7 @@ async fn attack_round(
                     _ => "ok".to_string(),
                 };
                 arrivals.push((i, key == BUS_LIMITS_EXCEEDED));
+                answered.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 *tally.entry(key).or_default() += 1;
             }
             if arrivals.len() < count {
@@ -296,6 +312,14 @@ async fn attack_round(
         })
     };
     for i in 0..count {
+        if let Some(window) = attack.window {
+            let deadline = Instant::now() + within;
+            while i >= answered.load(std::sync::atomic::Ordering::Relaxed) + window
+                && Instant::now() < deadline
+            {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
         let msg = attack.message(i);
         expected
             .lock()

@@ -238,7 +238,19 @@ async fn serve(
         };
         next_id += 1;
         let id = next_id;
-        let split = match socket::split(stream, cred, id, slot, bus.peers().clone(), runtime) {
+        // vgpud's own connection (from this process) is not cut for reading slowly under a flood of
+        // calls: every client waits on it, and cutting it stops the service for all of them.
+        let send_timeout = if cred.pid == std::process::id() {
+            DAEMON_SEND_TIMEOUT
+        } else {
+            SEND_TIMEOUT
+        };
+        let client = socket::NewClient {
+            cred,
+            id,
+            send_timeout,
+        };
+        let split = match socket::split(stream, client, slot, bus.peers().clone(), runtime) {
             Ok(split) => split,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot serve a client's socket");
@@ -248,13 +260,6 @@ async fn serve(
         let peers = bus.peers().clone();
         let guid = bus.guid().clone();
         let timer = runtime.clone();
-        // vgpud's own connection (from this process) is not cut for reading slowly under a flood of
-        // calls: every client waits on it, and cutting it stops the service for all of them.
-        let send_timeout = if cred.pid == std::process::id() {
-            DAEMON_SEND_TIMEOUT
-        } else {
-            SEND_TIMEOUT
-        };
         zruntime::spawn(async move {
             let add = peers.add(
                 &guid,

@@ -70,6 +70,19 @@ pub struct PeerCred {
     pub pid: u32,
 }
 
+/// A client of the bus, as it connects.
+#[derive(Clone, Copy, Debug)]
+pub struct NewClient {
+    /// Its credentials.
+    pub cred: PeerCred,
+    /// busd's number of the client (its unique name is `:busd.ID`), which busd's records of the
+    /// client's calls name it by.
+    pub id: usize,
+    /// How long the client may take to read what the bus sends it, before the bus closes its
+    /// connection: what busd gives it, for the bus's own answers too.
+    pub send_timeout: std::time::Duration,
+}
+
 /// What both halves of a client's socket share: the socket, the lock that keeps messages whole on
 /// it, the client's slot in the bus's limits, and its calls that wait for replies.
 struct Conn {
@@ -79,6 +92,7 @@ struct Conn {
     /// busd's number of the client (its unique name is `:busd.ID`), which busd's records of the
     /// client's calls name it by.
     id: usize,
+    send_timeout: std::time::Duration,
     /// The client's calls that wait for replies, if they are counted: they are for every client but
     /// vgpud's own connection, whose calls (to polkit, where it runs) are made for its callers, whom
     /// their own connections' limits hold; refusing them would refuse those callers.
@@ -93,6 +107,28 @@ impl fmt::Debug for Conn {
 }
 
 impl Conn {
+    /// Writes the bus's own answer `msg` (a refusal, a `NoReply`) within the time busd gives the
+    /// client, or shuts the socket down: a client that does not read must not hold the socket's
+    /// lock, which busd's own sends to it wait for.
+    async fn answer(&self, runtime: &SharedRuntime, msg: &Message) -> zbus::Result<()> {
+        match runtime.timeout(self.send_timeout, self.send(msg)).await {
+            Ok(sent) => sent,
+            Err(_) => {
+                tracing::info!(
+                    uid = self.cred.uid,
+                    pid = self.cred.pid,
+                    "closed a connection that did not take the bus's answer within {:?}",
+                    self.send_timeout
+                );
+                let _ = self.io.get_ref().shutdown(std::net::Shutdown::Both);
+                Err(zbus::Error::InputOutput(Arc::new(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the client did not read the bus's answer in time",
+                ))))
+            }
+        }
+    }
+
     /// Writes all of `msg`, its descriptors with its first byte, with no other message between.
     async fn send(&self, msg: &Message) -> zbus::Result<()> {
         let _whole = self.write.lock().await;
@@ -205,18 +241,23 @@ pub fn message_len(h: &[u8; PRIMARY_HEADER]) -> io::Result<usize> {
 /// as zbus takes them.
 pub fn split(
     stream: UnixStream,
-    cred: PeerCred,
-    id: usize,
+    client: NewClient,
     slot: ConnectionSlot,
     peers: Arc<Peers>,
     runtime: &SharedRuntime,
 ) -> io::Result<zbus::connection::socket::BoxedSplit> {
+    let NewClient {
+        cred,
+        id,
+        send_timeout,
+    } = client;
     let counted = cred.pid != std::process::id();
     let conn = Arc::new(Conn {
         io: AsyncIo::new(runtime, stream)?,
         write: tokio::sync::Mutex::new(()),
         cred,
         id,
+        send_timeout,
         replies: counted.then(|| Mutex::new(PendingReplies::default())),
         _slot: slot,
     });
@@ -349,9 +390,8 @@ impl Reader {
                     "a call got no reply within {} s",
                     REPLY_TIMEOUT.as_secs()
                 );
-                self.conn
-                    .send(&replies::no_reply(call.serial, call.callee.as_str())?)
-                    .await?;
+                let no_reply = replies::no_reply(call.serial, call.callee.as_str())?;
+                self.conn.answer(&self.runtime, &no_reply).await?;
             }
         }
         Ok(())
@@ -415,7 +455,7 @@ impl ReadHalf for Reader {
             .await?
             {
                 None => return Ok(msg),
-                Some(error) => self.conn.send(&error).await?,
+                Some(error) => self.conn.answer(&self.runtime, &error).await?,
             }
         }
     }
