@@ -311,9 +311,9 @@ async fn attack_round(
             (tally, most_waiting(count, &arrivals), stream)
         })
     };
+    let deadline = Instant::now() + within;
     for i in 0..count {
         if let Some(window) = attack.window {
-            let deadline = Instant::now() + within;
             while i >= answered.load(std::sync::atomic::Ordering::Relaxed) + window
                 && Instant::now() < deadline
             {
