@@ -32,6 +32,14 @@ pub const MAX_PENDING_REPLIES: usize = 128;
 /// not for ever (dbus-daemon's default, `-1`, is never).
 pub const REPLY_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// The error name of the bus's refusal of a call past [`MAX_PENDING_REPLIES`].
+pub const LIMITS_EXCEEDED: &str = "org.freedesktop.DBus.Error.LimitsExceeded";
+
+/// How long the bus waits, after refusing a call of a connection past its limit, before it reads
+/// the connection's next message: 1 ms, so a flood past the limit is refused at 1,000 calls a
+/// second at most (about 300 KB/s of errors for the client to read).
+pub const REFUSAL_PACE: Duration = Duration::from_millis(1);
+
 /// A call that waits for its reply.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Waiting {
@@ -152,7 +160,7 @@ pub fn limits_exceeded(call: &Message, uid: u32) -> zbus::Result<Message> {
          their replies, the embedded bus's limit (as dbus-daemon's max_replies_per_connection); \
          wait for some of those replies before calling again"
     );
-    Message::error(&call.header(), "org.freedesktop.DBus.Error.LimitsExceeded")
+    Message::error(&call.header(), LIMITS_EXCEEDED)
         .sender(BUS)
         .build(&text)
 }

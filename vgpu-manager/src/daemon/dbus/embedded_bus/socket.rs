@@ -455,7 +455,17 @@ impl ReadHalf for Reader {
             .await?
             {
                 None => return Ok(msg),
-                Some(error) => self.conn.answer(&self.runtime, &error).await?,
+                Some(error) => {
+                    self.conn.answer(&self.runtime, &error).await?;
+                    // A client past its limit is read no faster than one refused call per
+                    // REFUSAL_PACE: its refusals then come no faster than it can be expected to
+                    // read them beside its replies, and refusing costs the bus little.
+                    let over = error.header().error_name().map(|e| e.as_str())
+                        == Some(replies::LIMITS_EXCEEDED);
+                    if over {
+                        self.runtime.sleep(replies::REFUSAL_PACE).await;
+                    }
+                }
             }
         }
     }
