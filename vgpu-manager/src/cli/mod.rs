@@ -160,7 +160,10 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    let args = mdevctl::alias_args(args.into_iter().map(Into::into).collect());
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    if let Some(program) = args.first().and_then(|a| mdevctl::Program::of(a)) {
+        return mdevctl::run_program(program, args, out, err);
+    }
     let cli = match Cli::try_parse_from(args) {
         Ok(c) => c,
         Err(e) => {
@@ -224,7 +227,7 @@ fn dispatch(cli: &Cli, out: &mut dyn Write) -> Result<(), CliError> {
         Command::Pool(c) => pool::run(c, &cli.host, &cli.bus, out),
         Command::Sched(c) => sched::run(c, &cli.host, out),
         Command::Xml(a) => xml::run(a, &cli.bus, out),
-        Command::Mdevctl(c) => mdevctl::run(c, &cli.bus, out),
+        Command::Mdevctl(c) => mdevctl::run(c, &cli.bus, &cli.host, out),
         Command::Completions { shell } => completions::completions(*shell, out),
         // Handled in `run` (its exit code depends on the report).
         Command::Preflight(_) | Command::OpenDevice(_) => Ok(()),

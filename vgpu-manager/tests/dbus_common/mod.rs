@@ -4,7 +4,10 @@
 
 pub mod crash;
 pub mod flood;
+pub mod fuse_attr;
+pub mod mdevctl;
 pub mod name;
+pub mod sysbus;
 pub mod system_bus;
 
 use std::path::{Path, PathBuf};

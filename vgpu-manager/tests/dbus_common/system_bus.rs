@@ -60,6 +60,13 @@ pub struct DbusDaemon {
     pub address: String,
 }
 
+impl DbusDaemon {
+    /// The bus daemon's process id.
+    pub fn pid(&self) -> Pid {
+        Pid::from_raw(self.child.id() as i32)
+    }
+}
+
 impl Drop for DbusDaemon {
     fn drop(&mut self) {
         let _ = kill(Pid::from_raw(self.child.id() as i32), Signal::SIGTERM);
@@ -101,6 +108,58 @@ pub const PERMISSIVE: &str = r#"
 /// Starts `dbus-daemon` as a system-type bus on a socket in `dir`, with `default_policy` and, if given,
 /// an included policy file; returns once it listens.
 pub fn start_dbus_daemon(dir: &Path, default_policy: &str, include: Option<&Path>) -> DbusDaemon {
+    start_dbus_daemon_with(dir, default_policy, include, "")
+}
+
+/// The resource limits of Debian's system bus: dbus-daemon's built-in defaults, which Debian's
+/// `/usr/share/dbus-1/system.conf` (package dbus-system-bus-common) lists in comments and does not
+/// change ("The defaults for these limits are hard-coded in dbus-daemon"; dbus-daemon(1), the
+/// `<limit>` element, names each). Written out so that the hostile suite runs with them whatever a
+/// dbus-daemon build defaults to; `the_test_bus_has_the_limits_of_debians_system_bus` checks them
+/// against the installed file.
+pub const SYSTEM_LIMITS: [(&str, u64); 16] = [
+    ("max_incoming_bytes", 133_169_152),
+    ("max_incoming_unix_fds", 64),
+    ("max_outgoing_bytes", 133_169_152),
+    ("max_outgoing_unix_fds", 64),
+    ("max_message_size", 33_554_432),
+    ("max_message_unix_fds", 16),
+    ("service_start_timeout", 25_000),
+    ("auth_timeout", 5_000),
+    ("pending_fd_timeout", 150_000),
+    ("max_completed_connections", 2_048),
+    ("max_incomplete_connections", 64),
+    ("max_connections_per_user", 256),
+    ("max_pending_service_starts", 512),
+    ("max_names_per_connection", 512),
+    ("max_match_rules_per_connection", 512),
+    ("max_replies_per_connection", 128),
+];
+
+/// A bus configured as Debian's system bus runs: dbus's default system policy, the shipped `data/`
+/// policy file, [`SYSTEM_LIMITS`], and (as `<user>` in system.conf) dbus-daemon running as user
+/// `messagebus` once it listens.
+pub fn real_system_bus(dir: &Path) -> DbusDaemon {
+    let mut extra: String = SYSTEM_LIMITS
+        .iter()
+        .map(|(name, value)| format!("  <limit name=\"{name}\">{value}</limit>\n"))
+        .collect();
+    extra.push_str("  <user>messagebus</user>\n");
+    start_dbus_daemon_with(
+        dir,
+        SYSTEM_DEFAULTS,
+        Some(&repo().join("data/org.vgpumanager.Manager1.conf")),
+        &extra,
+    )
+}
+
+/// [`start_dbus_daemon`] with `extra` elements in the configuration (`<limit>`, `<user>`, …).
+pub fn start_dbus_daemon_with(
+    dir: &Path,
+    default_policy: &str,
+    include: Option<&Path>,
+    extra: &str,
+) -> DbusDaemon {
     let socket = dir.join("system_bus_socket");
     let include = include
         .map(|p| format!("  <include>{}</include>\n", p.display()))
@@ -113,7 +172,7 @@ pub fn start_dbus_daemon(dir: &Path, default_policy: &str, include: Option<&Path
   <listen>unix:path={}</listen>
   <auth>EXTERNAL</auth>
   <policy context="default">{default_policy}  </policy>
-{include}</busconfig>
+{include}{extra}</busconfig>
 "#,
         socket.display()
     );

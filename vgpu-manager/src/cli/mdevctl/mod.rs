@@ -1,33 +1,36 @@
 //! `vgpuctl mdevctl …`: an mdevctl-compatible front end to vgpud, so libvirt's node-device driver (which
 //! runs `mdevctl`) and scripts written for mdevctl keep working on hosts where vgpud manages the mdevs.
-//! Install it as `mdevctl` (a symlink to vgpuctl: invoked under that name, vgpuctl behaves as
-//! `vgpuctl mdevctl`; as `lsmdev`, as `vgpuctl mdevctl list`).
+//! Install it as `mdevctl` (a symlink to vgpuctl: invoked under that name, vgpuctl is a program named
+//! `mdevctl` with these commands, mdevctl's usage lines, its `Error: …` messages and exit status 1 for a
+//! failed command; as `lsmdev`, it is `mdevctl list`). JSON is written without a final newline, as
+//! mdevctl writes it. docs/mdevctl.md tracks conformance with mdevctl's own tests.
 //!
 //! It answers the command lines libvirt issues (libvirt src/node_device/node_device_driver.c):
 //! `list --dumpjson [--defined]`, `start --parent=P --jsonfile=/dev/stdin [--uuid=U]` (create),
 //! `define --parent=P --jsonfile=/dev/stdin [--uuid=U]`, `start --uuid=U`, `stop --uuid=U`,
 //! `undefine --uuid=U`, `modify --uuid U --auto|--manual`, `modify --parent=P --jsonfile=/dev/stdin
 //! --uuid=U --defined` and the capability probe `modify --defined --live --jsonfile b --help`; plus
-//! `types --dumpjson` and mdevctl's own forms (`-u`, `-p`, `-t`, `--type`). Output follows mdevctl's
+//! `types --dumpjson` (read from the kernel's sysfs, as mdevctl reads it) and mdevctl's own forms (`-u`,
+//! `-p`, `-t`, `--type`). Output follows mdevctl's
 //! shapes ([`qemu_glue::mdevctl`]). What vgpud cannot do is refused with a one-line reason: attributes
 //! (`attrs`, `--addattr`), and `--live` changes of a running device.
 //!
 //! Two vgpu-manager extensions move definitions between the two tools: `export` writes vgpud's
 //! definitions as `/etc/mdevctl.d/<parent>/<uuid>` files, `import` defines mdevctl's files in vgpud.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use clap::{ArgGroup, Args, Subcommand};
+use clap::{ArgGroup, Args, Parser, Subcommand};
 use qemu_glue::mdevctl::{
     CONFIG_DIR, MdevctlConfig, MdevctlDevice, MdevctlType, StartMode, list_json, types_json,
 };
 use vgpu_client::blocking::{self, ManagerCalls};
 use vgpu_client::{BusAddress, InstanceInfo};
 
-use super::CliError;
 use super::daemon_cmds::BusArgs;
+use super::{CliError, HostArgs};
 
 mod ops;
 
@@ -55,6 +58,12 @@ pub enum MdevctlCommand {
     Stop(UuidSpec),
     /// Change a definition: --auto/--manual, --type, or a --jsonfile.
     Modify(ModifyArgs),
+    /// Start the parent's definitions marked auto (what mdevctl's udev rule runs when a parent appears).
+    #[command(hide = true)]
+    StartParentMdevs {
+        /// The parent device (its sysfs name).
+        parent: String,
+    },
     /// vgpu-manager extension: write vgpud's definitions as mdevctl definition files.
     Export {
         /// The mdevctl definition directory to write `<parent>/<uuid>` files into.
@@ -134,13 +143,19 @@ pub struct UuidSpec {
     force: bool,
 }
 
-/// `modify` options (mdevctl's).
+/// `modify` options, combined as mdevctl's command line allows (mdevctl src/cli.rs `Modify`: one of
+/// --auto, --manual, --addattr, --delattr or --jsonfile is required and they exclude each other; --type
+/// goes with --auto/--manual or an attribute change; --live needs --jsonfile).
 #[derive(Debug, Args)]
-#[command(group(ArgGroup::new("change").args(["auto", "manual", "mdev_type", "jsonfile", "addattr", "delattr"])))]
+#[command(group(
+    ArgGroup::new("change")
+        .required(true)
+        .args(["auto", "manual", "addattr", "delattr", "jsonfile"])
+))]
 pub struct ModifyArgs {
     /// The UUID of the definition to change.
     #[arg(short, long, value_name = "UUID")]
-    uuid: Option<String>,
+    uuid: String,
     /// Its parent device (its sysfs name, e.g. 0000:3b:00.0).
     #[arg(short, long, value_name = "PARENT")]
     parent: Option<String>,
@@ -148,22 +163,22 @@ pub struct ModifyArgs {
     #[arg(short = 't', long = "type", value_name = "TYPE")]
     mdev_type: Option<String>,
     /// Start automatically.
-    #[arg(short, long)]
+    #[arg(short, long, conflicts_with_all = ["index", "value"])]
     auto: bool,
     /// Start only when asked.
-    #[arg(short, long)]
+    #[arg(short, long, conflicts_with_all = ["index", "value"])]
     manual: bool,
     /// New configuration from FILE.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["mdev_type", "index", "value"])]
     jsonfile: Option<PathBuf>,
     /// Change the definition (the default).
     #[arg(short, long)]
     defined: bool,
     /// Change the running device (not supported by vgpud).
-    #[arg(short, long)]
+    #[arg(short, long, conflicts_with_all = ["mdev_type", "index", "value"], requires = "jsonfile")]
     live: bool,
     /// Add an attribute (not supported by vgpud).
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", requires = "value")]
     addattr: Option<String>,
     /// Delete an attribute (not supported by vgpud).
     #[arg(long)]
@@ -172,35 +187,123 @@ pub struct ModifyArgs {
     #[arg(short, long)]
     index: Option<u32>,
     /// Attribute value.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "delattr", requires = "addattr")]
     value: Option<String>,
     /// Accepted for compatibility; vgpud runs no call-out scripts.
     #[arg(short, long)]
     force: bool,
 }
 
-/// Rewrites the arguments when vgpuctl runs as `mdevctl` or `lsmdev` (through a symlink), so that
-/// `mdevctl list …` means `vgpuctl mdevctl list …`.
-pub fn alias_args(mut args: Vec<OsString>) -> Vec<OsString> {
-    let name = args
-        .first()
-        .and_then(|a| Path::new(a).file_name())
-        .and_then(|n| n.to_str())
-        .unwrap_or_default()
-        .to_string();
-    let insert: &[&str] = match name.as_str() {
-        "mdevctl" => &["mdevctl"],
-        "lsmdev" => &["mdevctl", "list"],
-        _ => &[],
-    };
-    for (i, a) in insert.iter().enumerate() {
-        args.insert(1 + i, OsString::from(a));
-    }
-    args
+/// `mdevctl`: vgpuctl invoked under that name (a symlink), a program of its own whose usage, errors and
+/// exit codes are mdevctl's.
+#[derive(Debug, Parser)]
+#[command(
+    name = "mdevctl",
+    version,
+    about = "Manage mediated devices through vgpud (vgpu-manager's mdevctl-compatible front end)"
+)]
+struct MdevctlProgram {
+    #[command(flatten)]
+    bus: BusArgs,
+    #[command(subcommand)]
+    command: MdevctlCommand,
 }
 
-/// Runs one mdevctl command against vgpud on `bus`.
-pub fn run(cmd: &MdevctlCommand, bus: &BusArgs, out: &mut dyn Write) -> Result<(), CliError> {
+/// `lsmdev`: `mdevctl list` under its own name, as mdevctl installs it.
+#[derive(Debug, Parser)]
+#[command(
+    name = "lsmdev",
+    version,
+    about = "List mediated devices (vgpu-manager's mdevctl-compatible front end)"
+)]
+struct LsmdevProgram {
+    #[command(flatten)]
+    bus: BusArgs,
+    #[command(flatten)]
+    list: ListArgs,
+}
+
+/// The program vgpuctl runs as, from the file name of `argv[0]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Program {
+    /// Invoked as `mdevctl`.
+    Mdevctl,
+    /// Invoked as `lsmdev`.
+    Lsmdev,
+}
+
+impl Program {
+    /// The program `argv0` names, if it is `mdevctl` or `lsmdev` (mdevctl's src/main.rs decides the same
+    /// way, by the name it was run under).
+    pub fn of(argv0: &OsStr) -> Option<Program> {
+        match Path::new(argv0).file_name()?.to_str()? {
+            "mdevctl" => Some(Program::Mdevctl),
+            "lsmdev" => Some(Program::Lsmdev),
+            _ => None,
+        }
+    }
+}
+
+/// mdevctl's exit status for a failed command: its `main` returns an error, which Rust reports with
+/// `Error: ` and status 1 (mdevctl src/main.rs). Usage errors keep clap's status 2, as in mdevctl.
+pub const EXIT_FAILED: i32 = 1;
+
+/// Runs `args` as `program`: parses them with mdevctl's command line, runs the command against vgpud,
+/// and reports a failure as mdevctl does (`Error: …` on `err`, status [`EXIT_FAILED`]). Returns the exit
+/// status.
+pub fn run_program(
+    program: Program,
+    args: Vec<OsString>,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> i32 {
+    let parsed = match program {
+        Program::Mdevctl => MdevctlProgram::try_parse_from(args).map(|p| (p.bus, p.command)),
+        Program::Lsmdev => {
+            LsmdevProgram::try_parse_from(args).map(|p| (p.bus, MdevctlCommand::List(p.list)))
+        }
+    };
+    let (bus, command) = match parsed {
+        Ok(p) => p,
+        Err(e) => {
+            let text = e.render().to_string();
+            let _ = if e.use_stderr() {
+                err.write_all(text.as_bytes())
+            } else {
+                out.write_all(text.as_bytes())
+            };
+            return if e.use_stderr() { super::EXIT_USAGE } else { 0 };
+        }
+    };
+    // mdevctl reads the live sysfs; VGPU_SYSFS_ROOT points it below another root, as for vgpuctl.
+    let host = HostArgs {
+        sim: None,
+        sim_journal: None,
+        sysfs_root: std::env::var_os("VGPU_SYSFS_ROOT").map(PathBuf::from),
+    };
+    match run(&command, &bus, &host, out) {
+        Ok(()) => 0,
+        Err(CliError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => 0,
+        Err(e) => {
+            let _ = writeln!(err, "Error: {e}");
+            EXIT_FAILED
+        }
+    }
+}
+
+/// Runs one mdevctl command against vgpud on `bus`. `types` reads the kernel's mdev parents from `host`
+/// itself, as mdevctl does, and asks vgpud only when the host shows none.
+pub fn run(
+    cmd: &MdevctlCommand,
+    bus: &BusArgs,
+    host: &HostArgs,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    if let MdevctlCommand::Types { parent, dumpjson } = cmd
+        && let Some(parents) = host_types(host, parent.as_deref())
+    {
+        return print_types(&parents, *dumpjson, out);
+    }
     let bus: BusAddress = bus.bus.parse()?;
     let mut daemon = blocking::Client::connect_unchecked(&bus)?;
     run_with(cmd, &mut daemon, out)
@@ -215,13 +318,14 @@ pub fn run_with(
     match cmd {
         MdevctlCommand::List(a) => list(daemon, a, out),
         MdevctlCommand::Types { parent, dumpjson } => {
-            types(daemon, parent.as_deref(), *dumpjson, out)
+            print_types(&daemon_types(daemon, parent.as_deref())?, *dumpjson, out)
         }
         MdevctlCommand::Define(s) => ops::define(daemon, s, out),
         MdevctlCommand::Undefine(s) => ops::undefine(daemon, s),
         MdevctlCommand::Start(s) => ops::start(daemon, s, out),
         MdevctlCommand::Stop(s) => ops::stop(daemon, s),
         MdevctlCommand::Modify(m) => ops::modify(daemon, m),
+        MdevctlCommand::StartParentMdevs { parent } => ops::start_parent_mdevs(daemon, parent),
         MdevctlCommand::Export { dir } => ops::export(daemon, dir, out),
         MdevctlCommand::Import { dir, dry_run } => ops::import(daemon, dir, *dry_run, out),
     }
@@ -279,7 +383,8 @@ fn list(daemon: &mut dyn ManagerCalls, a: &ListArgs, out: &mut dyn Write) -> Res
             (Some(_), [(_, d)]) => d.config.to_json_pretty(),
             _ => list_json(&chosen.iter().map(|(_, d)| d.clone()).collect::<Vec<_>>()),
         };
-        writeln!(out, "{text}")?;
+        // mdevctl writes its JSON without a final newline.
+        write!(out, "{text}")?;
         return Ok(());
     }
     let mut sorted = chosen;
@@ -304,12 +409,55 @@ fn list(daemon: &mut dyn ManagerCalls, a: &ListArgs, out: &mut dyn Write) -> Res
     Ok(())
 }
 
-fn types(
+/// The kernel's mdev parents and their types as mdevctl lists them (mdevctl src/environment.rs
+/// `get_supported_types`: every entry of `/sys/class/mdev_bus`, types by name, `name` and `description`
+/// trimmed and left out when empty, a description's line breaks shown as ", "). `None` when the host shows
+/// no mdev parent at all (vgpud on a simulated host, or the host cannot be read): then vgpud's view serves.
+fn host_types(host: &HostArgs, parent: Option<&str>) -> Option<Vec<(String, Vec<MdevctlType>)>> {
+    let host = host
+        .open()
+        .map_err(|e| tracing::debug!(error = %e, "no host to read mdev types from"))
+        .ok()?;
+    let inventory = vgpu_host::discover::discover(host.as_ref())
+        .map_err(|e| tracing::warn!(error = %e, "cannot read the mdev parents; asking vgpud"))
+        .ok()?;
+    if inventory.mdev_parents.is_empty() {
+        return None;
+    }
+    let text = |t: &Option<String>| {
+        t.as_deref()
+            .map(|t| t.trim().replace('\n', ", "))
+            .filter(|t| !t.is_empty())
+    };
+    let mut parents: Vec<(String, Vec<MdevctlType>)> = inventory
+        .mdev_parents
+        .into_iter()
+        .filter(|p| parent.is_none_or(|want| want == p.name))
+        .map(|p| {
+            let mut types: Vec<MdevctlType> = p
+                .types
+                .iter()
+                .map(|t| MdevctlType {
+                    type_id: t.id.to_string(),
+                    available_instances: t.available_instances,
+                    device_api: t.device_api.trim().to_string(),
+                    name: text(&t.name),
+                    description: text(&t.description),
+                })
+                .collect();
+            types.sort_by(|a, b| a.type_id.cmp(&b.type_id));
+            (p.name, types)
+        })
+        .collect();
+    parents.sort_by(|a, b| a.0.cmp(&b.0));
+    Some(parents)
+}
+
+/// vgpud's view of the mdev types: the parents it treats as GPUs, without names or descriptions.
+fn daemon_types(
     daemon: &mut dyn ManagerCalls,
     parent: Option<&str>,
-    dumpjson: bool,
-    out: &mut dyn Write,
-) -> Result<(), CliError> {
+) -> Result<Vec<(String, Vec<MdevctlType>)>, CliError> {
     let mut parents: Vec<(String, Vec<MdevctlType>)> = daemon
         .list_gpus()?
         .into_iter()
@@ -335,11 +483,21 @@ fn types(
         })
         .collect();
     parents.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(parents)
+}
+
+/// Prints `types` as mdevctl does (src/main.rs types_command).
+fn print_types(
+    parents: &[(String, Vec<MdevctlType>)],
+    dumpjson: bool,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
     if dumpjson {
-        writeln!(out, "{}", types_json(&parents))?;
+        // mdevctl writes its JSON without a final newline.
+        write!(out, "{}", types_json(parents))?;
         return Ok(());
     }
-    for (p, ts) in &parents {
+    for (p, ts) in parents {
         writeln!(out, "{p}")?;
         for t in ts {
             writeln!(
@@ -347,6 +505,12 @@ fn types(
                 "  {}\n    Available instances: {}\n    Device API: {}",
                 t.type_id, t.available_instances, t.device_api
             )?;
+            if let Some(n) = &t.name {
+                writeln!(out, "    Name: {n}")?;
+            }
+            if let Some(d) = &t.description {
+                writeln!(out, "    Description: {d}")?;
+            }
         }
     }
     Ok(())

@@ -119,6 +119,9 @@ pub(super) fn define(
     Ok(())
 }
 
+/// `start` of a new device. A parent vgpud does not list is refused with mdevctl's words (mdevctl
+/// src/mdev.rs, the parent lookup of `start`: "Unable to find parent device '…'", with "Did you mean '…'?"
+/// when only the letter case differs, as for an upper-case PCI address).
 pub(super) fn start(
     daemon: &mut dyn ManagerCalls,
     spec: &DeviceSpec,
@@ -151,7 +154,19 @@ pub(super) fn start(
             "device is insufficiently specified: give --parent and --type (or --jsonfile), or the --uuid of a definition",
         ));
     };
-    let made = daemon.create(&new_instance(&t, p, uuid.as_ref()))?;
+    let parents: Vec<String> = daemon.list_gpus()?.into_iter().map(|g| g.id).collect();
+    let known = parents.iter().any(|k| k == p);
+    if !known && let Some(k) = parents.iter().find(|k| k.eq_ignore_ascii_case(p)) {
+        return Err(bad(format!(
+            "Unable to find parent device '{p}'. Did you mean '{k}'?"
+        )));
+    }
+    let made = daemon
+        .create(&new_instance(&t, p, uuid.as_ref()))
+        .map_err(|e| match known {
+            true => CliError::from(e),
+            false => bad(format!("Unable to find parent device '{p}' ({e})")),
+        })?;
     if uuid.is_none() {
         writeln!(out, "{}", made.uuid)?;
     }
@@ -175,11 +190,15 @@ pub(super) fn undefine(daemon: &mut dyn ManagerCalls, spec: &UuidSpec) -> Result
 }
 
 pub(super) fn modify(daemon: &mut dyn ManagerCalls, m: &ModifyArgs) -> Result<(), CliError> {
-    let u = check_uuid(
-        m.uuid
-            .as_deref()
-            .ok_or_else(|| bad("modify needs --uuid"))?,
-    )?;
+    let u = check_uuid(&m.uuid)?;
+    // mdevctl src/main.rs modify_command: what cannot change on a running device is named first.
+    if m.live {
+        for (given, what) in [(m.auto, "auto"), (m.manual, "manual")] {
+            if given {
+                return Err(bad(format!("'{what}' cannot be changed on active mdev")));
+            }
+        }
+    }
     if m.addattr.is_some() || m.delattr || m.index.is_some() || m.value.is_some() {
         return Err(bad(
             "vgpud does not keep mdev attributes: --addattr/--delattr/--index/--value are not supported",
@@ -190,16 +209,18 @@ pub(super) fn modify(daemon: &mut dyn ManagerCalls, m: &ModifyArgs) -> Result<()
             "mdev {u}: vgpud cannot change a running device (--live); change the definition and restart it"
         )));
     }
+    if m.jsonfile.is_some() && m.parent.is_none() {
+        return Err(bad("Parent device required to modify device via json file"));
+    }
     let i = find(daemon, &u, m.parent.as_deref())?
         .filter(|i| i.defined)
         .ok_or_else(|| bad(format!("no definition of mdev {u}")))?;
     let (new_type, start) = if let Some(f) = &m.jsonfile {
         let c = read_config(f)?;
         (Some(c.mdev_type.to_string()), Some(c.start))
-    } else if m.auto || m.manual {
-        (None, Some(StartMode::from_autostart(m.auto)))
     } else {
-        (m.mdev_type.clone(), None)
+        let start = (m.auto || m.manual).then(|| StartMode::from_autostart(m.auto));
+        (m.mdev_type.clone(), start)
     };
     let autostart = start.map_or(i.autostart, StartMode::is_auto);
     match new_type.filter(|t| *t != i.type_id) {
@@ -207,6 +228,28 @@ pub(super) fn modify(daemon: &mut dyn ManagerCalls, m: &ModifyArgs) -> Result<()
         None if autostart != i.autostart => Ok(daemon.set_autostart(&u, autostart)?),
         None => Ok(()),
     }
+}
+
+/// `start-parent-mdevs PARENT`: starts every stopped definition of `parent` marked auto, as mdevctl's
+/// udev rule asks when the parent appears (mdevctl src/main.rs start_parent_mdevs_command). A device that
+/// fails to start is reported and the others still start; the command itself succeeds, as mdevctl's.
+pub(super) fn start_parent_mdevs(
+    daemon: &mut dyn ManagerCalls,
+    parent: &str,
+) -> Result<(), CliError> {
+    let due: Vec<String> = daemon
+        .list_instances()?
+        .into_iter()
+        .filter(|i| i.defined && i.autostart && i.state != "running")
+        .filter(|i| i.parent == parent || (i.parent.is_empty() && i.gpu == parent))
+        .map(|i| i.uuid)
+        .collect();
+    for u in due {
+        if let Err(e) = daemon.start(&u) {
+            tracing::warn!(uuid = %u, %parent, error = %e, "autostart of a definition failed");
+        }
+    }
+    Ok(())
 }
 
 /// Replaces the definition of stopped instance `i` by one of type `t` with the same UUID and parent,

@@ -71,7 +71,7 @@ fn list_dumpjson_active_and_defined_in_mdevctl_shape() {
         mdevctl(&mut f, "list --dumpjson -p 0000:ff:00.0")
             .ok()
             .as_deref(),
-        Some("[]\n")
+        Some("[]")
     );
 }
 
@@ -311,14 +311,152 @@ fn export_then_import_moves_definitions_between_the_tools() {
 
 #[test]
 fn running_as_mdevctl_or_lsmdev_selects_the_front_end() {
-    let v = |a: &[&str]| alias_args(a.iter().map(OsString::from).collect());
-    assert_eq!(
-        v(&["/usr/sbin/mdevctl", "list"])[1..],
-        [OsString::from("mdevctl"), "list".into()]
+    let p = |a: &str| Program::of(OsStr::new(a));
+    assert_eq!(p("/usr/sbin/mdevctl"), Some(Program::Mdevctl));
+    assert_eq!(p("lsmdev"), Some(Program::Lsmdev));
+    assert_eq!(p("vgpuctl"), None);
+    assert_eq!(p("/usr/bin/mdevctl-old"), None);
+}
+
+fn program(program: Program, line: &str) -> (i32, String, String) {
+    let name = match program {
+        Program::Mdevctl => "/usr/sbin/mdevctl",
+        Program::Lsmdev => "/usr/sbin/lsmdev",
+    };
+    let argv = std::iter::once(name)
+        .chain(line.split_whitespace())
+        .map(OsString::from)
+        .collect();
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let code = run_program(program, argv, &mut out, &mut err);
+    (
+        code,
+        String::from_utf8_lossy(&out).into_owned(),
+        String::from_utf8_lossy(&err).into_owned(),
+    )
+}
+
+#[test]
+fn as_mdevctl_the_usage_names_mdevctl_once() {
+    let (code, out, _) = program(Program::Mdevctl, "--help");
+    assert_eq!(code, 0);
+    assert!(out.contains("Usage: mdevctl [OPTIONS] <COMMAND>"), "{out}");
+    let (_, out, _) = program(Program::Mdevctl, "list --help");
+    assert!(out.contains("Usage: mdevctl list [OPTIONS]"), "{out}");
+    assert!(
+        !out.contains("mdevctl mdevctl") && !out.contains("--sysfs-root"),
+        "{out}"
     );
-    assert_eq!(
-        v(&["lsmdev", "-d"])[1..],
-        [OsString::from("mdevctl"), "list".into(), "-d".into()]
+    let (code, _, err) = program(Program::Mdevctl, "bogus");
+    assert_eq!(code, crate::cli::EXIT_USAGE);
+    assert!(err.contains("Usage: mdevctl [OPTIONS] <COMMAND>"), "{err}");
+    let (code, out, _) = program(Program::Lsmdev, "--help");
+    assert_eq!(code, 0);
+    assert!(out.contains("Usage: lsmdev [OPTIONS]"), "{out}");
+}
+
+#[test]
+fn as_mdevctl_a_failure_is_reported_as_mdevctl_reports_it() {
+    // No daemon on this bus: the command fails, as mdevctl's main reports an error (src/main.rs).
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let bus = format!("--bus=unix:path={}", dir.path().join("none").display());
+    let (code, out, err) = program(Program::Mdevctl, &format!("list {bus}"));
+    assert_eq!(code, EXIT_FAILED, "{err}");
+    assert!(
+        out.is_empty() && err.starts_with("Error: ") && err.ends_with('\n'),
+        "{err}"
     );
-    assert_eq!(v(&["vgpuctl", "list"])[1..], [OsString::from("list")]);
+}
+
+#[test]
+fn modify_options_combine_as_mdevctls_command_line_allows() {
+    let mut f = demo();
+    // One of --auto, --manual, --addattr, --delattr, --jsonfile is required: nothing, or --type alone,
+    // is a usage error (mdevctl src/cli.rs), not a silent success.
+    for line in [
+        format!("modify --uuid {B}"),
+        format!("modify --uuid {B} --type nvidia-222"),
+        format!("modify --uuid {B} --auto --manual"),
+    ] {
+        let e = mdevctl(&mut f, &line).unwrap_err();
+        assert!(e.contains("Usage:"), "{line}: {e}");
+    }
+    let e = mdevctl(&mut f, &format!("modify --uuid {B} --live --auto")).unwrap_err();
+    assert_eq!(e, "'auto' cannot be changed on active mdev");
+    assert!(f.log.is_empty(), "{:?}", f.log);
+    // --type with --manual changes both.
+    mdevctl(
+        &mut f,
+        &format!("modify --uuid {B} --type nvidia-222 --manual"),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let b = &f.instances[B];
+    assert_eq!((b.type_id.as_str(), b.autostart), ("nvidia-222", false));
+    // A JSON file names a definition only with its parent.
+    let cfg = json_file(r#"{"mdev_type":"nvidia-231","start":"auto"}"#);
+    let e = mdevctl(
+        &mut f,
+        &format!("modify --uuid {B} --jsonfile {}", cfg.path().display()),
+    )
+    .unwrap_err();
+    assert!(e.contains("Parent device required"), "{e}");
+}
+
+#[test]
+fn start_parent_mdevs_starts_that_parents_auto_definitions() {
+    const C: &str = "9d1c0e52-2a3c-4f0c-a0f7-5a8a4b1c2d3f";
+    const D: &str = "9d1c0e52-2a3c-4f0c-a0f7-5a8a4b1c2d40";
+    let mut manual = instance(C, "nvidia-231", "stopped", true, "daemon");
+    manual.autostart = false;
+    let mut elsewhere = instance(D, "nvidia-231", "stopped", true, "daemon");
+    elsewhere.autostart = true;
+    elsewhere.parent = "0000:02:00.0".into();
+    elsewhere.gpu = "0000:02:00.0".into();
+    let mut f = demo().with(manual).with(elsewhere);
+    mdevctl(&mut f, "start-parent-mdevs 0000:01:00.0").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(f.instances[B].state, "running");
+    assert_eq!(f.instances[C].state, "stopped");
+    assert_eq!(f.instances[D].state, "stopped");
+    // Nothing due: still a success.
+    mdevctl(&mut f, "start-parent-mdevs 0000:7f:00.0").unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn types_reads_every_mdev_parent_of_the_host_without_vgpud() {
+    // A channel-subsystem parent (not a GPU) with mdevctl's fields; no daemon on the bus.
+    let root = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let t = root
+        .path()
+        .join("sys/devices/css0/0.0.26ab/mdev_supported_types/vfio_ccw-io");
+    std::fs::create_dir_all(&t).unwrap_or_else(|e| panic!("{e}"));
+    for (f, v) in [
+        ("available_instances", "4\n"),
+        ("device_api", "vfio_mdev\n"),
+        ("name", "I/O subchannel\n"),
+        ("description", "line one\nline two\n"),
+    ] {
+        std::fs::write(t.join(f), v).unwrap_or_else(|e| panic!("{e}"));
+    }
+    std::fs::create_dir_all(root.path().join("sys/class/mdev_bus"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    std::os::unix::fs::symlink(
+        "../../devices/css0/0.0.26ab",
+        root.path().join("sys/class/mdev_bus/0.0.26ab"),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let host = HostArgs {
+        sim: None,
+        sim_journal: None,
+        sysfs_root: Some(root.path().to_path_buf()),
+    };
+    let bus = BusArgs {
+        bus: format!("unix:path={}", root.path().join("no-bus").display()),
+    };
+    let mut out = Vec::new();
+    let t = T::try_parse_from(["mdevctl", "types"]).unwrap_or_else(|e| panic!("{e}"));
+    run(&t.c, &bus, &host, &mut out).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        String::from_utf8_lossy(&out),
+        "0.0.26ab\n  vfio_ccw-io\n    Available instances: 4\n    Device API: vfio_mdev\n    Name: I/O subchannel\n    Description: line one, line two\n"
+    );
 }

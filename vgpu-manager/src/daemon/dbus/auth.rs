@@ -129,6 +129,31 @@ impl Authorizer {
         self.callers.forget(bus_name);
     }
 
+    /// Whose share of vgpud a call of the sender of `hdr` counts against: its user, looked up once
+    /// per connection (the same lookup a change's authorization uses); a caller the bus cannot
+    /// identify (no bus, a lookup that failed) is counted per connection.
+    pub(super) async fn principal(
+        &self,
+        conn: &Connection,
+        hdr: &Header<'_>,
+    ) -> super::admission::Principal {
+        use super::admission::Principal;
+        let Some(sender) = hdr.sender() else {
+            return Principal::Unknown;
+        };
+        match self
+            .callers
+            .identify_once(sender.as_str(), || identify(conn, hdr))
+            .await
+        {
+            Ok(caller) => Principal::of_uid(caller.uid),
+            Err(e) => {
+                tracing::debug!(%sender, error = %e.message(), "caller not identified: counted per connection");
+                Principal::Unknown
+            }
+        }
+    }
+
     /// The group whose members may make changes.
     pub fn admin_group(&self) -> &str {
         &self.admin_group

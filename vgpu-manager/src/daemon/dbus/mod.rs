@@ -32,7 +32,7 @@ use crate::daemon::api::limits;
 use crate::daemon::api::*;
 use vgpu_client::MANAGER_PATH;
 
-pub use admission::{MAX_PENDING, MAX_RUNNING, MAX_WORKERS};
+pub use admission::{MAX_PENDING, MAX_RUNNING, MAX_WORKERS, RESERVED_WORKERS};
 pub use auth::{Authorizer, Caller};
 pub use errors::ApiError;
 
@@ -130,9 +130,10 @@ struct Shared {
 
 impl Shared {
     /// Runs `cmd` for the caller of `hdr`: admission (at most [`MAX_PENDING`] calls pending per
-    /// client, [`MAX_RUNNING`] of them on the workers), authorization (commands that change state or
-    /// hold a device), execution unless the client has gone meanwhile, then, for changes, waits until
-    /// the objects and signals reflect the result. Manager1 and Instance1 methods all come through
+    /// share — a user, or a connection of root or vgpud's user — [`MAX_RUNNING`] of them on the
+    /// workers), authorization (commands that change state or hold a device), execution unless the
+    /// client has gone meanwhile, then, for changes, waits until the objects and signals reflect the
+    /// result. Manager1 and Instance1 methods all come through
     /// here.
     async fn run<C: Command>(
         &self,
@@ -144,9 +145,17 @@ impl Shared {
         dyn Executor: Handle<C>,
     {
         let method = hdr.member().map(|m| m.as_str()).unwrap_or("(no member)");
+        // No method takes a file descriptor, and those a call brings stay in vgpud's table until
+        // the call is answered: refused before admission, such a call never waits holding them.
+        if let Some(n) = hdr.unix_fds().filter(|n| *n > 0) {
+            return Err(ApiError::invalid(format!(
+                "{method} takes no file descriptors, and the call carried {n}: send it without any"
+            )));
+        }
+        let principal = self.auth.principal(conn, hdr).await;
         let ticket = self
             .admission
-            .admit(hdr.sender().map(|s| s.as_str()), method)?;
+            .admit(hdr.sender().map(|s| s.as_str()), principal, method)?;
         let access = C::ACCESS;
         if access.needs_authorization() {
             let caller = self.auth.authorize_change(conn, hdr).await?;
