@@ -190,6 +190,11 @@ impl MdevTypeId {
     }
 }
 
+impl MdevTypeId {
+    /// The longest type id accepted, in bytes.
+    pub const MAX_BYTES: usize = 64;
+}
+
 impl FromStr for MdevTypeId {
     type Err = IdError;
 

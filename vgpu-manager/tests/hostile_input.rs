@@ -266,6 +266,52 @@ async fn oversized_input_is_refused_naming_the_limit_and_logged_bounded() {
         .await,
         "a scheduling request's label is 300 bytes long, more than the limit of 256 bytes",
     );
+    // Names and the number of scheduling requests have limits of their own.
+    let long_name = "n".repeat(300);
+    for method in ["Create", "Define"] {
+        let body = ("profile", long_name.as_str(), "", "", label("vm-1"));
+        assert_invalid(
+            method,
+            refused(&conn, method, &body).await,
+            "the profile name is 300 bytes long, more than the limit of 255 bytes",
+        );
+        let body = ("profile", "vdi-2g", long_name.as_str(), "", label("vm-1"));
+        assert_invalid(
+            method,
+            refused(&conn, method, &body).await,
+            "the GPU id is 300 bytes long, more than the limit of 255 bytes",
+        );
+        let body = ("type", long_name.as_str(), "", "", label("vm-1"));
+        assert_invalid(
+            method,
+            refused(&conn, method, &body).await,
+            "the mdev type id is 300 bytes long, more than the limit of 64 bytes",
+        );
+    }
+    let too_many = format!("[{}{{\"weight\":1}}]", "{\"weight\":1},".repeat(256));
+    for method in ["PlanScheduling", "ApplyScheduling"] {
+        assert_invalid(
+            method,
+            refused(&conn, method, &(long_name.as_str(), "")).await,
+            "the GPU id is 300 bytes long, more than the limit of 255 bytes",
+        );
+        assert_invalid(
+            method,
+            refused(&conn, method, &("0000:01:00.0", too_many.as_str())).await,
+            "the scheduling requests: 257 of them, more than the limit of 256",
+        );
+    }
+    let long_slot = format!("[{{\"weight\":1,\"slot\":\"{long_name}\"}}]");
+    assert_invalid(
+        "PlanScheduling",
+        refused(
+            &conn,
+            "PlanScheduling",
+            &("0000:01:00.0", long_slot.as_str()),
+        )
+        .await,
+        "a scheduling request's slot is 300 bytes long, more than the limit of 255 bytes",
+    );
     // An unknown field's name is echoed clipped.
     let odd = format!("[{{\"{}\":1}}]", "f".repeat(100_000));
     assert_invalid(
@@ -283,8 +329,14 @@ async fn oversized_input_is_refused_naming_the_limit_and_logged_bounded() {
         "{list}"
     );
 
-    // Accepted input is logged clipped: 30,000 requests (0.4 MiB) of a GPU that has no room for them.
-    let many = format!("[{}{{\"weight\":1}}]", "{\"weight\":1},".repeat(30_000));
+    // Accepted input is logged clipped: the most requests allowed, each with the longest label and
+    // slot (0.13 MiB), of a GPU that has no room for them.
+    let one = format!(
+        "{{\"weight\":1,\"slot\":\"{}\",\"label\":\"{}\"}}",
+        "s".repeat(255),
+        "l".repeat(256)
+    );
+    let many = format!("[{}]", vec![one; 256].join(","));
     let r = conn
         .call_method(
             Some(SERVICE),

@@ -46,6 +46,10 @@ pub enum Args {
     NumberedUuid,
     /// One string, the same in every call.
     Str(String),
+    /// Two strings, the same in every call (`Properties.Get`'s interface and property).
+    TwoStrs(String, String),
+    /// `Properties.Set`'s arguments: an interface, a property and a string value.
+    SetStr(String, String, String),
 }
 
 /// What an attacker does: `count` pipelined calls of `interface.member` on `path` at `destination`,
@@ -159,6 +163,10 @@ impl Attack {
             Args::None => b.build(&()),
             Args::NumberedUuid => b.build(&(format!("4b20d080-1b54-4048-85b3-{i:012x}"),)),
             Args::Str(s) => b.build(&(s.as_str(),)),
+            Args::TwoStrs(a, s) => b.build(&(a.as_str(), s.as_str())),
+            Args::SetStr(i, p, v) => {
+                b.build(&(i.as_str(), p.as_str(), zbus::Variant::from(v.as_str())))
+            }
         }
         .unwrap()
     }
@@ -234,10 +242,12 @@ pub async fn attacker_main() {
     };
     let attack: Attack = serde_json::from_str(&role).unwrap();
     let bus = std::env::var(BUS_VAR).unwrap();
-    // Room for every answer, so the attacker's socket is read as fast as the bus writes to it:
-    // busd drops a client that keeps its messages waiting for 100 ms.
+    // Room for every answer in the connection's queue: its socket is then read as fast as the bus
+    // writes, however far the tally lags (a full queue stops the reads, and the bus drops a client
+    // that takes longer than 100 ms to read what it is sent).
+    let room = std::num::NonZeroUsize::new(attack.count + 64).unwrap();
     let conn = zbus::connection::Builder::address(&*bus)
-        .max_queued(std::num::NonZeroUsize::new(1 << 16).unwrap())
+        .max_queued(room)
         .build()
         .await
         .expect("the attacker connects");
@@ -326,9 +336,9 @@ async fn attack_round(
             .unwrap()
             .insert(msg.primary_header().serial_num(), i);
         if let Err(e) = conn.send(&msg).await {
-            // A client that leaves without reading may be disconnected first: the bus closes a
-            // connection that does not take its answers (here, to the calls it refuses).
-            assert!(!attack.read_answers, "send a call: {e}");
+            // The bus dropped this client (busd drops one that takes longer than 100 ms to read
+            // what it is sent): the calls not answered are counted `unanswered`.
+            eprintln!("the attacker was disconnected after {i} calls: {e}");
             break;
         }
     }

@@ -7,6 +7,7 @@ pub mod flood;
 pub mod fuse_attr;
 pub mod mdevctl;
 pub mod name;
+pub mod objects;
 pub mod sysbus;
 pub mod system_bus;
 

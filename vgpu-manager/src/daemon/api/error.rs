@@ -9,7 +9,7 @@ use vgpu_host::discover::DiscoverError;
 use vgpu_host::ops::LifecycleError;
 use vgpu_vfio::VfioCheckError;
 
-use super::limits::{ClientText, clip};
+use super::limits::{ClientList, ClientText, clip};
 use crate::backend::BackendError;
 use crate::daemon::store::StoreError;
 use crate::pool::{PoolError, PoolShortfall};
@@ -303,6 +303,16 @@ pub enum RequestError {
         /// Its length.
         bytes: usize,
         /// The limit ([`ClientText::limit`]).
+        limit: usize,
+    },
+    /// A request holds more items than their limit.
+    #[error("{what}: {count} of them, more than the limit of {limit}: send at most {limit}")]
+    TooMany {
+        /// Which items.
+        what: ClientList,
+        /// How many were sent.
+        count: usize,
+        /// The limit ([`ClientList::limit`]).
         limit: usize,
     },
     /// A label holds a control character.

@@ -19,6 +19,16 @@ pub const MAX_LABEL_BYTES: usize = 256;
 /// connection.
 pub const MAX_TEXT_BYTES: usize = 512 << 10;
 
+/// The longest name of a profile, a GPU or a scheduling slot a client sends, in bytes: 255, a file
+/// name's limit on Linux (`NAME_MAX`), as GPU ids (mdev parent names, PCI addresses) and slot names
+/// (VF and mdev device names) are sysfs entry names, and the catalog's profile names are far shorter.
+pub const MAX_NAME_BYTES: usize = 255;
+
+/// The most scheduling requests one `PlanScheduling`/`ApplyScheduling` may hold: one per vGPU or
+/// VF that will run on one GPU, which are a few dozen at most (an SR-IOV GPU's VFs, the vGPUs one
+/// mdev parent hosts).
+pub const MAX_SCHED_REQUESTS: usize = 256;
+
 /// How much of a client's text an error message or a log line shows, in bytes.
 pub const ECHO_BYTES: usize = 64;
 
@@ -39,6 +49,14 @@ pub enum ClientText {
     PoolToml,
     /// The scheduling requests (`PlanScheduling`, `ApplyScheduling`).
     SchedulingRequests,
+    /// A profile's name (`Create`/`Define` with target kind `profile`).
+    Profile,
+    /// A GPU's id (`Create`, `Define`, `PlanScheduling`, `ApplyScheduling`).
+    Gpu,
+    /// An mdev type id (`Create`/`Define` with target kind `type`).
+    TypeId,
+    /// A scheduling request's slot.
+    SchedulingSlot,
 }
 
 impl ClientText {
@@ -49,6 +67,10 @@ impl ClientText {
             ClientText::SchedulingLabel => "a scheduling request's label",
             ClientText::PoolToml => "the pool text",
             ClientText::SchedulingRequests => "the scheduling requests text",
+            ClientText::Profile => "the profile name",
+            ClientText::Gpu => "the GPU id",
+            ClientText::TypeId => "the mdev type id",
+            ClientText::SchedulingSlot => "a scheduling request's slot",
         }
     }
 
@@ -57,6 +79,8 @@ impl ClientText {
         match self {
             ClientText::Label | ClientText::SchedulingLabel => MAX_LABEL_BYTES,
             ClientText::PoolToml | ClientText::SchedulingRequests => MAX_TEXT_BYTES,
+            ClientText::Profile | ClientText::Gpu | ClientText::SchedulingSlot => MAX_NAME_BYTES,
+            ClientText::TypeId => mdev_types::ids::MdevTypeId::MAX_BYTES,
         }
     }
 }
@@ -65,6 +89,47 @@ impl fmt::Display for ClientText {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
+}
+
+/// A list a client sends, as messages name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientList {
+    /// The requests of one `PlanScheduling`/`ApplyScheduling`.
+    SchedulingRequests,
+}
+
+impl ClientList {
+    /// The list's one name in messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClientList::SchedulingRequests => "the scheduling requests",
+        }
+    }
+
+    /// Its limit in items.
+    pub fn limit(self) -> usize {
+        match self {
+            ClientList::SchedulingRequests => MAX_SCHED_REQUESTS,
+        }
+    }
+}
+
+impl fmt::Display for ClientList {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Refuses a list of `count` items when that is more than `what`'s limit.
+pub fn check_count(what: ClientList, count: usize) -> Result<(), RequestError> {
+    if count > what.limit() {
+        return Err(RequestError::TooMany {
+            what,
+            count,
+            limit: what.limit(),
+        });
+    }
+    Ok(())
 }
 
 /// Refuses `text` when it is longer than `what`'s limit.
@@ -249,5 +314,19 @@ mod tests {
         let e = check_text(ClientText::PoolToml, &" ".repeat(MAX_TEXT_BYTES + 1)).unwrap_err();
         assert!(e.to_string().contains("limit of 524288 bytes"), "{e}");
         assert!(check_text(ClientText::PoolToml, "name = \"p\"").is_ok());
+        let e = check_text(ClientText::Gpu, &"g".repeat(MAX_NAME_BYTES + 1)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "the GPU id is 256 bytes long, more than the limit of 255 bytes: send a shorter one"
+        );
+        assert!(check_text(ClientText::Profile, &"p".repeat(MAX_NAME_BYTES)).is_ok());
+        let e = check_text(ClientText::TypeId, &"t".repeat(65)).unwrap_err();
+        assert!(e.to_string().contains("limit of 64 bytes"), "{e}");
+        assert!(check_count(ClientList::SchedulingRequests, MAX_SCHED_REQUESTS).is_ok());
+        let e = check_count(ClientList::SchedulingRequests, MAX_SCHED_REQUESTS + 1).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "the scheduling requests: 257 of them, more than the limit of 256: send at most 256"
+        );
     }
 }

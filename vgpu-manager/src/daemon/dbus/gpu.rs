@@ -5,12 +5,14 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use zbus::{OwnedObjectPath, Variant, interface};
+use zbus::message::Header;
+use zbus::{BoxDBusError, Connection, OwnedObjectPath, Variant, interface};
 
+use super::admission::{self, Admission};
 use super::errors::ApiError;
 use super::pools::json_text;
 use super::strict::Strict;
-use super::{Executor, QueryError, call};
+use super::{Authorizer, Executor, QueryError, admit_call, call, on_worker};
 use crate::daemon::api::{GetScheduling, GpuView};
 use vgpu_client::{GpuInfo, TypeSlot, gpu_path, instance_path};
 
@@ -87,6 +89,10 @@ pub(super) struct Gpu1 {
     pub(super) view: GpuView,
     /// For the properties read from the host on demand (`Scheduling`).
     exec: Arc<dyn Executor>,
+    /// Admits the clients' reads of those properties, as it admits the methods' calls.
+    admission: Arc<Admission>,
+    /// Tells the readers' shares.
+    auth: Authorizer,
 }
 
 impl std::fmt::Debug for Gpu1 {
@@ -99,8 +105,56 @@ impl std::fmt::Debug for Gpu1 {
 
 impl GpuObject {
     /// The object of the GPU `view` shows.
-    pub(super) fn new(view: GpuView, exec: Arc<dyn Executor>) -> GpuObject {
-        Strict::wrap(Gpu1 { view, exec })
+    pub(super) fn new(
+        view: GpuView,
+        exec: Arc<dyn Executor>,
+        admission: Arc<Admission>,
+        auth: Authorizer,
+    ) -> GpuObject {
+        Strict::wrap(Gpu1 {
+            view,
+            exec,
+            admission,
+            auth,
+        })
+    }
+}
+
+impl Gpu1 {
+    /// The GPU's scheduling read back now. A client's read (`hdr` is its call's header) goes through
+    /// admission: at most [`MAX_PENDING`](super::MAX_PENDING) of one client pending, refused beyond
+    /// with `Error.LimitsExceeded`, run on the workers in turn with everyone's calls, dropped when
+    /// the client has gone. vgpud's own reads (`None`: an object manager's answer, InterfacesAdded)
+    /// run at once.
+    async fn read_scheduling(
+        &self,
+        conn: &Connection,
+        hdr: Option<&Header<'_>>,
+    ) -> Result<String, BoxDBusError> {
+        let cmd = GetScheduling {
+            gpu: self.view.id.clone(),
+        };
+        let read = match hdr {
+            None => call(&self.exec, cmd).await,
+            Some(hdr) => {
+                const WHAT: &str = "Get of Gpu1.Scheduling";
+                let ticket = admit_call(&self.auth, &self.admission, conn, hdr, WHAT)
+                    .await
+                    .map_err(|e| Box::new(e) as BoxDBusError)?;
+                match on_worker(&self.exec, &ticket, cmd).await {
+                    Ok(r) => r,
+                    Err(admission::Gone) => {
+                        return Err(Box::new(admission::gone_error(&ticket, WHAT)));
+                    }
+                }
+            }
+        };
+        let failed = |m: String| -> BoxDBusError { Box::new(zbus::fdo::Error::Failed(m)) };
+        match read {
+            Ok(view) => json_text(&view).map_err(|e| failed(e.message().to_string())),
+            Err(QueryError::Core(e)) => Err(failed(e.to_string())),
+            Err(e) => Err(failed(ApiError::from(e).to_string())),
+        }
     }
 }
 
@@ -152,14 +206,12 @@ impl Gpu1 {
     /// Its time-slice scheduling as programmed now, read back through its vendor backend when the
     /// property is read (no change signal): JSON {gpu, backend, state, reason} as docs/json.md shows.
     #[zbus(property(emits_changed_signal = "false"))]
-    async fn scheduling(&self) -> zbus::fdo::Result<String> {
-        let gpu = self.view.id.clone();
-        let failed = |e: ApiError| zbus::fdo::Error::Failed(e.message().to_string());
-        match call(&self.exec, GetScheduling { gpu }).await {
-            Ok(view) => json_text(&view).map_err(failed),
-            Err(QueryError::Core(e)) => Err(zbus::fdo::Error::Failed(e.to_string())),
-            Err(e) => Err(zbus::fdo::Error::Failed(ApiError::from(e).to_string())),
-        }
+    async fn scheduling(
+        &self,
+        #[zbus(header)] hdr: Option<Header<'_>>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<String, BoxDBusError> {
+        self.read_scheduling(conn, hdr.as_ref()).await
     }
 }
 

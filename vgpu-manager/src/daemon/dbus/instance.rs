@@ -274,6 +274,7 @@ impl Instance1 {
         let report = shared.run(conn, &hdr, Preflight { uuid }).await?;
         let text = stamped(json_value(&report)?).to_string();
         self.health = text.clone();
+        shared.served.changed();
         // A lost signal only delays clients until their next read.
         let _ = self.health_changed(&emitter).await;
         Ok(text)

@@ -54,12 +54,17 @@ fn parse_request(
     uuid: &str,
     options: &HashMap<String, OwnedVariant>,
 ) -> Result<InstanceSpec, ApiError> {
+    let checked = |what, text| limits::check_text(what, text).map_err(CoreError::from);
     let target = match target_kind {
         TARGET_PROFILE if !target.trim().is_empty() => {
+            checked(ClientText::Profile, target)?;
             InstanceTarget::Profile(target.trim().to_string())
         }
         TARGET_PROFILE => return Err(invalid(format!("{method}: the profile name is empty"))),
-        TARGET_TYPE => InstanceTarget::Type(target.parse().map_err(id_error)?),
+        TARGET_TYPE => {
+            checked(ClientText::TypeId, target.trim())?;
+            InstanceTarget::Type(target.parse().map_err(id_error)?)
+        }
         other => {
             return Err(invalid(format!(
                 "{method}: target kind '{}' is neither '{TARGET_PROFILE}' nor '{TARGET_TYPE}'",
@@ -67,6 +72,7 @@ fn parse_request(
             )));
         }
     };
+    checked(ClientText::Gpu, gpu)?;
     let gpu = (!gpu.trim().is_empty()).then(|| gpu.trim().to_string());
     let uuid = if uuid.trim().is_empty() {
         None
@@ -130,7 +136,10 @@ impl Manager {
 /// The vgpu-manager daemon: GPUs, mdev instances and their lifecycle. Mutating methods need root or
 /// membership in group vgpu-admin (and, where polkit runs, action org.vgpumanager.manage). Errors are
 /// org.vgpumanager.Error.KIND (NotFound, Foreign, Exists, Invalid, State, TypeFull, Kernel, Host,
-/// Store, AccessDenied, Shortfall, NotSupported, Internal) with a one-line message that says what to do.
+/// Store, AccessDenied, Shortfall, NotSupported, LimitsExceeded, Internal) with a one-line message that
+/// says what to do. LimitsExceeded: the caller's connection already has 64 calls pending at vgpud
+/// (Manager1, Instance1, GetManagedObjects and Gpu1.Scheduling reads together); retry once replies
+/// come back.
 #[interface(name = "org.vgpumanager.Manager1")]
 impl Manager {
     /// Every GPU with the mdev types it offers (and how many more fit) and its running instances.
@@ -353,7 +362,7 @@ impl Manager {
     ) -> Result<String, ApiError> {
         let requests = pools::sched_requests("PlanScheduling", requests)?;
         let cmd = PlanScheduling {
-            gpu: gpu.to_string(),
+            gpu: pools::sched_gpu(gpu)?,
             requests,
         };
         json_text(&self.shared.run(conn, &hdr, cmd).await?)
@@ -371,7 +380,7 @@ impl Manager {
     ) -> Result<String, ApiError> {
         let requests = pools::sched_requests("ApplyScheduling", requests)?;
         let cmd = ApplyScheduling {
-            gpu: gpu.to_string(),
+            gpu: pools::sched_gpu(gpu)?,
             requests,
         };
         json_text(&self.shared.run(conn, &hdr, cmd).await?)
@@ -505,5 +514,28 @@ mod tests {
             .contains("has type 's'")
         );
         assert!(msg(parse_request("Create", "profile", " ", "", "", &opts(&[]))).contains("empty"));
+        let long = "p".repeat(limits::MAX_NAME_BYTES + 1);
+        let e = parse_request("Create", "profile", &long, "", "", &opts(&[])).unwrap_err();
+        assert_eq!(e.error_name(), "org.vgpumanager.Error.Invalid");
+        assert!(
+            e.message().starts_with(
+                "the profile name is 256 bytes long, more than the limit of 255 bytes"
+            ),
+            "{}",
+            e.message()
+        );
+        let e = parse_request("Define", "profile", "vdi-1g", &long, "", &opts(&[])).unwrap_err();
+        assert!(
+            e.message().starts_with("the GPU id is 256 bytes long"),
+            "{}",
+            e.message()
+        );
+        let e = parse_request("Create", "type", &"t".repeat(65), "", "", &opts(&[])).unwrap_err();
+        assert!(
+            e.message()
+                .contains("the mdev type id is 65 bytes long, more than the limit of 64 bytes"),
+            "{}",
+            e.message()
+        );
     }
 }

@@ -17,10 +17,12 @@ use zbus::Connection;
 use zbus::names::InterfaceName;
 use zbus::object_server::SignalEmitter;
 
+use super::admission::Admission;
 use super::gpu::{self, GpuObject};
 use super::gpu_work::{GpuWork, Work};
 use super::instance::{self, InstanceObject};
 use super::manager::Manager;
+use super::object_manager::{Kind, Served};
 use super::{Executor, QueryError, call};
 use crate::daemon::api::{
     Event, GetGpuCapacity, GpuCapacity, GpuView, InstanceView, ListGpus, ListInstances,
@@ -66,12 +68,24 @@ fn manager_emitter(conn: &Connection) -> zbus::Result<SignalEmitter<'static>> {
     SignalEmitter::new(conn, MANAGER_PATH).map(|e| e.into_owned())
 }
 
+/// What the mirror's objects share with the rest of the service.
+#[derive(Debug, Clone)]
+pub(super) struct Objects {
+    /// Told of every object added, removed or changed (after the change).
+    pub(super) served: Arc<Served>,
+    /// Admits the calls the GPU objects answer with host I/O (`Scheduling`).
+    pub(super) admission: Arc<Admission>,
+    /// Tells the callers' shares.
+    pub(super) auth: super::Authorizer,
+}
+
 /// The instance objects.
 struct Instances {
     conn: Connection,
     exec: Arc<dyn Executor>,
     known: HashMap<MdevUuid, InstanceView>,
     gpus: Arc<GpuWork>,
+    served: Arc<Served>,
 }
 
 impl Instances {
@@ -83,7 +97,10 @@ impl Instances {
         match self.known.get(&view.uuid) {
             None => {
                 self.known.insert(view.uuid, view.clone());
+                let change = self.served.change();
                 server.at(&path, InstanceObject::new(view)).await?;
+                change.added(&path, Kind::Instance);
+                drop(change);
                 Manager::instance_added(&manager_emitter(&self.conn)?, path.as_ref(), &uuid_text)
                     .await?;
             }
@@ -97,7 +114,9 @@ impl Instances {
                 self.known.insert(view.uuid, view.clone());
                 let state = view.state.as_str();
                 let iface = server.interface::<_, InstanceObject>(&path).await?;
+                let change = self.served.change();
                 iface.get_mut().await.view = view;
+                drop(change);
                 if !changed.is_empty() {
                     zbus::fdo::Properties::properties_changed(
                         iface.signal_emitter(),
@@ -128,10 +147,13 @@ impl Instances {
         };
         let uuid_text = uuid.to_string();
         let path = instance_path(&uuid_text);
+        let change = self.served.change();
         self.conn
             .object_server()
             .remove::<InstanceObject, _>(&path)
             .await?;
+        change.removed(&path);
+        drop(change);
         Manager::instance_removed(&manager_emitter(&self.conn)?, path.as_ref(), &uuid_text).await?;
         self.gpus.gpu(&old.gpu);
         Ok(())
@@ -206,33 +228,36 @@ impl Instances {
 pub(super) async fn start(
     conn: &Connection,
     exec: Arc<dyn Executor>,
+    objects: Objects,
     mut events: broadcast::Receiver<Event>,
     instances: Vec<InstanceView>,
     gpus: Vec<GpuView>,
 ) -> zbus::Result<(MirrorHandle, Vec<tokio::task::JoinHandle<()>>)> {
     let work = Arc::new(GpuWork::default());
-    let mut known_gpus = HashMap::new();
+    let mut gpu_objects = Gpus {
+        conn: conn.clone(),
+        exec: Arc::clone(&exec),
+        objects: objects.clone(),
+        known: HashMap::new(),
+    };
     for g in gpus {
-        conn.object_server()
-            .at(
-                gpu_path(&g.id),
-                GpuObject::new(g.clone(), Arc::clone(&exec)),
-            )
-            .await?;
-        known_gpus.insert(g.id.clone(), g);
+        gpu_objects.apply(g).await?;
     }
     let mut mirror = Instances {
         conn: conn.clone(),
         exec: Arc::clone(&exec),
         known: HashMap::new(),
         gpus: Arc::clone(&work),
+        served: Arc::clone(&objects.served),
     };
     for v in instances {
         let path = instance_path(&v.uuid.to_string());
         mirror.known.insert(v.uuid, v.clone());
+        let change = objects.served.change();
         conn.object_server()
-            .at(path, InstanceObject::new(v))
+            .at(&path, InstanceObject::new(v))
             .await?;
+        change.added(&path, Kind::Instance);
     }
     let (barrier_tx, mut barrier_rx) = mpsc::channel::<oneshot::Sender<()>>(64);
     let instances_task = tokio::spawn(async move {
@@ -260,13 +285,12 @@ pub(super) async fn start(
             let _ = done.send(());
         }
     });
-    let gpu_conn = conn.clone();
     let gpu_work = Arc::clone(&work);
     let gpus_task = tokio::spawn(async move {
         loop {
             let result = match gpu_work.next().await {
-                Work::All => refresh_gpus(&gpu_conn, &exec, &mut known_gpus).await,
-                Work::Gpus(ids) => refresh_capacity(&gpu_conn, &exec, &mut known_gpus, &ids).await,
+                Work::All => gpu_objects.refresh_all().await,
+                Work::Gpus(ids) => gpu_objects.refresh_capacity(&ids).await,
             };
             if let Err(e) = result {
                 tracing::warn!(error = %e, "cannot update the D-Bus objects of the GPUs");
@@ -282,100 +306,108 @@ pub(super) async fn start(
     ))
 }
 
-/// Re-reads the GPUs and applies the differences to their objects.
-async fn refresh_gpus(
-    conn: &Connection,
-    exec: &Arc<dyn Executor>,
-    known: &mut HashMap<String, GpuView>,
-) -> zbus::Result<()> {
-    let now = match list_gpus(exec).await {
-        Ok(v) => v,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot re-read GPUs");
-            return Ok(());
-        }
-    };
-    let server = conn.object_server();
-    let ids: std::collections::HashSet<&str> = now.iter().map(|g| g.id.as_str()).collect();
-    let gone: Vec<String> = known
-        .keys()
-        .filter(|k| !ids.contains(k.as_str()))
-        .cloned()
-        .collect();
-    for id in gone {
-        known.remove(&id);
-        server.remove::<GpuObject, _>(gpu_path(&id)).await?;
-    }
-    for g in now {
-        apply_gpu(conn, exec, known, g).await?;
-    }
-    Ok(())
+/// The GPU objects.
+struct Gpus {
+    conn: Connection,
+    exec: Arc<dyn Executor>,
+    objects: Objects,
+    known: HashMap<String, GpuView>,
 }
 
-/// Re-reads the capacity of the GPUs `ids` (after instance changes) and applies the differences; falls
-/// back to a full refresh for a GPU it does not know or whose set of types changed.
-async fn refresh_capacity(
-    conn: &Connection,
-    exec: &Arc<dyn Executor>,
-    known: &mut HashMap<String, GpuView>,
-    ids: &[String],
-) -> zbus::Result<()> {
-    for id in ids {
-        let Some(old) = known.get(id) else {
-            return refresh_gpus(conn, exec, known).await;
+impl Gpus {
+    /// Re-reads the GPUs and applies the differences to their objects.
+    async fn refresh_all(&mut self) -> zbus::Result<()> {
+        let now = match list_gpus(&self.exec).await {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot re-read GPUs");
+                return Ok(());
+            }
         };
-        let GpuCapacity { types, instances } =
-            match call(exec, GetGpuCapacity { id: id.clone() }).await {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::warn!(gpu = %id, error = %e, "cannot re-read the GPU's capacity");
-                    continue;
-                }
-            };
-        let now: HashMap<&MdevTypeId, u32> = types.iter().map(|(t, n)| (t, *n)).collect();
-        if now.len() != old.types.len() || old.types.iter().any(|(t, _)| !now.contains_key(t)) {
-            return refresh_gpus(conn, exec, known).await;
+        let server = self.conn.object_server();
+        let ids: std::collections::HashSet<&str> = now.iter().map(|g| g.id.as_str()).collect();
+        let gone: Vec<String> = self
+            .known
+            .keys()
+            .filter(|k| !ids.contains(k.as_str()))
+            .cloned()
+            .collect();
+        for id in gone {
+            self.known.remove(&id);
+            let path = gpu_path(&id);
+            let change = self.objects.served.change();
+            server.remove::<GpuObject, _>(&path).await?;
+            change.removed(&path);
         }
-        let mut g = old.clone();
-        for (t, n) in &mut g.types {
-            *n = now[&*t];
+        for g in now {
+            self.apply(g).await?;
         }
-        g.instances = instances;
-        apply_gpu(conn, exec, known, g).await?;
+        Ok(())
     }
-    Ok(())
-}
 
-/// Registers a new GPU object or updates a known one (with PropertiesChanged).
-async fn apply_gpu(
-    conn: &Connection,
-    exec: &Arc<dyn Executor>,
-    known: &mut HashMap<String, GpuView>,
-    g: GpuView,
-) -> zbus::Result<()> {
-    let server = conn.object_server();
-    let path = gpu_path(&g.id);
-    match known.get(&g.id) {
-        None => {
-            known.insert(g.id.clone(), g.clone());
-            server
-                .at(&path, GpuObject::new(g, Arc::clone(exec)))
-                .await?;
+    /// Re-reads the capacity of the GPUs `ids` (after instance changes) and applies the differences;
+    /// falls back to a full refresh for a GPU it does not know or whose set of types changed.
+    async fn refresh_capacity(&mut self, ids: &[String]) -> zbus::Result<()> {
+        for id in ids {
+            let Some(old) = self.known.get(id) else {
+                return self.refresh_all().await;
+            };
+            let GpuCapacity { types, instances } =
+                match call(&self.exec, GetGpuCapacity { id: id.clone() }).await {
+                    Ok(c) => c,
+                    Err(e) => {
+                        tracing::warn!(gpu = %id, error = %e, "cannot re-read the GPU's capacity");
+                        continue;
+                    }
+                };
+            let now: HashMap<&MdevTypeId, u32> = types.iter().map(|(t, n)| (t, *n)).collect();
+            if now.len() != old.types.len() || old.types.iter().any(|(t, _)| !now.contains_key(t)) {
+                return self.refresh_all().await;
+            }
+            let mut g = old.clone();
+            for (t, n) in &mut g.types {
+                *n = now[&*t];
+            }
+            g.instances = instances;
+            self.apply(g).await?;
         }
-        Some(old) if *old == g => {}
-        Some(old) => {
-            let changed = gpu::changed_properties(old, &g);
-            known.insert(g.id.clone(), g.clone());
-            let iface = server.interface::<_, GpuObject>(&path).await?;
-            iface.get_mut().await.view = g;
-            zbus::fdo::Properties::properties_changed(
-                iface.signal_emitter(),
-                InterfaceName::from_static_str_unchecked(GPU_INTERFACE),
-                changed.iter().map(|(k, v)| (*k, v.clone())).collect(),
-                Cow::Borrowed(&[]),
-            )
-            .await?;
-        }
+        Ok(())
     }
-    Ok(())
+
+    /// Registers a new GPU object or updates a known one (with PropertiesChanged).
+    async fn apply(&mut self, g: GpuView) -> zbus::Result<()> {
+        let server = self.conn.object_server();
+        let path = gpu_path(&g.id);
+        match self.known.get(&g.id) {
+            None => {
+                self.known.insert(g.id.clone(), g.clone());
+                let object = GpuObject::new(
+                    g,
+                    Arc::clone(&self.exec),
+                    Arc::clone(&self.objects.admission),
+                    self.objects.auth.clone(),
+                );
+                let change = self.objects.served.change();
+                server.at(&path, object).await?;
+                change.added(&path, Kind::Gpu);
+            }
+            Some(old) if *old == g => {}
+            Some(old) => {
+                let changed = gpu::changed_properties(old, &g);
+                self.known.insert(g.id.clone(), g.clone());
+                let iface = server.interface::<_, GpuObject>(&path).await?;
+                let change = self.objects.served.change();
+                iface.get_mut().await.view = g;
+                drop(change);
+                zbus::fdo::Properties::properties_changed(
+                    iface.signal_emitter(),
+                    InterfaceName::from_static_str_unchecked(GPU_INTERFACE),
+                    changed.iter().map(|(k, v)| (*k, v.clone())).collect(),
+                    Cow::Borrowed(&[]),
+                )
+                .await?;
+            }
+        }
+        Ok(())
+    }
 }

@@ -2,7 +2,8 @@
 //! checks who may change things ([`auth`]), maps [`CoreError`]s to D-Bus errors ([`errors`]), and keeps
 //! one object per GPU and per instance in step with the core's events.
 //!
-//! Objects: `/org/vgpumanager/Manager1` (`org.vgpumanager.Manager1` and the standard ObjectManager),
+//! Objects: `/org/vgpumanager/Manager1` (`org.vgpumanager.Manager1` and the standard ObjectManager,
+//! served by vgpud itself, `object_manager.rs`),
 //! `/org/vgpumanager/Manager1/gpu/<id>` (`org.vgpumanager.Gpu1`), `/org/vgpumanager/Manager1/instance/<uuid>`
 //! (`org.vgpumanager.Instance1`); zbus adds Properties, Introspectable and Peer to each.
 //! `data/org.vgpumanager.Manager1.xml` is their introspection.
@@ -18,6 +19,7 @@ mod gpu_work;
 mod instance;
 mod manager;
 mod mirror;
+mod object_manager;
 mod pools;
 mod strict;
 
@@ -124,6 +126,8 @@ struct Shared {
     mirror: mirror::MirrorHandle,
     /// How many calls each client has pending, and which clients have gone.
     admission: Arc<admission::Admission>,
+    /// The objects served below the manager, whose generation the object manager's answers follow.
+    served: Arc<object_manager::Served>,
     /// The last `ListInstances` answer and the views generation it is current for.
     instance_list: std::sync::Mutex<Option<(u64, Arc<Vec<vgpu_client::InstanceInfo>>)>>,
 }
@@ -152,10 +156,7 @@ impl Shared {
                 "{method} takes no file descriptors, and the call carried {n}: send it without any"
             )));
         }
-        let principal = self.auth.principal(conn, hdr).await;
-        let ticket = self
-            .admission
-            .admit(hdr.sender().map(|s| s.as_str()), principal, method)?;
+        let ticket = admit_call(&self.auth, &self.admission, conn, hdr, method).await?;
         let access = C::ACCESS;
         if access.needs_authorization() {
             let caller = self.auth.authorize_change(conn, hdr).await?;
@@ -167,27 +168,9 @@ impl Shared {
             // No I/O and no worker thread: answered at once.
             Ok(self.exec.handle(cmd)?)
         } else {
-            let Ok(_running) = ticket.running().await else {
-                tracing::debug!(
-                    client = ticket.client(),
-                    method,
-                    "client gone: call dropped"
-                );
-                return Err(admission::gone_error(&ticket, method));
-            };
-            let gone = ticket.gone_flag();
-            let exec = Arc::clone(&self.exec);
-            let ran = tokio::task::spawn_blocking(move || {
-                // Queued behind other work: the client may have gone meanwhile.
-                if gone.is_gone() {
-                    return None;
-                }
-                Some(exec.handle(cmd))
-            })
-            .await;
-            match ran {
-                Ok(Some(r)) => r.map_err(QueryError::from),
-                Ok(None) => {
+            match on_worker(&self.exec, &ticket, cmd).await {
+                Ok(r) => r,
+                Err(admission::Gone) => {
                     tracing::debug!(
                         client = ticket.client(),
                         method,
@@ -195,12 +178,14 @@ impl Shared {
                     );
                     return Err(admission::gone_error(&ticket, method));
                 }
-                Err(e) => Err(QueryError::from(e)),
             }
         };
         if access.is_change() {
             // Even a failed command may have changed something (a rolled-back step); settle always.
             self.mirror.settle().await;
+            // A change may also move what no object change shows (Gpu1.Scheduling, read from the
+            // host): the object manager's next answer is built anew.
+            self.served.changed();
         }
         result.map_err(|e| {
             // The message clients get, bounded (`ApiError::new`), is the one logged.
@@ -210,6 +195,47 @@ impl Shared {
             }
             e
         })
+    }
+}
+
+/// Admits the call `hdr` (of `method`, as messages name it) for its caller's share.
+async fn admit_call(
+    auth: &Authorizer,
+    admission: &Arc<admission::Admission>,
+    conn: &Connection,
+    hdr: &Header<'_>,
+    method: &str,
+) -> Result<admission::Ticket, ApiError> {
+    let principal = auth.principal(conn, hdr).await;
+    admission.admit(hdr.sender().map(|s| s.as_str()), principal, method)
+}
+
+/// Runs `cmd` for the admitted call `ticket` on a worker thread once the call has its places there
+/// (see [`admission::Ticket::running`]); `Err(Gone)` when the client disconnected before it ran,
+/// then it never runs.
+async fn on_worker<C: Command>(
+    exec: &Arc<dyn Executor>,
+    ticket: &admission::Ticket,
+    cmd: C,
+) -> Result<Result<C::Reply, QueryError>, admission::Gone>
+where
+    dyn Executor: Handle<C>,
+{
+    let _running = ticket.running().await?;
+    let gone = ticket.gone_flag();
+    let exec = Arc::clone(exec);
+    let ran = tokio::task::spawn_blocking(move || {
+        // Queued behind other work: the client may have gone meanwhile.
+        if gone.is_gone() {
+            return None;
+        }
+        Some(exec.handle(cmd))
+    })
+    .await;
+    match ran {
+        Ok(Some(r)) => Ok(r.map_err(QueryError::from)),
+        Ok(None) => Err(admission::Gone),
+        Err(e) => Ok(Err(QueryError::from(e))),
     }
 }
 
@@ -300,11 +326,28 @@ pub async fn serve_with(
     let instances = mirror::list_instances(&exec).await?;
     let gpus = mirror::list_gpus(&exec).await?;
     let server = conn.object_server();
-    // The ObjectManager goes first so that later objects below it are announced with InterfacesAdded.
-    server.at(MANAGER_PATH, zbus::fdo::ObjectManager).await?;
-    let (handle, mut tasks) =
-        mirror::start(conn, Arc::clone(&exec), events, instances, gpus).await?;
     let admission = Arc::new(admission::Admission::default());
+    let served = Arc::new(object_manager::Served::default());
+    // The ObjectManager goes first so that later objects below it are announced with InterfacesAdded.
+    let om = object_manager::ObjectManager::new(
+        Arc::clone(&served),
+        Arc::clone(&admission),
+        auth.clone(),
+    );
+    server.at(MANAGER_PATH, om).await?;
+    let (handle, mut tasks) = mirror::start(
+        conn,
+        Arc::clone(&exec),
+        mirror::Objects {
+            served: Arc::clone(&served),
+            admission: Arc::clone(&admission),
+            auth: auth.clone(),
+        },
+        events,
+        instances,
+        gpus,
+    )
+    .await?;
     match follow_departures(conn, Arc::clone(&admission), auth.clone()).await {
         Ok(task) => tasks.push(task),
         // A peer-to-peer connection has no bus to report departures: calls then simply run.
@@ -317,6 +360,7 @@ pub async fn serve_with(
         auth,
         mirror: handle.clone(),
         admission,
+        served,
         instance_list: std::sync::Mutex::new(None),
     });
     let manager = strict::Strict::wrap(manager::Manager { shared });

@@ -6,7 +6,7 @@
 use serde::Serialize;
 
 use super::errors::ApiError;
-use crate::daemon::api::limits::{self, ClientText, clip_to};
+use crate::daemon::api::limits::{self, ClientList, ClientText, clip_to};
 use crate::daemon::api::{ApplyPool, CoreError, PlanPool};
 use crate::sched::SchedRequest;
 
@@ -48,7 +48,13 @@ pub(super) fn apply_command(toml: &str) -> Result<ApplyPool, ApiError> {
     })
 }
 
-/// The requests of `PlanScheduling`/`ApplyScheduling`: a JSON array of
+/// The GPU of `PlanScheduling`/`ApplyScheduling`, refused past [`limits::MAX_NAME_BYTES`].
+pub(super) fn sched_gpu(gpu: &str) -> Result<String, ApiError> {
+    limits::check_text(ClientText::Gpu, gpu).map_err(CoreError::from)?;
+    Ok(gpu.to_string())
+}
+
+/// The requests of `PlanScheduling`/`ApplyScheduling` (at most [`limits::MAX_SCHED_REQUESTS`]): a JSON array of
 /// `{"weight": W, "slot"?: S, "priority"?: "low"|"normal"|"high", "framebuffer_mib"?: N, "label"?: L}`,
 /// or `""` / `[]` for weight 1 on every vGPU that exists.
 pub(super) fn sched_requests(method: &str, json: &str) -> Result<Vec<SchedRequest>, ApiError> {
@@ -72,9 +78,13 @@ pub(super) fn sched_requests(method: &str, json: &str) -> Result<Vec<SchedReques
             clip_to(&e.to_string(), 4 * limits::ECHO_BYTES)
         ))
     })?;
+    limits::check_count(ClientList::SchedulingRequests, wire.len()).map_err(CoreError::from)?;
     for w in &wire {
         if let Some(label) = &w.label {
             limits::check_label(ClientText::SchedulingLabel, label).map_err(CoreError::from)?;
+        }
+        if let Some(slot) = &w.slot {
+            limits::check_text(ClientText::SchedulingSlot, slot).map_err(CoreError::from)?;
         }
     }
     Ok(wire
@@ -106,6 +116,14 @@ mod tests {
         let e = sched_requests("PlanScheduling", r#"[{"wieght":1}]"#).unwrap_err();
         assert_eq!(e.error_name(), "org.vgpumanager.Error.Invalid");
         assert!(e.message().contains("wieght"), "{}", e.message());
+        let many = format!("[{}]", vec![r#"{"weight":1}"#; 257].join(","));
+        let e = sched_requests("ApplyScheduling", &many).unwrap_err();
+        assert_eq!(e.error_name(), "org.vgpumanager.Error.Invalid");
+        assert!(e.message().contains("limit of 256"), "{}", e.message());
+        let long_slot = format!(r#"[{{"weight":1,"slot":"{}"}}]"#, "v".repeat(300));
+        let e = sched_requests("ApplyScheduling", &long_slot).unwrap_err();
+        assert!(e.message().contains("slot is 300 bytes"), "{}", e.message());
+        assert!(sched_gpu(&"g".repeat(256)).is_err() && sched_gpu("0000:03:00.0").is_ok());
         let e = apply_command("  ").unwrap_err();
         assert!(e.message().starts_with("Apply: the pool text is empty"));
     }

@@ -1,0 +1,334 @@
+//! The object manager against zbus's own, on a simulated host served over a peer-to-peer connection.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use std::os::unix::net::UnixStream;
+use zbus::connection::Builder;
+use zbus::fdo::ManagedObjects;
+use zbus::message::Type;
+use zbus::object_server::InterfaceRef;
+
+use super::*;
+use crate::daemon::api::{CreateInstance, DestroyInstance, InstanceSpec, InstanceTarget};
+use crate::daemon::dbus::{Executor, Service, call, serve};
+use mdev_types::ids::MdevUuid;
+use vgpu_client::{INSTANCE_INTERFACE, instance_path};
+
+const OM: &str = "org.freedesktop.DBus.ObjectManager";
+
+/// vgpud's objects on `--sim demo`: the serving and the client end of a peer-to-peer connection.
+struct Setup {
+    server: Connection,
+    client: Connection,
+    service: Service,
+    exec: Arc<dyn Executor>,
+    _state: tempfile::TempDir,
+}
+
+async fn setup() -> Setup {
+    let state = tempfile::tempdir().unwrap();
+    let host = vgpu_sim::SimHost::builtin("demo").unwrap();
+    let core = crate::daemon::engine::Core::open(
+        Arc::new(host),
+        state.path(),
+        crate::profile::Catalog::builtin().unwrap(),
+    )
+    .unwrap();
+    let exec: Arc<dyn Executor> = Arc::new(core);
+    let (a, b) = UnixStream::pair().unwrap();
+    let guid = zbus::Guid::generate();
+    let (server, client) = tokio::try_join!(
+        Builder::unix_stream(a).server(guid).p2p().build(),
+        Builder::unix_stream(b).p2p().build(),
+    )
+    .unwrap();
+    let service = serve(&server, Arc::clone(&exec)).await.unwrap();
+    Setup {
+        server,
+        client,
+        service,
+        exec,
+        _state: state,
+    }
+}
+
+impl Setup {
+    /// Our answer, over the bus.
+    async fn ours(&self) -> ManagedObjects {
+        let reply = self
+            .client
+            .call_method(
+                None::<&str>,
+                MANAGER_PATH,
+                Some(OM),
+                "GetManagedObjects",
+                &(),
+            )
+            .await
+            .unwrap();
+        reply.body().deserialize().unwrap()
+    }
+
+    /// zbus's own answer for the same objects: that of a `fdo::ObjectManager` at `/` (registered
+    /// once), less the objects not below the manager.
+    async fn zbus_own(&self) -> ManagedObjects {
+        let server = self.server.object_server();
+        if server
+            .interface::<_, zbus::fdo::ObjectManager>("/")
+            .await
+            .is_err()
+        {
+            server.at("/", zbus::fdo::ObjectManager).await.unwrap();
+        }
+        let reply = self
+            .client
+            .call_method(None::<&str>, "/", Some(OM), "GetManagedObjects", &())
+            .await
+            .unwrap();
+        let all: ManagedObjects = reply.body().deserialize().unwrap();
+        let below = format!("{MANAGER_PATH}/");
+        all.into_iter()
+            .filter(|(p, _)| p.as_str().starts_with(&below))
+            .collect()
+    }
+
+    /// Waits until zbus's answer satisfies `ready` (the mirror refreshes GPUs in the background),
+    /// then checks that ours equals it.
+    async fn compare_once(&self, what: &str, ready: impl Fn(&ManagedObjects) -> bool) {
+        self.service.mirror.settle().await;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        let theirs = loop {
+            let theirs = self.zbus_own().await;
+            if ready(&theirs) {
+                break theirs;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{what}: the objects never got there: {theirs:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let ours = self.ours().await;
+        assert_eq!(ours, theirs, "{what}: our answer differs from zbus's");
+        // And answered again from the same objects, still equal.
+        assert_eq!(
+            self.ours().await,
+            theirs,
+            "{what}: the reused answer differs"
+        );
+    }
+
+    async fn object_manager(&self) -> InterfaceRef<ObjectManager> {
+        self.server
+            .object_server()
+            .interface::<_, ObjectManager>(MANAGER_PATH)
+            .await
+            .unwrap()
+    }
+
+    async fn create(&self, profile: &str) -> MdevUuid {
+        let spec = InstanceSpec {
+            target: InstanceTarget::Profile(profile.into()),
+            gpu: None,
+            uuid: None,
+            autostart: false,
+            label: Some("vm-1".into()),
+        };
+        let v = call(&self.exec, CreateInstance(spec)).await.unwrap();
+        self.service.mirror.settle().await;
+        v.uuid
+    }
+
+    async fn destroy(&self, uuid: MdevUuid) {
+        call(&self.exec, DestroyInstance { uuid }).await.unwrap();
+        self.service.mirror.settle().await;
+    }
+}
+
+/// Whether `objects` has the instance `uuid` and a GPU object that lists it (the GPU's refresh
+/// after the change is done).
+fn shows_instance(objects: &ManagedObjects, uuid: MdevUuid) -> bool {
+    let path = instance_path(&uuid.to_string());
+    objects.contains_key(&path) && gpus_list(objects).contains(&path.to_string())
+}
+
+/// The instance paths the GPU objects list in their `Instances` property.
+fn gpus_list(objects: &ManagedObjects) -> Vec<String> {
+    let mut listed = Vec::new();
+    for ifaces in objects.values() {
+        for (name, props) in ifaces {
+            if name.as_str() != "org.vgpumanager.Gpu1" {
+                continue;
+            }
+            let Some(v) = props.get("Instances") else {
+                continue;
+            };
+            let paths: Vec<OwnedObjectPath> = v.try_clone().unwrap().try_into().unwrap();
+            listed.extend(paths.into_iter().map(|p| p.to_string()));
+        }
+    }
+    listed
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_are_zbus_own_through_creates_destroys_and_gpu_changes() {
+    let s = setup().await;
+    s.compare_once("at start", |o| !o.is_empty()).await;
+    assert!(
+        s.ours()
+            .await
+            .keys()
+            .any(|p| p.as_str() == "/org/vgpumanager/Manager1/gpu"),
+        "the intermediate node is listed, as zbus lists it"
+    );
+    let a = s.create("vdi-1g").await;
+    s.compare_once("after a create", |o| shows_instance(o, a))
+        .await;
+    let b = s.create("vdi-2g").await;
+    // The GPU that got `b` changed its Types and Instances properties.
+    s.compare_once("after a second create", |o| {
+        shows_instance(o, a) && shows_instance(o, b)
+    })
+    .await;
+    s.destroy(a).await;
+    s.compare_once("after a destroy", |o| {
+        let gone = instance_path(&a.to_string()).to_string();
+        !o.keys().any(|p| p.as_str() == gone) && !gpus_list(o).contains(&gone)
+    })
+    .await;
+    s.destroy(b).await;
+    s.compare_once("after the last destroy", |o| {
+        !gpus_list(o).contains(&instance_path(&b.to_string()).to_string())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_is_reused_until_an_object_changes_or_it_ages() {
+    let s = setup().await;
+    let om = s.object_manager().await;
+    let last = || async {
+        let o = om.get().await;
+        let last = o.last();
+        last.as_ref()
+            .map(|a| (a.generation, Arc::clone(&a.objects)))
+    };
+    s.ours().await;
+    let (g1, first) = last().await.expect("an answer is kept");
+    s.ours().await;
+    let (g2, again) = last().await.unwrap();
+    assert!(
+        g1 == g2 && Arc::ptr_eq(&first, &again),
+        "nothing changed: reused"
+    );
+
+    // A change of a served value (a Scheduling write, a preflight report): built anew.
+    om.get().await.served.changed();
+    s.ours().await;
+    let (g3, after) = last().await.unwrap();
+    assert!(g3 > g2 && !Arc::ptr_eq(&again, &after), "a change: rebuilt");
+
+    // An instance added: built anew, with it.
+    let uuid = s.create("vdi-1g").await;
+    let ours = s.ours().await;
+    assert!(ours.contains_key(&instance_path(&uuid.to_string())));
+    let (g4, with) = last().await.unwrap();
+    assert!(g4 > g3 && !Arc::ptr_eq(&after, &with));
+
+    // During a change, answers are built for their call and not kept.
+    let served = Arc::clone(&om.get().await.served);
+    let change = served.change();
+    s.ours().await;
+    let (g5, during) = last().await.unwrap();
+    assert!(
+        g5 == g4 && Arc::ptr_eq(&with, &during),
+        "none kept during a change"
+    );
+    drop(change);
+    s.ours().await;
+    let (g6, _) = last().await.unwrap();
+    assert!(g6 > g5, "kept again once the change is over");
+
+    // Old enough: built anew though nothing changed (Scheduling is read from the host).
+    let (_, before) = last().await.unwrap();
+    tokio::time::sleep(MAX_ANSWER_AGE + Duration::from_millis(100)).await;
+    s.ours().await;
+    let (_, aged) = last().await.unwrap();
+    assert!(
+        !Arc::ptr_eq(&before, &aged),
+        "an answer past its age: rebuilt"
+    );
+}
+
+/// The object an InterfacesAdded or InterfacesRemoved signal is about.
+fn signal_path(msg: &zbus::Message) -> Option<OwnedObjectPath> {
+    type Added = (
+        OwnedObjectPath,
+        HashMap<String, HashMap<String, OwnedVariant>>,
+    );
+    match msg.header().member()?.as_str() {
+        "InterfacesAdded" => msg.body().deserialize::<Added>().ok().map(|(p, _)| p),
+        "InterfacesRemoved" => msg
+            .body()
+            .deserialize::<(OwnedObjectPath, Vec<String>)>()
+            .ok()
+            .map(|(p, _)| p),
+        _ => None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zbus_still_announces_objects_added_and_removed() {
+    let s = setup().await;
+    let mut stream = zbus::MessageStream::from(&s.client);
+    let uuid = s.create("vdi-1g").await;
+    let path = instance_path(&uuid.to_string());
+    // The next ObjectManager signal about `path` (the GPU objects registered at start are
+    // announced too, maybe after the stream began).
+    let mut next_about = async |path: &OwnedObjectPath| loop {
+        let msg = tokio::time::timeout(Duration::from_secs(30), stream.next())
+            .await
+            .expect("a signal")
+            .unwrap()
+            .unwrap();
+        let hdr = msg.header();
+        if msg.message_type() == Type::Signal
+            && hdr.interface().map(|i| i.as_str()) == Some(OM)
+            && hdr.path().map(|p| p.as_str()) == Some(MANAGER_PATH)
+            && signal_path(&msg).as_ref() == Some(path)
+        {
+            return msg;
+        }
+    };
+    let added = next_about(&path).await;
+    assert_eq!(added.header().member().unwrap().as_str(), "InterfacesAdded");
+    let (p, ifaces): (
+        OwnedObjectPath,
+        HashMap<String, HashMap<String, OwnedVariant>>,
+    ) = added.body().deserialize().unwrap();
+    assert_eq!(p, path);
+    let props = &ifaces[INSTANCE_INTERFACE];
+    assert_eq!(
+        String::try_from(props["Uuid"].try_clone().unwrap()).unwrap(),
+        uuid.to_string()
+    );
+    s.destroy(uuid).await;
+    let removed = next_about(&path).await;
+    assert_eq!(
+        removed.header().member().unwrap().as_str(),
+        "InterfacesRemoved"
+    );
+    let (p, names): (OwnedObjectPath, Vec<String>) = removed.body().deserialize().unwrap();
+    assert_eq!((p, names), (path, vec![INSTANCE_INTERFACE.to_string()]));
+}
+
+#[test]
+fn the_interface_introspects_as_zbus_own() {
+    let mut ours = String::new();
+    ObjectManager::new(Arc::default(), Arc::default(), Authorizer::default())
+        .introspect_to_writer(&mut ours, 0);
+    let mut theirs = String::new();
+    zbus::fdo::ObjectManager.introspect_to_writer(&mut theirs, 0);
+    assert_eq!(ours, theirs);
+}
