@@ -42,7 +42,7 @@ use dbus_common::system_bus::{
     require_root, start_dbus_daemon_with,
 };
 use dbus_common::{Daemon, ok_json, vgpuctl_as};
-use vgpu_client::MANAGER_PATH;
+use vgpu_client::{MANAGER_PATH, SERVICE};
 use zbus::Connection;
 
 /// The bus's refusal past one of its limits (`max_replies_per_connection`, a full queue).
@@ -588,4 +588,41 @@ async fn pending_replies_past_the_bus_limit_are_refused_typed() {
         "past 128 pending calls the bus should refuse with LimitsExceeded: {tally:?}"
     );
     s.newcomers_answered("after the stall").await;
+}
+
+/// Fails today (measured: vgpud's RSS reaches 589 MiB, a normal client's Ping waits 4.5 s): zbus
+/// answers `Introspect` itself, outside vgpud's admission, each call rendering the whole object tree
+/// below the called path, so only the bus's 128 pending calls per connection bound it, and a user
+/// may open 256 connections. Run it with `--ignored` once vgpud answers `Introspect` itself.
+#[ignore = "not yet bounded: Introspect is answered by zbus outside vgpud's admission (docs/security.md)"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn introspection_from_many_connections_of_one_user() {
+    if !require_root("introspection_from_many_connections_of_one_user") {
+        return;
+    }
+    let mut s = Setup::system_bus().await;
+    // zbus answers Introspect itself, outside vgpud's admission, so only the bus bounds it: 128
+    // calls pending per connection. 64 connections of one user, 128 pipelined calls each.
+    let (connections, count) = (64, 128);
+    let calls = Raw::Calls {
+        connections,
+        path: MANAGER_PATH.into(),
+        interface: "org.freedesktop.DBus.Introspectable".into(),
+        member: "Introspect".into(),
+        destination: SERVICE.into(),
+        arg: None,
+        count,
+        fds: 0,
+    };
+    let mut attackers = [sysbus::spawn(&socket_of(&s.bus.address), &calls)];
+    s.watch("Introspect on 64 connections of one user", &mut attackers)
+        .await;
+    let [a] = attackers;
+    assert_all_answered(
+        "Introspect on 64 connections of one user",
+        &flood::tally(a),
+        connections * count,
+        &["ok", BUS_LIMITS],
+    );
+    s.newcomers_answered("after the introspection flood").await;
 }
