@@ -11,6 +11,13 @@
 //! * file descriptors an unprivileged user sends never enter vgpud's table;
 //! * 8 connections announcing a 120 MiB body and sending 4 KiB, and 60 announcing 1000 KiB (under
 //!   the message limit), leave vgpud's RSS under a bound;
+//! * 10,000 pipelined `Peer.Ping` and `Introspectable.Introspect` (which zbus answers itself) from
+//!   each of several connections: every call answered (a reply or the bus's `LimitsExceeded`), at
+//!   most 128 of a connection's calls waiting at once, vgpud's own connection never dropped;
+//! * 10,000 pipelined calls to a peer that never answers: refused past 128 with `LimitsExceeded`,
+//!   the 128 answered `NoReply` after the reply timeout, and the connection may call again;
+//! * connections that authenticate and never send `Hello` are closed after 10 s and free their
+//!   slots;
 //! * vgpud never exits.
 //!
 //! Needs root (to switch users), `setpriv` (util-linux), `dbus-send` (dbus-bin) and `/usr/bin/python3`
@@ -24,28 +31,38 @@ use std::path::Path;
 use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
+use dbus_common::flood::{self, Args, Attack, assert_all_answered, assert_bounds, observe};
 use dbus_common::system_bus::{NOBODY, open_tempdir, require_root};
 use dbus_common::{Daemon, PATIENCE, ok, stderr, vgpuctl, vgpuctl_as};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
+use vgpu_client::MANAGER_PATH;
 
 /// How much vgpud's RSS may grow while 8 connections each announce a 120 MiB body: each holds at
 /// most the bytes it really sent (4 KiB) and a 64 KiB read buffer, so a few MiB; 32 MiB leaves room
 /// for the allocator and the noise of a running daemon.
 const RSS_GROWTH_BOUND_KIB: u64 = 32 * 1024;
 
-/// Connects `N` sockets to the bus at `PATH` and never authenticates. Prints `connected OK FAILED`,
-/// waits for a line on stdin, then waits up to `WAIT` seconds for the bus to close each socket and
-/// prints `closed COUNT`, then waits for stdin to close.
+/// Connects `N` sockets to the bus at `PATH` and never authenticates (or, given a fourth argument
+/// `auth`, authenticates each, SASL EXTERNAL as its own uid, and never sends a message). Prints
+/// `connected OK FAILED`, waits for a line on stdin, then waits up to `WAIT` seconds for the bus to
+/// close each socket and prints `closed COUNT`, then waits for stdin to close.
 const IDLE: &str = r#"
-import socket, sys, time
+import os, socket, sys, time
 path, n, wait = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+auth = sys.argv[4:] == ["auth"]
+uid = str(os.getuid()).encode().hex().encode()
 socks, failed = [], 0
 for i in range(n):
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(2)
     try:
         s.connect(path)
+        if auth:
+            s.sendall(b"\0AUTH EXTERNAL " + uid + b"\r\n")
+            if not s.recv(4096).startswith(b"OK"):
+                raise OSError("not authenticated")
+            s.sendall(b"BEGIN\r\n")
         socks.append(s)
     except OSError:
         failed += 1
@@ -646,5 +663,243 @@ async fn descriptors_from_a_privileged_peer_reach_root_and_unprivileged_callers(
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
+    assert_alive(&d);
+}
+
+/// Not a test of its own: the entry point of the attacking client, which [`flood::spawn`] runs as
+/// uid 65534. Without [`flood::ROLE_VAR`] it has nothing to do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attacker() {
+    flood::attacker_main().await;
+}
+
+/// The environment variable that makes this binary a [`silent_peer`], on the bus it names.
+const SILENT_VAR: &str = "VGPU_SILENT_PEER_BUS";
+
+/// The bus's limit of a connection's calls waiting for replies (dbus-daemon's
+/// `max_replies_per_connection` on the system bus).
+const MAX_PENDING_REPLIES: usize = 128;
+
+/// How long the bus waits for a reply before it answers `NoReply` itself.
+const REPLY_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// How many calls the pipelining attackers keep ahead of their answers: more than the bus lets
+/// wait, few enough that the answers they have yet to read fit in their sockets' buffers (busd
+/// disconnects a client that does not take its messages within 100 ms, which a loaded test machine
+/// would otherwise make of them).
+const WINDOW: usize = 160;
+
+/// The bus's refusal of a call past a connection's calls waiting for replies.
+const BUS_LIMITS_EXCEEDED: &str = "org.freedesktop.DBus.Error.LimitsExceeded";
+
+/// Not a test of its own: a peer that owns a unique name only and never answers a call (its zbus
+/// connection serves no object, so every call it reads is dropped), run as uid 65534 by
+/// [`SilentPeer::start`]. Prints `NAME <unique name>`, then waits for stdin to close. Without
+/// [`SILENT_VAR`] it has nothing to do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_peer() {
+    let Ok(bus) = std::env::var(SILENT_VAR) else {
+        return;
+    };
+    let conn = zbus::connection::Builder::address(&*bus)
+        .build()
+        .await
+        .expect("the silent peer connects");
+    assert_eq!(nix::unistd::getuid().as_raw(), NOBODY);
+    println!("NAME {}", conn.unique_name().unwrap());
+    let _ = tokio::task::spawn_blocking(|| {
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut Vec::new())
+    })
+    .await;
+    drop(conn);
+}
+
+/// A [`silent_peer`] running as uid 65534.
+struct SilentPeer {
+    _child: Child,
+    name: String,
+}
+
+impl SilentPeer {
+    async fn start(bus: &str) -> SilentPeer {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "silent_peer", "--nocapture", "--test-threads=1"])
+            .env(SILENT_VAR, bus)
+            .uid(NOBODY)
+            .gid(NOBODY)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start the silent peer");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let name = loop {
+            let line = tokio::time::timeout(PATIENCE, lines.next_line())
+                .await
+                .expect("the silent peer hung")
+                .unwrap()
+                .expect("the silent peer ended early");
+            if let Some((_, name)) = line.split_once("NAME ") {
+                break name.trim().to_string();
+            }
+        };
+        SilentPeer {
+            _child: child,
+            name,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn floods_of_calls_zbus_answers_itself_stop_at_the_pending_reply_limit() {
+    if !require_root("floods_of_calls_zbus_answers_itself_stop_at_the_pending_reply_limit") {
+        return;
+    }
+    let dir = open_tempdir();
+    let mut d = daemon(dir.path()).await;
+    let conn = dbus_common::client(&d.bus).await;
+    for method in ["ListGpus", "ListInstances"] {
+        flood::timed_call(&conn, "org.vgpumanager.Manager1", method).await;
+    }
+    let before = owner(&d.bus).await;
+    let (idle_fds, idle_rss) = (d.fd_count(), d.rss_kib());
+    // zbus answers these itself, outside vgpud's admission: only the bus's limit holds them.
+    let ping = Attack::call(
+        MANAGER_PATH,
+        "org.freedesktop.DBus.Peer",
+        "Ping",
+        Args::None,
+        10_000,
+    )
+    .window(WINDOW);
+    // Introspected where vgpud has no object (zbus answers `UnknownObject` itself): the answers to
+    // `/` are 41 KiB each, more than a test attacker on a loaded machine reads within the 100 ms
+    // busd gives it, which would get it disconnected (with those, vgpud's RSS grew to 2.1 GB
+    // without the limit and to about 70 MiB with it, measured by hand).
+    let introspect = Attack::call(
+        "/org/vgpumanager/Gpu",
+        "org.freedesktop.DBus.Introspectable",
+        "Introspect",
+        Args::None,
+        10_000,
+    )
+    .window(WINDOW);
+    // One after the other: on a loaded machine, two attackers at once may not read their answers
+    // within the 100 ms busd gives them.
+    for attack in [&ping, &introspect] {
+        let mut child = flood::spawn(&d.bus, attack);
+        let o = observe(&mut d, &conn, || flood::finished(&mut child)).await;
+        d.assert_running("after the flood");
+        let what = format!("10,000 {}", attack.member);
+        assert_bounds(&what, &o, idle_fds, idle_rss);
+        let round = flood::rounds(child).pop().unwrap();
+        assert_all_answered(
+            &what,
+            &round.tally,
+            attack.count,
+            &[
+                "ok",
+                BUS_LIMITS_EXCEEDED,
+                "org.freedesktop.DBus.Error.UnknownObject",
+            ],
+        );
+        eprintln!(
+            "{what}: at most {} calls waited at once",
+            round.most_waiting
+        );
+        assert!(
+            round.most_waiting <= MAX_PENDING_REPLIES,
+            "{what}: {} calls waited for their replies at once (limit {MAX_PENDING_REPLIES})",
+            round.most_waiting
+        );
+        // The attacker sends far faster than vgpud answers, so 128 calls wait at some point and
+        // the bus refuses what comes then (without the limit it refuses none).
+        assert!(
+            round.tally.get(BUS_LIMITS_EXCEEDED).is_some_and(|n| *n > 0),
+            "{what}: the bus refused none of the calls: {:?}",
+            round.tally
+        );
+    }
+    assert_eq!(owner(&d.bus).await, before, "vgpud must keep its name");
+    assert!(
+        !d.log().contains("lost"),
+        "vgpud lost its name:\n{}",
+        d.log()
+    );
+    assert_answered(&d.bus, Some(NOBODY), "after the flood").await;
+    assert_alive(&d);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_to_a_peer_that_never_answers_stop_at_the_limit_until_the_reply_timeout() {
+    if !require_root("calls_to_a_peer_that_never_answers_stop_at_the_limit_until_the_reply_timeout")
+    {
+        return;
+    }
+    let dir = open_tempdir();
+    let mut d = daemon(dir.path()).await;
+    let conn = dbus_common::client(&d.bus).await;
+    let (idle_fds, idle_rss) = (d.fd_count(), d.rss_kib());
+    let silent = SilentPeer::start(&d.bus).await;
+    let call = || {
+        Attack::call("/", "org.example.Silent", "Wait", Args::None, 10_000)
+            .to(&silent.name)
+            .window(WINDOW)
+    };
+    // The bus answers the 128 that wait `NoReply` at the reply timeout; then the same connection
+    // may call again, and again 128 calls wait (unanswered within the second round's 20 s).
+    let attack = call()
+        .answered_within(REPLY_TIMEOUT + Duration::from_secs(40))
+        .then(call().answered_within(Duration::from_secs(20)));
+    let t = Instant::now();
+    let mut a = flood::spawn(&d.bus, &attack);
+    let o = observe(&mut d, &conn, || flood::finished(&mut a)).await;
+    eprintln!("the attacker finished after {:?}", t.elapsed());
+    assert_bounds("calls to a silent peer", &o, idle_fds, idle_rss);
+    let rounds = flood::rounds(a);
+    let refused = 10_000 - MAX_PENDING_REPLIES;
+    let first = std::collections::BTreeMap::from([
+        (BUS_LIMITS_EXCEEDED.to_string(), refused),
+        (
+            "org.freedesktop.DBus.Error.NoReply".to_string(),
+            MAX_PENDING_REPLIES,
+        ),
+    ]);
+    assert_eq!(rounds[0].tally, first, "the first round");
+    assert!(rounds[0].most_waiting <= MAX_PENDING_REPLIES, "{rounds:?}");
+    let again = std::collections::BTreeMap::from([
+        (BUS_LIMITS_EXCEEDED.to_string(), refused),
+        ("unanswered".to_string(), MAX_PENDING_REPLIES),
+    ]);
+    assert_eq!(rounds[1].tally, again, "after the reply timeout");
+    assert_answered(&d.bus, Some(NOBODY), "after the calls to a silent peer").await;
+    assert_alive(&d);
+}
+
+#[tokio::test]
+async fn connections_that_never_send_hello_are_closed_and_free_their_slots() {
+    if !require_root("connections_that_never_send_hello_are_closed_and_free_their_slots") {
+        return;
+    }
+    let dir = open_tempdir();
+    let d = daemon(dir.path()).await;
+    // As many as the user may hold, each authenticated, none saying Hello.
+    let args = [socket_of(&d.bus), "64".into(), "40".into(), "auth".into()];
+    let mut a = Attacker::start(NOBODY, IDLE, &args);
+    let got = a.report().await;
+    assert_eq!(got, ["connected", "64", "0"], "{got:?}");
+    let t = Instant::now();
+    a.go_on().await;
+    let closed = a.report().await;
+    eprintln!("the bus closed them after {:?}: {closed:?}", t.elapsed());
+    assert_eq!(
+        closed,
+        ["closed", "64"],
+        "the bus should close every connection that does not send Hello within 10 s:\n{}",
+        d.log()
+    );
+    // Closed, they hold no slot: the same user connects again while the attacker still runs.
+    assert_answered(&d.bus, Some(NOBODY), "after the silent connections").await;
+    a.stop().await;
     assert_alive(&d);
 }

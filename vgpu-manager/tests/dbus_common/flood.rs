@@ -3,10 +3,13 @@
 //! An attacker is the test binary itself run again as uid 65534 ([`spawn`]): the binary's test named
 //! `attacker` calls [`attacker_main`], which reads its [`Attack`] from the environment, sends every
 //! call at once on one connection (reading answers on a task of its own, as a pipelining client does,
-//! or disconnecting at once), and prints the tally of answers by error name on its last line.
+//! or disconnecting at once), and prints the tally of answers by error name on its last line. An
+//! attack may go on with another round on the same connection ([`Attack::then`]); each round prints
+//! its tally and how many of its calls waited for their replies at once, as far as the attacker
+//! can tell ([`rounds`]).
 //! [`observe`] meanwhile calls vgpud as a normal client and samples its descriptors and RSS.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -67,6 +70,16 @@ pub struct Attack {
     pub count: usize,
     /// Whether the attacker reads its answers (else it disconnects once every call is sent).
     pub read_answers: bool,
+    /// How long the attacker waits for its answers ([`PATIENCE`] if not given); those that have not
+    /// come by then count as `unanswered`.
+    #[serde(default)]
+    pub answer_within: Option<Duration>,
+    /// Another round on the same connection, once this one's answers are in.
+    #[serde(default)]
+    pub then: Option<Box<Attack>>,
+    /// How many calls the attacker sends ahead of its answers at most (no limit if not given).
+    #[serde(default)]
+    pub window: Option<usize>,
 }
 
 impl Attack {
@@ -80,6 +93,9 @@ impl Attack {
             destination: SERVICE.to_string(),
             count,
             read_answers: true,
+            answer_within: None,
+            window: None,
+            then: None,
         }
     }
 
@@ -117,6 +133,27 @@ impl Attack {
         self
     }
 
+    /// The same attack, waiting `limit` for its answers.
+    pub fn answered_within(mut self, limit: Duration) -> Attack {
+        self.answer_within = Some(limit);
+        self
+    }
+
+    /// The same attack by a client that sends at most `window` calls ahead of its answers: still
+    /// far more than a bus lets wait, while what the client has to read stays within its socket's
+    /// buffer, so that on a loaded machine it keeps up with its answers (busd disconnects a client
+    /// that keeps them waiting for 100 ms).
+    pub fn window(mut self, window: usize) -> Attack {
+        self.window = Some(window);
+        self
+    }
+
+    /// The same attack, followed on the same connection by `next` once its answers are in.
+    pub fn then(mut self, next: Attack) -> Attack {
+        self.then = Some(Box::new(next));
+        self
+    }
+
     /// Call number `i`.
     fn message(&self, i: usize) -> Message {
         let b = Message::method_call(self.path.as_str(), self.member.as_str())
@@ -151,18 +188,45 @@ pub fn spawn(bus: &str, attack: &Attack) -> Child {
         .expect("start the attacking client")
 }
 
-/// The tally an attacker printed, once it has finished.
+/// The tally an attacker printed (of its last round), once it has finished.
 pub fn tally(child: Child) -> BTreeMap<String, usize> {
+    rounds(child).pop().unwrap().tally
+}
+
+/// What an attacker saw in one round.
+#[derive(Debug)]
+pub struct Round {
+    /// The answers by error name (`ok` for replies, `unanswered` for none).
+    pub tally: BTreeMap<String, usize>,
+    /// The most calls of the round that waited for their replies at once, as far as the attacker
+    /// can tell: for each answer, the calls sent up to the one it answers and not refused with the
+    /// bus's `LimitsExceeded`, less the answers to such calls that came before it. The bus passed
+    /// the call on after it had written those earlier answers, so this is never more than the
+    /// calls that waited at that moment.
+    pub most_waiting: usize,
+}
+
+/// Each round an attacker printed, in order, once it has finished.
+pub fn rounds(child: Child) -> Vec<Round> {
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "the attacker failed: {}", out.status);
     let text = String::from_utf8_lossy(&out.stdout);
     // The harness may print `test attacker ... ` on the same line first.
-    let json = text
-        .lines()
-        .rev()
-        .find_map(|l| l.split_once("TALLY ").map(|(_, j)| j))
-        .unwrap_or_else(|| panic!("no tally from the attacker: {text}"));
-    serde_json::from_str(json).unwrap()
+    let mut rounds = Vec::new();
+    for line in text.lines() {
+        if let Some((_, json)) = line.split_once("TALLY ") {
+            rounds.push(Round {
+                tally: serde_json::from_str(json).unwrap(),
+                most_waiting: 0,
+            });
+        } else if let Some((_, n)) = line.split_once("WAITING ")
+            && let Some(round) = rounds.last_mut()
+        {
+            round.most_waiting = n.trim().parse().unwrap();
+        }
+    }
+    assert!(!rounds.is_empty(), "no tally from the attacker: {text}");
+    rounds
 }
 
 /// Whether an attacker has finished.
@@ -188,19 +252,50 @@ pub async fn attacker_main() {
         .await
         .expect("the attacker connects");
     assert_eq!(nix::unistd::getuid().as_raw(), NOBODY);
-    let count = attack.count;
-    // Answers are read by a task of their own while the calls go out, as a pipelining client does
-    // (a client that stops reading would only get the bus to drop it).
-    let expected = Arc::new(Mutex::new(HashSet::new()));
     let mut stream = zbus::MessageStream::from(&conn);
+    let mut round = Some(attack);
+    while let Some(attack) = round.take() {
+        let Some((tally, most_waiting, rest)) = attack_round(&conn, stream, &attack).await else {
+            // Gone at once, with every call still pending.
+            println!("TALLY {{}}");
+            break;
+        };
+        println!("TALLY {}", serde_json::to_string(&tally).unwrap());
+        println!("WAITING {most_waiting}");
+        stream = rest;
+        round = attack.then.map(|next| *next);
+    }
+}
+
+/// The error name of the bus's refusal of a call past a connection's calls waiting for replies.
+const BUS_LIMITS_EXCEEDED: &str = "org.freedesktop.DBus.Error.LimitsExceeded";
+
+/// One round of `attack` on `conn`, whose messages come out of `stream`: the tally of its answers,
+/// the most of its calls that waited at once ([`Round::most_waiting`]), and the stream for the next
+/// round; or nothing if the attacker leaves without reading.
+async fn attack_round(
+    conn: &Connection,
+    mut stream: zbus::MessageStream,
+    attack: &Attack,
+) -> Option<(BTreeMap<String, usize>, usize, zbus::MessageStream)> {
+    let count = attack.count;
+    let within = attack.answer_within.unwrap_or(PATIENCE);
+    // Answers are read by a task of their own while the calls go out, as a pipelining client does
+    // (a client that stops reading would only get the bus to drop it). Each call is known by its
+    // serial, and numbered in the order it went out.
+    let expected = Arc::new(Mutex::new(HashMap::new()));
+    let answered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let reader = {
         let expected = expected.clone();
+        let answered = answered.clone();
         tokio::spawn(async move {
             use futures_util::StreamExt;
             let mut tally: BTreeMap<String, usize> = BTreeMap::new();
-            let mut answered = 0;
-            let deadline = tokio::time::Instant::now() + PATIENCE;
-            while answered < count {
+            // The number of each call answered, in the order of the answers, and whether the bus
+            // refused it for its limit of calls waiting.
+            let mut arrivals: Vec<(usize, bool)> = Vec::new();
+            let deadline = tokio::time::Instant::now() + within;
+            while arrivals.len() < count {
                 let next = tokio::time::timeout_at(deadline, stream.next()).await;
                 let Ok(Some(Ok(msg))) = next else {
                     break;
@@ -209,28 +304,37 @@ pub async fn attacker_main() {
                 let Some(reply_to) = hdr.reply_serial() else {
                     continue;
                 };
-                if !expected.lock().unwrap().remove(&reply_to) {
+                let Some(i) = expected.lock().unwrap().remove(&reply_to) else {
                     continue;
-                }
+                };
                 let key = match msg.message_type() {
                     Type::Error => hdr.error_name().map(|e| e.to_string()).unwrap_or_default(),
                     _ => "ok".to_string(),
                 };
+                arrivals.push((i, key == BUS_LIMITS_EXCEEDED));
+                answered.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 *tally.entry(key).or_default() += 1;
-                answered += 1;
             }
-            if answered < count {
-                tally.insert("unanswered".into(), count - answered);
+            if arrivals.len() < count {
+                tally.insert("unanswered".into(), count - arrivals.len());
             }
-            tally
+            (tally, most_waiting(count, &arrivals), stream)
         })
     };
+    let deadline = Instant::now() + within;
     for i in 0..count {
+        if let Some(window) = attack.window {
+            while i >= answered.load(std::sync::atomic::Ordering::Relaxed) + window
+                && Instant::now() < deadline
+            {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
         let msg = attack.message(i);
         expected
             .lock()
             .unwrap()
-            .insert(msg.primary_header().serial_num());
+            .insert(msg.primary_header().serial_num(), i);
         if let Err(e) = conn.send(&msg).await {
             // The bus dropped this client (busd drops one that takes longer than 100 ms to read
             // what it is sent): the calls not answered are counted `unanswered`.
@@ -238,14 +342,58 @@ pub async fn attacker_main() {
             break;
         }
     }
-    let tally = if attack.read_answers {
-        reader.await.unwrap()
-    } else {
-        // Gone at once, with every call still pending.
+    if !attack.read_answers {
         reader.abort();
-        BTreeMap::new()
+        return None;
+    }
+    Some(reader.await.unwrap())
+}
+
+/// [`Round::most_waiting`] of `count` calls answered in the order of `arrivals` (each call's
+/// number, and whether the bus refused it for its limit); a call without an answer waits still.
+///
+/// When the bus passed call `i` on, it had passed every call before it that it did not refuse, and
+/// the answers it had written by then were to calls before `i`, and came before `i`'s: so the calls
+/// that waited then were at least those passed up to `i` less the answers to calls before `i`
+/// that came before `i`'s (counted with a Fenwick tree over the call numbers).
+fn most_waiting(count: usize, arrivals: &[(usize, bool)]) -> usize {
+    let mut refused = vec![false; count];
+    for &(i, r) in arrivals {
+        refused[i] = r;
+    }
+    // passed[i]: the calls up to number i that the bus passed on.
+    let passed: Vec<usize> = refused
+        .iter()
+        .scan(0, |n, r| {
+            *n += usize::from(!r);
+            Some(*n)
+        })
+        .collect();
+    // tree: the answers so far to calls by number, as a Fenwick tree (1-based).
+    let mut tree = vec![0usize; count + 1];
+    let answered_before = |tree: &[usize], i: usize| {
+        let (mut k, mut sum) = (i, 0);
+        while k > 0 {
+            sum += tree[k];
+            k &= k - 1;
+        }
+        sum
     };
-    println!("TALLY {}", serde_json::to_string(&tally).unwrap());
+    let mut answered = 0;
+    let mut most = 0;
+    for &(i, r) in arrivals {
+        if r {
+            continue;
+        }
+        most = most.max(passed[i] - answered_before(&tree, i));
+        let mut k = i + 1;
+        while k <= count {
+            tree[k] += 1;
+            k += k & k.wrapping_neg();
+        }
+        answered += 1;
+    }
+    most.max(passed.last().copied().unwrap_or(0) - answered)
 }
 
 /// One call of a normal client to vgpud's manager object, timed; panics if it fails or takes

@@ -4,7 +4,8 @@
 //! busd runs on its own runtime (zruntime), so it gets its own thread; the daemon connects to it like
 //! any client. busd enforces no policy, so the embedded bus accepts clients itself and hands busd
 //! each one over a socket of its own ([`socket`]): that is where it limits connections ([`limits`]),
-//! message sizes, and who may own the daemon's name, and answers calls to unowned names. Every peer
+//! message sizes, the calls waiting for replies ([`replies`]), and who may own the daemon's name,
+//! and answers calls to unowned names. Every peer
 //! may send every method call; the daemon's own caller checks ([`super::auth`]) are what protects
 //! mutating calls. Its socket is open to every local user, like the system bus. docs/security.md
 //! lists every limit.
@@ -16,7 +17,11 @@ use thiserror::Error;
 #[cfg(feature = "embedded-bus")]
 pub mod limits;
 #[cfg(feature = "embedded-bus")]
+pub mod replies;
+#[cfg(feature = "embedded-bus")]
 mod run;
+#[cfg(feature = "embedded-bus")]
+pub mod screen;
 #[cfg(feature = "embedded-bus")]
 pub mod socket;
 #[cfg(feature = "embedded-bus")]

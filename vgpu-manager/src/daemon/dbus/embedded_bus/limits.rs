@@ -5,10 +5,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-/// How long a client has to finish the SASL handshake (D-Bus specification, "Authentication
-/// Protocol") before the bus closes its connection: 10 s. dbus-daemon's system bus allows 5 s
-/// (`auth_timeout`); this is more forgiving on a loaded host, and the per-user cap bounds what a
-/// user holds meanwhile.
+/// How long a client has, from when it connects, to finish the SASL handshake (D-Bus
+/// specification, "Authentication Protocol") and send `Hello` before the bus closes its
+/// connection: 10 s. dbus-daemon holds a connection "incomplete" until its `Hello` and closes one
+/// still incomplete at its `auth_timeout` (bus/connection.c `bus_connections_expire_incomplete`),
+/// 5 s on the system bus; this is more forgiving on a loaded host, and the per-user cap bounds what
+/// a user holds meanwhile.
 pub const AUTH_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How many connections one user may hold on the embedded bus, authenticated or not: 64. vgpuctl

@@ -22,6 +22,7 @@ use zruntime::net::unix::UnixListener;
 use zruntime::{Shared, SharedRuntime};
 
 use super::limits::{AUTH_TIMEOUT, ConnectionLimits, MAX_CONNECTIONS_PER_UID, connection_cap};
+use super::screen;
 use super::socket::{self, PeerCred};
 use super::{EmbeddedBus, EmbeddedBusError};
 
@@ -221,7 +222,7 @@ async fn serve(
                 continue;
             }
         };
-        let slot = match limits.take(cred.uid, socket::may_own_daemon_name(cred.uid)) {
+        let slot = match limits.take(cred.uid, screen::may_own_daemon_name(cred.uid)) {
             Ok(slot) => slot,
             Err(refused) => {
                 if !quiet(&mut last_log) {
@@ -235,18 +236,8 @@ async fn serve(
                 continue;
             }
         };
-        let split = match socket::split(stream, cred, slot, bus.peers().clone(), runtime) {
-            Ok(split) => split,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot serve a client's socket");
-                continue;
-            }
-        };
         next_id += 1;
         let id = next_id;
-        let peers = bus.peers().clone();
-        let guid = bus.guid().clone();
-        let timer = runtime.clone();
         // vgpud's own connection (from this process) is not cut for reading slowly under a flood of
         // calls: every client waits on it, and cutting it stops the service for all of them.
         let send_timeout = if cred.pid == std::process::id() {
@@ -254,6 +245,21 @@ async fn serve(
         } else {
             SEND_TIMEOUT
         };
+        let client = socket::NewClient {
+            cred,
+            id,
+            send_timeout,
+        };
+        let split = match socket::split(stream, client, slot, bus.peers().clone(), runtime) {
+            Ok(split) => split,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot serve a client's socket");
+                continue;
+            }
+        };
+        let peers = bus.peers().clone();
+        let guid = bus.guid().clone();
+        let timer = runtime.clone();
         zruntime::spawn(async move {
             let add = peers.add(
                 &guid,

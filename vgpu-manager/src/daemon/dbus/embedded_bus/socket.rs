@@ -5,13 +5,20 @@
 //! body byte arrives. So the embedded bus hands zbus this socket instead, which:
 //! - refuses a message longer than [`MAX_MESSAGE_BYTES`] as soon as its primary header is in, and
 //!   holds the bytes of a message only as they arrive, never by its announced length;
-//! - answers a call to a name nobody owns with `org.freedesktop.DBus.Error.ServiceUnknown`, as
-//!   dbus-daemon does, where busd drops it and leaves the caller waiting;
+//! - answers itself ([`super::screen`]) a call to a name nobody owns with
+//!   `org.freedesktop.DBus.Error.ServiceUnknown`, as dbus-daemon does, where busd drops it and
+//!   leaves the caller waiting;
 //! - refuses `RequestName` of the daemon's name (and polkit's) and `BecomeMonitor` from a connection
 //!   of another user than root or vgpud's own (`org.freedesktop.DBus.Error.AccessDenied`), the
 //!   embedded bus's ownership policy;
 //! - takes no file descriptors from a client other than root or vgpud's own user (vgpud's API takes
 //!   none; the kernel never installs them in vgpud's table), and closes such a client's connection;
+//! - answers a call past the connection's [`MAX_PENDING_REPLIES`](super::replies::MAX_PENDING_REPLIES)
+//!   calls waiting for replies with `org.freedesktop.DBus.Error.LimitsExceeded`, and a call whose
+//!   reply has not come within [`REPLY_TIMEOUT`] with `org.freedesktop.DBus.Error.NoReply`
+//!   ([`super::replies`]);
+//! - closes a connection that has not sent `Hello` within [`AUTH_TIMEOUT`] of connecting, as
+//!   dbus-daemon closes a connection still "incomplete" at its `auth_timeout`;
 //! - frees the connection's slot in the bus's connection limits once zbus drops it.
 
 use std::fmt;
@@ -19,7 +26,8 @@ use std::io::{self, IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use busd::peers::Peers;
 use rustix::net::{
@@ -29,12 +37,12 @@ use rustix::net::{
 use zbus::Message;
 use zbus::connection::socket::{ReadHalf, WriteHalf};
 use zbus::fdo::ConnectionCredentials;
-use zbus::message::{Flags, Type};
-use zbus::names::BusName;
-use zruntime::{AsyncIo, Shared};
+use zbus::message::Type;
+use zruntime::{AsyncIo, Shared, SharedRuntime};
 
-use super::limits::ConnectionSlot;
-use vgpu_client::SERVICE as BUS_NAME;
+use super::limits::{AUTH_TIMEOUT, ConnectionSlot};
+use super::replies::{self, PendingReplies, REPLY_TIMEOUT};
+use super::screen;
 
 /// The longest message a client may send on the embedded bus: 1 MiB. Every call of vgpud's API
 /// fits in a few KiB (the longest inputs are pool and scheduling TOML texts); the D-Bus
@@ -51,13 +59,6 @@ const READ_CHUNK: usize = 64 * 1024;
 /// The length of a message's primary header.
 const PRIMARY_HEADER: usize = 16;
 
-/// The bus's own name, whose calls busd answers itself.
-const DBUS_NAME: &str = "org.freedesktop.DBus";
-
-/// The names only root and vgpud's own user may own on the embedded bus: vgpud's, and polkit's,
-/// which vgpud asks about callers where it has an owner.
-const PROTECTED_NAMES: [&str; 2] = [BUS_NAME, "org.freedesktop.PolicyKit1"];
-
 /// The credentials the kernel gives for a client (`SO_PEERCRED`), read once when it connects.
 #[derive(Clone, Copy, Debug)]
 pub struct PeerCred {
@@ -69,12 +70,33 @@ pub struct PeerCred {
     pub pid: u32,
 }
 
+/// A client of the bus, as it connects.
+#[derive(Clone, Copy, Debug)]
+pub struct NewClient {
+    /// Its credentials.
+    pub cred: PeerCred,
+    /// busd's number of the client (its unique name is `:busd.ID`), which busd's records of the
+    /// client's calls name it by.
+    pub id: usize,
+    /// How long the client may take to read what the bus sends it, before the bus closes its
+    /// connection: what busd gives it, for the bus's own answers too.
+    pub send_timeout: std::time::Duration,
+}
+
 /// What both halves of a client's socket share: the socket, the lock that keeps messages whole on
-/// it, and the client's slot in the bus's limits.
+/// it, the client's slot in the bus's limits, and its calls that wait for replies.
 struct Conn {
     io: AsyncIo<UnixStream, Shared>,
     write: tokio::sync::Mutex<()>,
     cred: PeerCred,
+    /// busd's number of the client (its unique name is `:busd.ID`), which busd's records of the
+    /// client's calls name it by.
+    id: usize,
+    send_timeout: std::time::Duration,
+    /// The client's calls that wait for replies, if they are counted: they are for every client but
+    /// vgpud's own connection, whose calls (to polkit, where it runs) are made for its callers, whom
+    /// their own connections' limits hold; refusing them would refuse those callers.
+    replies: Option<Mutex<PendingReplies>>,
     _slot: ConnectionSlot,
 }
 
@@ -85,6 +107,28 @@ impl fmt::Debug for Conn {
 }
 
 impl Conn {
+    /// Writes the bus's own answer `msg` (a refusal, a `NoReply`) within the time busd gives the
+    /// client, or shuts the socket down: a client that does not read must not hold the socket's
+    /// lock, which busd's own sends to it wait for.
+    async fn answer(&self, runtime: &SharedRuntime, msg: &Message) -> zbus::Result<()> {
+        match runtime.timeout(self.send_timeout, self.send(msg)).await {
+            Ok(sent) => sent,
+            Err(_) => {
+                tracing::info!(
+                    uid = self.cred.uid,
+                    pid = self.cred.pid,
+                    "closed a connection that did not take the bus's answer within {:?}",
+                    self.send_timeout
+                );
+                let _ = self.io.get_ref().shutdown(std::net::Shutdown::Both);
+                Err(zbus::Error::InputOutput(Arc::new(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the client did not read the bus's answer in time",
+                ))))
+            }
+        }
+    }
+
     /// Writes all of `msg`, its descriptors with its first byte, with no other message between.
     async fn send(&self, msg: &Message) -> zbus::Result<()> {
         let _whole = self.write.lock().await;
@@ -193,29 +237,35 @@ pub fn message_len(h: &[u8; PRIMARY_HEADER]) -> io::Result<usize> {
     Ok(len)
 }
 
-/// Who may own vgpud's name on the embedded bus (and polkit's, and monitor it): root and the user
-/// vgpud runs as.
-pub fn may_own_daemon_name(uid: u32) -> bool {
-    uid == 0 || uid == nix::unistd::geteuid().as_raw()
-}
-
-/// Builds both halves of a client's socket, as zbus takes them.
+/// Builds both halves of the socket of a client that has just connected, busd's peer number `id`,
+/// as zbus takes them.
 pub fn split(
     stream: UnixStream,
-    cred: PeerCred,
+    client: NewClient,
     slot: ConnectionSlot,
     peers: Arc<Peers>,
-    runtime: &zruntime::Runtime<Shared>,
+    runtime: &SharedRuntime,
 ) -> io::Result<zbus::connection::socket::BoxedSplit> {
+    let NewClient {
+        cred,
+        id,
+        send_timeout,
+    } = client;
+    let counted = cred.pid != std::process::id();
     let conn = Arc::new(Conn {
         io: AsyncIo::new(runtime, stream)?,
         write: tokio::sync::Mutex::new(()),
         cred,
+        id,
+        send_timeout,
+        replies: counted.then(|| Mutex::new(PendingReplies::default())),
         _slot: slot,
     });
     let reader = Reader {
         conn: conn.clone(),
         peers,
+        runtime: runtime.clone(),
+        hello_by: Some(Instant::now() + AUTH_TIMEOUT),
         pending: Vec::new(),
         fds: std::collections::VecDeque::new(),
     };
@@ -230,6 +280,9 @@ pub fn split(
 struct Reader {
     conn: Arc<Conn>,
     peers: Arc<Peers>,
+    runtime: SharedRuntime,
+    /// When the client must have sent `Hello` by, until it has.
+    hello_by: Option<Instant>,
     /// Bytes received and not yet handed out, never more than a message and one read beyond it.
     pending: Vec<u8>,
     /// Descriptors received and not yet handed out, in the order they came. They belong to the
@@ -250,7 +303,7 @@ impl Reader {
     /// Reads once more from the socket, appending what came.
     async fn fill(&mut self) -> io::Result<()> {
         let mut chunk = vec![0u8; READ_CHUNK];
-        let take_fds = may_own_daemon_name(self.conn.cred.uid);
+        let take_fds = screen::may_own_daemon_name(self.conn.cred.uid);
         let (n, fds) = self
             .conn
             .io
@@ -261,9 +314,11 @@ impl Reader {
         Ok(())
     }
 
-    /// The next whole message of the client.
+    /// The next whole message of the client. While it waits, the bus keeps its deadlines: the
+    /// client's `Hello`, and the replies to its calls.
     async fn next_message(&mut self, seq: u64) -> zbus::Result<Message> {
         loop {
+            self.keep_deadlines().await?;
             if let Some(head) = self.pending.first_chunk::<PRIMARY_HEADER>() {
                 let len = message_len(head)?;
                 if self.pending.len() >= len {
@@ -272,8 +327,74 @@ impl Reader {
                     return self.parse(bytes, seq).await;
                 }
             }
-            self.fill().await?;
+            // A read ends at its first await if the deadline comes first, so no byte is lost.
+            match self.next_deadline() {
+                None => self.fill().await?,
+                Some(at) => {
+                    let runtime = self.runtime.clone();
+                    if let Ok(read) = runtime.timeout_at(at, self.fill()).await {
+                        read?;
+                    }
+                }
+            }
         }
+    }
+
+    /// The first of the client's deadlines: for its `Hello`, and for the oldest reply it waits for.
+    fn next_deadline(&self) -> Option<Instant> {
+        let reply = self
+            .conn
+            .replies
+            .as_ref()
+            .and_then(|r| screen::lock(r).next_deadline());
+        match (self.hello_by, reply) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Closes the connection if the client has not sent `Hello` in time, and answers its calls
+    /// whose replies have not come in time with `NoReply`, taking away busd's records of them, so
+    /// that a reply that comes later goes nowhere (dbus-daemon's `reply_timeout`).
+    async fn keep_deadlines(&mut self) -> zbus::Result<()> {
+        let now = Instant::now();
+        if self.hello_by.is_some_and(|by| now >= by) {
+            tracing::info!(
+                uid = self.conn.cred.uid,
+                pid = self.conn.cred.pid,
+                "closed a connection that did not authenticate and send Hello within {} s",
+                AUTH_TIMEOUT.as_secs()
+            );
+            return Err(zbus::Error::InputOutput(Arc::new(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the client did not send Hello in time",
+            ))));
+        }
+        let Some(replies) = &self.conn.replies else {
+            return Ok(());
+        };
+        let late = screen::lock(replies).expire(now);
+        for call in late {
+            let taken = self
+                .peers
+                .peers()
+                .await
+                .get(call.callee.as_str())
+                .is_some_and(|callee| callee.pending_calls().remove(self.conn.id, call.serial));
+            // Not taken: the reply is on its way to the client, or the callee has gone and busd
+            // answers the call itself.
+            if taken {
+                tracing::debug!(
+                    uid = self.conn.cred.uid,
+                    callee = %call.callee,
+                    "a call got no reply within {} s",
+                    REPLY_TIMEOUT.as_secs()
+                );
+                let no_reply = replies::no_reply(call.serial, call.callee.as_str())?;
+                self.conn.answer(&self.runtime, &no_reply).await?;
+            }
+        }
+        Ok(())
     }
 
     /// Parses `bytes`, one whole message, with as many of the pending descriptors as its header asks
@@ -300,81 +421,6 @@ impl Reader {
         // Not reached: the last count tried (all pending descriptors) returns either way.
         Err(zbus::Error::MissingParameter("Missing file descriptors"))
     }
-
-    /// The error the bus answers `msg` with in place of passing it on, if it does.
-    async fn refusal(&self, msg: &Message) -> zbus::Result<Option<Message>> {
-        if msg.message_type() != Type::MethodCall {
-            return Ok(None);
-        }
-        let header = msg.header();
-        let Some(destination) = header.destination() else {
-            return Ok(None);
-        };
-        let expects_reply = !msg
-            .primary_header()
-            .flags()
-            .contains(Flags::NO_REPLY_EXPECTED);
-        if destination.as_str() == DBUS_NAME {
-            let member = header.member().map(|m| m.as_str());
-            let uid = self.conn.cred.uid;
-            let refused = match member {
-                Some("RequestName") => msg
-                    .body()
-                    .deserialize::<(&str, u32)>()
-                    .ok()
-                    .map(|(name, _)| name)
-                    .filter(|name| PROTECTED_NAMES.contains(name) && !may_own_daemon_name(uid))
-                    .map(|name| {
-                        format!(
-                            "uid {uid} may not own {name} on this bus: only root and the user vgpud runs as may"
-                        )
-                    }),
-                // A monitor sees every message, other users' calls included; dbus-daemon allows it
-                // to root and the bus's own user only (D-Bus specification, "Monitoring").
-                Some("BecomeMonitor") if !may_own_daemon_name(uid) => Some(format!(
-                    "uid {uid} may not monitor this bus: only root and the user vgpud runs as may"
-                )),
-                _ => None,
-            };
-            return match refused {
-                None => Ok(None),
-                Some(text) => {
-                    tracing::warn!(
-                        uid,
-                        pid = self.conn.cred.pid,
-                        call = member.unwrap_or_default(),
-                        "refused a bus call of an unprivileged user"
-                    );
-                    Ok(Some(
-                        Message::error(&header, "org.freedesktop.DBus.Error.AccessDenied")
-                            .sender(DBUS_NAME)
-                            .build(&text)?,
-                    ))
-                }
-            };
-        }
-        if !expects_reply {
-            return Ok(None);
-        }
-        let owned = match destination {
-            BusName::WellKnown(name) => self
-                .peers
-                .name_registry()
-                .await
-                .lookup(name.clone())
-                .is_some(),
-            BusName::Unique(name) => self.peers.peers().await.contains_key(name.as_str()),
-        };
-        if owned {
-            return Ok(None);
-        }
-        let text = format!("The name {destination} is not owned by any connection on this bus");
-        Ok(Some(
-            Message::error(&header, "org.freedesktop.DBus.Error.ServiceUnknown")
-                .sender(DBUS_NAME)
-                .build(&text)?,
-        ))
-    }
 }
 
 #[async_trait::async_trait]
@@ -397,16 +443,36 @@ impl ReadHalf for Reader {
         }
         loop {
             let msg = self.next_message(seq).await?;
-            match self.refusal(&msg).await? {
+            if self.hello_by.is_some() && screen::is_hello(&msg) {
+                self.hello_by = None;
+            }
+            match screen::refusal(
+                &msg,
+                self.conn.cred,
+                &self.peers,
+                self.conn.replies.as_ref(),
+            )
+            .await?
+            {
                 None => return Ok(msg),
-                Some(error) => self.conn.send(&error).await?,
+                Some(error) => {
+                    self.conn.answer(&self.runtime, &error).await?;
+                    // A client past its limit is read no faster than one refused call per
+                    // REFUSAL_PACE: its refusals then come no faster than it can be expected to
+                    // read them beside its replies, and refusing costs the bus little.
+                    let over = error.header().error_name().map(|e| e.as_str())
+                        == Some(replies::LIMITS_EXCEEDED);
+                    if over {
+                        self.runtime.sleep(replies::REFUSAL_PACE).await;
+                    }
+                }
             }
         }
     }
 
     async fn recvmsg(&mut self, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
         // Only the handshake reads through here, before any message.
-        let take_fds = may_own_daemon_name(self.conn.cred.uid);
+        let take_fds = screen::may_own_daemon_name(self.conn.cred.uid);
         self.conn
             .io
             .read_with(|s| recv_some(s.as_fd(), buf, take_fds))
@@ -436,7 +502,13 @@ impl fmt::Debug for Writer {
 #[async_trait::async_trait]
 impl WriteHalf for Writer {
     async fn send_message(&mut self, msg: &Message) -> zbus::Result<()> {
-        self.conn.send(msg).await
+        self.conn.send(msg).await?;
+        if let Some(replies) = &self.conn.replies
+            && matches!(msg.message_type(), Type::MethodReturn | Type::Error)
+        {
+            screen::lock(replies).answered(msg);
+        }
+        Ok(())
     }
 
     async fn sendmsg(&mut self, buffer: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<usize> {
