@@ -671,6 +671,7 @@ async fn descriptors_from_a_privileged_peer_reach_root_and_unprivileged_callers(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn attacker() {
     flood::attacker_main().await;
+    dbus_common::sysbus::attacker_main();
 }
 
 /// The environment variable that makes this binary a [`silent_peer`], on the bus it names.
@@ -902,4 +903,54 @@ async fn connections_that_never_send_hello_are_closed_and_free_their_slots() {
     assert_answered(&d.bus, Some(NOBODY), "after the silent connections").await;
     a.stop().await;
     assert_alive(&d);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn introspection_from_every_connection_a_user_may_open_stays_bounded() {
+    if !require_root("introspection_from_every_connection_a_user_may_open_stays_bounded") {
+        return;
+    }
+    use dbus_common::sysbus::{self, Raw};
+    let tmp = open_tempdir();
+    let mut d = daemon(tmp.path()).await;
+    let conn = dbus_common::client(&d.bus).await;
+    flood::timed_call(&conn, "org.vgpumanager.Manager1", "ListGpus").await;
+    let (idle_fds, idle_rss) = (d.fd_count(), d.rss_kib());
+    // zbus answers Introspect itself, rendering every object below the called path: of `/`, the
+    // whole tree. 64 connections of one user (the bus's most per user), 128 pipelined calls each
+    // (each connection's most waiting): only the bus's limit per user keeps them from holding
+    // 64 × 128 answers in vgpud at once.
+    let (connections, count) = (64, 128);
+    let calls = Raw::Calls {
+        connections,
+        path: "/".into(),
+        interface: "org.freedesktop.DBus.Introspectable".into(),
+        member: "Introspect".into(),
+        destination: vgpu_client::SERVICE.into(),
+        arg: None,
+        count,
+        fds: 0,
+    };
+    let mut a = sysbus::spawn(&socket_of(&d.bus), &calls);
+    let o = observe(&mut d, &conn, || flood::finished(&mut a)).await;
+    d.assert_running("after the introspection flood");
+    assert_bounds(
+        "Introspect of / on 64 connections of one user",
+        &o,
+        idle_fds,
+        idle_rss,
+    );
+    let tally = flood::tally(a);
+    assert_all_answered(
+        "Introspect of / on 64 connections of one user",
+        &tally,
+        connections * count,
+        &["ok", "org.freedesktop.DBus.Error.LimitsExceeded"],
+    );
+    assert!(
+        tally
+            .get("org.freedesktop.DBus.Error.LimitsExceeded")
+            .is_some_and(|n| *n > 0),
+        "past the user's 256 calls waiting the bus refuses: {tally:?}"
+    );
 }

@@ -5,6 +5,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use super::replies::UserReplies;
+
 /// How long a client has, from when it connects, to finish the SASL handshake (D-Bus
 /// specification, "Authentication Protocol") and send `Hello` before the bus closes its
 /// connection: 10 s. dbus-daemon holds a connection "incomplete" until its `Hello` and closes one
@@ -48,6 +50,8 @@ pub struct ConnectionLimits {
 struct Held {
     total: usize,
     by_uid: HashMap<u32, usize>,
+    /// The reply places each unprivileged user with connections shares among them.
+    replies_by_uid: HashMap<u32, Arc<UserReplies>>,
 }
 
 /// Why a connection was refused.
@@ -88,9 +92,12 @@ impl ConnectionLimits {
         }
         *mine += 1;
         held.total += 1;
+        let user_replies =
+            (!privileged).then(|| held.replies_by_uid.entry(uid).or_default().clone());
         Ok(ConnectionSlot {
             limits: self.clone(),
             uid,
+            user_replies,
         })
     }
 
@@ -108,6 +115,15 @@ impl ConnectionLimits {
 pub struct ConnectionSlot {
     limits: Arc<ConnectionLimits>,
     uid: u32,
+    user_replies: Option<Arc<UserReplies>>,
+}
+
+impl ConnectionSlot {
+    /// The reply places the connection shares with the other connections of its user, for an
+    /// unprivileged user (see [`MAX_PENDING_REPLIES_PER_USER`](super::replies::MAX_PENDING_REPLIES_PER_USER)).
+    pub fn user_replies(&self) -> Option<Arc<UserReplies>> {
+        self.user_replies.clone()
+    }
 }
 
 impl Drop for ConnectionSlot {
@@ -122,6 +138,7 @@ impl Drop for ConnectionSlot {
             *n = n.saturating_sub(1);
             if *n == 0 {
                 held.by_uid.remove(&self.uid);
+                held.replies_by_uid.remove(&self.uid);
             }
         }
     }

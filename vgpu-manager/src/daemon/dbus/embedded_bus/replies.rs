@@ -23,6 +23,47 @@ use zbus::names::OwnedUniqueName;
 /// stack that pipelines has 128 in flight.
 pub const MAX_PENDING_REPLIES: usize = 128;
 
+/// How many calls all connections of one unprivileged user together may have waiting for their
+/// replies: 256. dbus-daemon has no such limit, but a user may open 64 connections to this bus, and
+/// the interfaces zbus answers by itself (`Introspectable` above all, whose answer renders every
+/// object below the called path) cost vgpud memory per call waiting; 64 × 128 calls let one user
+/// hold hundreds of MiB of vgpud's memory, 256 a few MiB. Root and vgpud's own user have no such
+/// limit.
+pub const MAX_PENDING_REPLIES_PER_USER: usize = 256;
+
+/// The places one unprivileged user's connections share (see [`MAX_PENDING_REPLIES_PER_USER`]).
+#[derive(Debug, Default)]
+pub struct UserReplies {
+    waiting: std::sync::atomic::AtomicUsize,
+}
+
+impl UserReplies {
+    /// Takes a place, unless the user has all of them.
+    fn take(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        self.waiting
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < MAX_PENDING_REPLIES_PER_USER).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    /// Gives `n` places back.
+    fn give(&self, n: usize) {
+        use std::sync::atomic::Ordering;
+        let _ = self
+            .waiting
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |w| {
+                Some(w.saturating_sub(n))
+            });
+    }
+
+    /// How many places the user's connections hold.
+    pub fn waiting(&self) -> usize {
+        self.waiting.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
 /// How long a call keeps its place before the bus gives up on its reply: 120 s. Then the bus
 /// answers it with `org.freedesktop.DBus.Error.NoReply` and drops a reply that comes later, as
 /// dbus-daemon does at its `reply_timeout` (bus/connection.c `bus_pending_reply_expired`). That is
@@ -56,13 +97,39 @@ pub struct Waiting {
 #[derive(Debug, Default)]
 pub struct PendingReplies {
     calls: VecDeque<Waiting>,
+    /// The places of the connection's user, for an unprivileged user.
+    user: Option<std::sync::Arc<UserReplies>>,
 }
 
-/// A call the client may not make now: it has [`MAX_PENDING_REPLIES`] calls waiting.
+impl Drop for PendingReplies {
+    fn drop(&mut self) {
+        // The connection closed: its calls hold the user's places no more.
+        if let Some(u) = &self.user {
+            u.give(self.calls.len());
+        }
+    }
+}
+
+/// A call the client may not make now: it has [`MAX_PENDING_REPLIES`] calls waiting, or its user
+/// has [`MAX_PENDING_REPLIES_PER_USER`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Full;
+pub enum Full {
+    /// The connection's own limit.
+    Connection,
+    /// The limit of all the user's connections together.
+    User,
+}
 
 impl PendingReplies {
+    /// The waiting calls of a connection of an unprivileged user, sharing `user`'s places with the
+    /// user's other connections.
+    pub fn of_user(user: std::sync::Arc<UserReplies>) -> PendingReplies {
+        PendingReplies {
+            calls: VecDeque::new(),
+            user: Some(user),
+        }
+    }
+
     /// Records a call with `serial` to `callee` made at `now`, or refuses it if the connection has
     /// its most calls waiting. A client may reuse a serial for calls to different peers (busd
     /// refuses a second one to the same peer); each holds a place of its own.
@@ -73,7 +140,12 @@ impl PendingReplies {
         now: Instant,
     ) -> Result<(), Full> {
         if self.calls.len() >= MAX_PENDING_REPLIES {
-            return Err(Full);
+            return Err(Full::Connection);
+        }
+        if let Some(u) = &self.user
+            && !u.take()
+        {
+            return Err(Full::User);
         }
         self.calls.push_back(Waiting {
             serial,
@@ -113,6 +185,9 @@ impl PendingReplies {
         match at {
             Some(at) => {
                 self.calls.remove(at);
+                if let Some(u) = &self.user {
+                    u.give(1);
+                }
                 true
             }
             None => false,
@@ -122,6 +197,9 @@ impl PendingReplies {
     /// Takes away the calls whose deadline has passed at `now`, oldest first.
     pub fn expire(&mut self, now: Instant) -> Vec<Waiting> {
         let late = self.calls.iter().take_while(|w| w.deadline <= now).count();
+        if let Some(u) = &self.user {
+            u.give(late);
+        }
         self.calls.drain(..late).collect()
     }
 
@@ -153,13 +231,20 @@ const BUS_ANSWERS: [&str; 2] = [
 ];
 
 /// The bus's `LimitsExceeded` answer to `call`, from a connection of `uid` that has its most calls
-/// waiting.
-pub fn limits_exceeded(call: &Message, uid: u32) -> zbus::Result<Message> {
-    let text = format!(
-        "uid {uid}: this connection already has {MAX_PENDING_REPLIES} method calls waiting for \
-         their replies, the embedded bus's limit (as dbus-daemon's max_replies_per_connection); \
-         wait for some of those replies before calling again"
-    );
+/// waiting (`full` says which limit).
+pub fn limits_exceeded(call: &Message, uid: u32, full: Full) -> zbus::Result<Message> {
+    let text = match full {
+        Full::Connection => format!(
+            "uid {uid}: this connection already has {MAX_PENDING_REPLIES} method calls waiting for \
+             their replies, the embedded bus's limit (as dbus-daemon's max_replies_per_connection); \
+             wait for some of those replies before calling again"
+        ),
+        Full::User => format!(
+            "uid {uid}: this user's connections already have {MAX_PENDING_REPLIES_PER_USER} method \
+             calls waiting for their replies, the embedded bus's limit per user; wait for some of \
+             those replies before calling again"
+        ),
+    };
     Message::error(&call.header(), LIMITS_EXCEEDED)
         .sender(BUS)
         .build(&text)
@@ -224,7 +309,10 @@ mod tests {
         for n in 1..=MAX_PENDING_REPLIES as u32 {
             p.admit(serial(n), name(":busd.2"), now).unwrap();
         }
-        assert_eq!(p.admit(serial(999), name(":busd.2"), now), Err(Full));
+        assert_eq!(
+            p.admit(serial(999), name(":busd.2"), now),
+            Err(Full::Connection)
+        );
         // A reply to a call that holds no place frees none.
         assert!(!p.answered(&reply(":busd.2", 999)));
         assert!(p.answered(&reply(":busd.2", 7)));
@@ -279,11 +367,42 @@ mod tests {
             .serial(serial(9))
             .build(&())
             .unwrap();
-        let e = limits_exceeded(&call, 65534).unwrap();
+        let e = limits_exceeded(&call, 65534, Full::Connection).unwrap();
         assert_eq!(e.header().reply_serial(), Some(serial(9)));
         let text: String = e.body().deserialize().unwrap();
         assert!(text.contains("128") && text.contains("uid 65534"), "{text}");
         let e = no_reply(serial(9), ":busd.4").unwrap();
         assert_eq!(e.header().reply_serial(), Some(serial(9)));
+    }
+
+    #[test]
+    fn the_connections_of_one_user_share_its_places_and_give_them_back() {
+        let user = std::sync::Arc::new(UserReplies::default());
+        let now = Instant::now();
+        let mut conns: Vec<PendingReplies> = (0..3)
+            .map(|_| PendingReplies::of_user(user.clone()))
+            .collect();
+        let mut n = 0u32;
+        'fill: for c in conns.iter_mut() {
+            for _ in 0..MAX_PENDING_REPLIES {
+                n += 1;
+                match c.admit(serial(n), name(":busd.2"), now) {
+                    Ok(()) => {}
+                    Err(Full::User) => break 'fill,
+                    Err(Full::Connection) => break,
+                }
+            }
+        }
+        assert_eq!(user.waiting(), MAX_PENDING_REPLIES_PER_USER);
+        assert_eq!(
+            conns[2].admit(serial(9999), name(":busd.2"), now),
+            Err(Full::User),
+            "a third connection of the user gets no more places"
+        );
+        // Expiry and a closed connection give places back.
+        let expired = conns[0].expire(now + REPLY_TIMEOUT).len();
+        assert_eq!(user.waiting(), MAX_PENDING_REPLIES_PER_USER - expired);
+        conns.clear();
+        assert_eq!(user.waiting(), 0);
     }
 }

@@ -10,7 +10,7 @@ use zbus::Message;
 use zbus::message::{Flags, Type};
 use zbus::names::{BusName, OwnedUniqueName};
 
-use super::replies::{self, MAX_PENDING_REPLIES, PendingReplies};
+use super::replies::{self, MAX_PENDING_REPLIES, MAX_PENDING_REPLIES_PER_USER, PendingReplies};
 use super::socket::PeerCred;
 use vgpu_client::SERVICE as BUS_NAME;
 
@@ -116,15 +116,16 @@ pub(super) async fn refusal(
             return Ok(None);
         };
         let serial = msg.primary_header().serial_num();
-        if lock(replies).admit(serial, callee, Instant::now()).is_ok() {
+        let Err(full) = lock(replies).admit(serial, callee, Instant::now()) else {
             return Ok(None);
-        }
+        };
         tracing::debug!(
             uid = cred.uid,
             pid = cred.pid,
-            "refused a call past the connection's {MAX_PENDING_REPLIES} calls waiting for replies"
+            ?full,
+            "refused a call past the {MAX_PENDING_REPLIES} calls waiting for replies of a connection, or {MAX_PENDING_REPLIES_PER_USER} of a user"
         );
-        return Ok(Some(replies::limits_exceeded(msg, cred.uid)?));
+        return Ok(Some(replies::limits_exceeded(msg, cred.uid, full)?));
     }
     let text = format!("The name {destination} is not owned by any connection on this bus");
     Ok(Some(

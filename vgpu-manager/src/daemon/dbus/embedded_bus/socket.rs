@@ -258,7 +258,12 @@ pub fn split(
         cred,
         id,
         send_timeout,
-        replies: counted.then(|| Mutex::new(PendingReplies::default())),
+        replies: counted.then(|| {
+            Mutex::new(match slot.user_replies() {
+                Some(user) => PendingReplies::of_user(user),
+                None => PendingReplies::default(),
+            })
+        }),
         _slot: slot,
     });
     let reader = Reader {
