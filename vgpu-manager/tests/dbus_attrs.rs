@@ -9,6 +9,8 @@
 
 mod dbus_common;
 
+use std::path::Path;
+
 use dbus_common::Daemon;
 use vgpu_client::{BusAddress, Client, ClientError, NewInstance};
 
@@ -49,6 +51,15 @@ fn request(gpu: &str, type_id: &str, attrs: &[(&str, &str)]) -> NewInstance {
     }
 }
 
+/// vgpud on its embedded bus with its state in `dir/state`, and a client of it.
+async fn started(dir: &Path) -> (Daemon, Client) {
+    let daemon = Daemon::embedded(dir, &dir.join("state")).await;
+    let c = Client::connect(&daemon.bus.parse::<BusAddress>().unwrap())
+        .await
+        .unwrap();
+    (daemon, c)
+}
+
 fn daemon_error(e: ClientError) -> (String, String) {
     match e {
         ClientError::Daemon { kind, message } => (kind, message),
@@ -59,10 +70,7 @@ fn daemon_error(e: ClientError) -> (String, String) {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_refused_attribute_write_removes_the_new_device_again() {
     let tmp = tempfile::tempdir().unwrap();
-    let daemon = Daemon::embedded(tmp.path(), &tmp.path().join("state")).await;
-    let c = Client::connect(&daemon.bus.parse::<BusAddress>().unwrap())
-        .await
-        .unwrap();
+    let (daemon, c) = started(tmp.path()).await;
     let (gpu, ty, room) = a_type(&c).await;
 
     let e = c
@@ -94,10 +102,7 @@ async fn a_refused_attribute_write_removes_the_new_device_again() {
     drop(daemon);
 
     // The attributes are in the state directory: a new vgpud shows them.
-    let daemon = Daemon::embedded(tmp.path(), &tmp.path().join("state")).await;
-    let c = Client::connect(&daemon.bus.parse::<BusAddress>().unwrap())
-        .await
-        .unwrap();
+    let (_daemon, c) = started(tmp.path()).await;
     assert_eq!(
         c.instance_attrs(U).await.unwrap(),
         [("no_such_attribute".into(), "42".into())]
@@ -107,10 +112,7 @@ async fn a_refused_attribute_write_removes_the_new_device_again() {
 #[tokio::test(flavor = "multi_thread")]
 async fn attribute_names_that_are_not_one_file_name_are_refused_before_anything_runs() {
     let tmp = tempfile::tempdir().unwrap();
-    let daemon = Daemon::embedded(tmp.path(), &tmp.path().join("state")).await;
-    let c = Client::connect(&daemon.bus.parse::<BusAddress>().unwrap())
-        .await
-        .unwrap();
+    let (_daemon, c) = started(tmp.path()).await;
     let (gpu, ty, room) = a_type(&c).await;
     let long = "n".repeat(256);
     for name in ["../remove", "a/b", ".", "..", "", long.as_str()] {
@@ -129,10 +131,7 @@ async fn attribute_names_that_are_not_one_file_name_are_refused_before_anything_
 #[tokio::test(flavor = "multi_thread")]
 async fn an_attrs_option_of_another_type_is_refused_with_its_type() {
     let tmp = tempfile::tempdir().unwrap();
-    let daemon = Daemon::embedded(tmp.path(), &tmp.path().join("state")).await;
-    let c = Client::connect(&daemon.bus.parse::<BusAddress>().unwrap())
-        .await
-        .unwrap();
+    let (daemon, c) = started(tmp.path()).await;
     let (gpu, ty, _) = a_type(&c).await;
     let conn = dbus_common::client(&daemon.bus).await;
     let m = vgpu_client::Manager1Proxy::new(&conn).await.unwrap();
@@ -153,10 +152,7 @@ async fn an_attrs_option_of_another_type_is_refused_with_its_type() {
 #[tokio::test(flavor = "multi_thread")]
 async fn vgpuctl_define_takes_attributes_in_order() {
     let tmp = tempfile::tempdir().unwrap();
-    let daemon = Daemon::embedded(tmp.path(), &tmp.path().join("state")).await;
-    let c = Client::connect(&daemon.bus.parse::<BusAddress>().unwrap())
-        .await
-        .unwrap();
+    let (daemon, c) = started(tmp.path()).await;
     let (gpu, ty, _) = a_type(&c).await;
     let args = [
         "define", "--type", &ty, "--gpu", &gpu, "--uuid", U, "--attr", "b=2", "--attr", "a=x=y",

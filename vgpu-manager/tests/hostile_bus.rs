@@ -27,11 +27,11 @@
 
 mod dbus_common;
 
-use std::path::Path;
 use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
 use dbus_common::flood::{self, Args, Attack, assert_all_answered, assert_bounds, observe};
+use dbus_common::sysbus::socket_of;
 use dbus_common::system_bus::{NOBODY, open_tempdir, require_root};
 use dbus_common::{Daemon, PATIENCE, ok, stderr, vgpuctl, vgpuctl_as};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -162,13 +162,6 @@ print("closed", len(closed), len(socks), flush=True)
 sys.stdin.readline()
 "#;
 
-/// The socket file of a `unix:path=` bus address.
-fn socket_of(bus: &str) -> String {
-    bus.strip_prefix("unix:path=")
-        .expect("a unix:path= bus")
-        .to_string()
-}
-
 /// Panics unless vgpud is still running (not exited, not a zombie), with its log.
 fn assert_alive(d: &Daemon) {
     let state = std::fs::read_to_string(format!("/proc/{}/stat", d.pid()))
@@ -187,13 +180,6 @@ fn assert_alive(d: &Daemon) {
         "the embedded bus stopped:\n{}",
         d.log()
     );
-}
-
-/// Starts vgpud on its embedded bus, with [`dbus_common::HOSTILE_NOFILE`] descriptors.
-async fn daemon(dir: &Path) -> Daemon {
-    let d = Daemon::embedded(dir, &dir.join("state")).await;
-    d.limit_fds();
-    d
 }
 
 /// A python attacker running `script` with `args` as `uid`.
@@ -308,7 +294,7 @@ async fn an_unprivileged_user_cannot_take_vgpuds_name() {
         return;
     }
     let dir = open_tempdir();
-    let d = daemon(dir.path()).await;
+    let d = Daemon::embedded_hostile(dir.path()).await;
     let before = owner(&d.bus).await;
     // Flags 2 | 1: replace the owner, and let others replace us.
     for flags in ["uint32:2", "uint32:3", "uint32:4"] {
@@ -374,7 +360,7 @@ async fn a_call_to_a_name_nobody_owns_is_answered_service_unknown() {
         return;
     }
     let dir = open_tempdir();
-    let d = daemon(dir.path()).await;
+    let d = Daemon::embedded_hostile(dir.path()).await;
     let t = Instant::now();
     let out = dbus_send_as(
         NOBODY,
@@ -405,7 +391,7 @@ async fn six_hundred_idle_connections_do_not_stop_the_bus() {
         return;
     }
     let dir = open_tempdir();
-    let d = daemon(dir.path()).await;
+    let d = Daemon::embedded_hostile(dir.path()).await;
     let args = [socket_of(&d.bus), "600".into(), "40".into()];
     let mut a = Attacker::start(NOBODY, IDLE, &args);
     let got = a.report().await;
@@ -437,7 +423,7 @@ async fn many_users_stop_at_the_total_cap_and_root_is_answered() {
         return;
     }
     let dir = open_tempdir();
-    let d = daemon(dir.path()).await;
+    let d = Daemon::embedded_hostile(dir.path()).await;
     // 16 users × 60 connections: more than the bus's cap at 1024 descriptors (704), fewer than the
     // per-user cap each.
     let mut attackers = Vec::new();
@@ -463,7 +449,7 @@ async fn bodies_announced_but_never_sent_cost_no_memory() {
         return;
     }
     let dir = open_tempdir();
-    let d = daemon(dir.path()).await;
+    let d = Daemon::embedded_hostile(dir.path()).await;
     let before = d.rss_kib();
     let mut a = Attacker::start(
         NOBODY,
@@ -493,7 +479,7 @@ async fn the_bus_accepts_again_after_running_out_of_descriptors() {
         return;
     }
     let dir = open_tempdir();
-    let d = daemon(dir.path()).await;
+    let d = Daemon::embedded_hostile(dir.path()).await;
     // Squeeze vgpud to 64 descriptors: root's 64 connections (root is held to the per-user cap
     // only) then run it out, and accept(2) fails with EMFILE.
     let out = Command::new("prlimit")
@@ -527,7 +513,7 @@ async fn file_descriptors_sent_by_an_unprivileged_user_never_reach_vgpud() {
         return;
     }
     let dir = open_tempdir();
-    let d = daemon(dir.path()).await;
+    let d = Daemon::embedded_hostile(dir.path()).await;
     let mut a = Attacker::start(NOBODY, FDS, &[socket_of(&d.bus), "60".into(), "3".into()]);
     // While the attacker sends, vgpud's own table stays small.
     let mut most = 0;
@@ -561,7 +547,7 @@ async fn bodies_under_the_size_limit_cost_what_was_sent_not_what_was_announced()
         return;
     }
     let dir = open_tempdir();
-    let d = daemon(dir.path()).await;
+    let d = Daemon::embedded_hostile(dir.path()).await;
     let before = d.rss_kib();
     // 60 connections (under the per-user cap), each announcing 1000 KiB (under the message limit):
     // allocated by the announced length, that is 60 MiB.
@@ -614,7 +600,7 @@ async fn descriptors_from_a_privileged_peer_reach_root_and_unprivileged_callers(
         return;
     }
     let dir = open_tempdir();
-    let d = daemon(dir.path()).await;
+    let d = Daemon::embedded_hostile(dir.path()).await;
     let bus = d.bus.clone();
     // A root peer serving descriptors (what vgpud's OpenDevice replies carry), sending signals too.
     let server = dbus_common::client(&bus).await;
@@ -757,7 +743,7 @@ async fn floods_of_calls_zbus_answers_itself_stop_at_the_pending_reply_limit() {
         return;
     }
     let dir = open_tempdir();
-    let mut d = daemon(dir.path()).await;
+    let mut d = Daemon::embedded_hostile(dir.path()).await;
     let conn = dbus_common::client(&d.bus).await;
     for method in ["ListGpus", "ListInstances"] {
         flood::timed_call(&conn, "org.vgpumanager.Manager1", method).await;
@@ -838,7 +824,7 @@ async fn calls_to_a_peer_that_never_answers_stop_at_the_limit_until_the_reply_ti
         return;
     }
     let dir = open_tempdir();
-    let mut d = daemon(dir.path()).await;
+    let mut d = Daemon::embedded_hostile(dir.path()).await;
     let conn = dbus_common::client(&d.bus).await;
     let (idle_fds, idle_rss) = (d.fd_count(), d.rss_kib());
     let silent = SilentPeer::start(&d.bus).await;
@@ -883,7 +869,7 @@ async fn connections_that_never_send_hello_are_closed_and_free_their_slots() {
         return;
     }
     let dir = open_tempdir();
-    let d = daemon(dir.path()).await;
+    let d = Daemon::embedded_hostile(dir.path()).await;
     // As many as the user may hold, each authenticated, none saying Hello.
     let args = [socket_of(&d.bus), "64".into(), "40".into(), "auth".into()];
     let mut a = Attacker::start(NOBODY, IDLE, &args);
@@ -912,7 +898,7 @@ async fn introspection_from_every_connection_a_user_may_open_stays_bounded() {
     }
     use dbus_common::sysbus::{self, Raw};
     let tmp = open_tempdir();
-    let mut d = daemon(tmp.path()).await;
+    let mut d = Daemon::embedded_hostile(tmp.path()).await;
     let conn = dbus_common::client(&d.bus).await;
     flood::timed_call(&conn, "org.vgpumanager.Manager1", "ListGpus").await;
     let (idle_fds, idle_rss) = (d.fd_count(), d.rss_kib());

@@ -12,7 +12,6 @@
 
 mod dbus_common;
 
-use std::path::Path;
 use std::process::Child;
 
 use dbus_common::Daemon;
@@ -21,13 +20,6 @@ use dbus_common::flood::{
 };
 use dbus_common::objects::flood_observed;
 use dbus_common::system_bus::{open_tempdir, require_root};
-
-/// vgpud on its embedded bus under `RLIMIT_NOFILE` [`dbus_common::HOSTILE_NOFILE`].
-async fn limited_daemon(dir: &Path) -> Daemon {
-    let d = Daemon::embedded(dir, &dir.join("state")).await;
-    d.limit_fds();
-    d
-}
 
 /// Not a test of its own: the entry point of the attacking client, which [`flood::spawn`] runs as
 /// uid 65534. Without [`flood::ROLE_VAR`] it has nothing to do.
@@ -42,7 +34,7 @@ async fn floods_of_reads_and_refused_changes_cost_no_fds_and_others_stay_answere
         return;
     }
     let tmp = open_tempdir();
-    let mut daemon = limited_daemon(tmp.path()).await;
+    let mut daemon = Daemon::embedded_hostile(tmp.path()).await;
     let conn = dbus_common::client(&daemon.bus).await;
     timed_call(&conn, "org.vgpumanager.Manager1", "ListGpus").await;
     let (idle_fds, idle_rss) = (daemon.fd_count(), daemon.rss_kib());
@@ -87,7 +79,7 @@ async fn the_work_of_a_client_that_has_gone_is_dropped() {
         return;
     }
     let tmp = open_tempdir();
-    let mut daemon = limited_daemon(tmp.path()).await;
+    let mut daemon = Daemon::embedded_hostile(tmp.path()).await;
     let conn = dbus_common::client(&daemon.bus).await;
     timed_call(&conn, "org.vgpumanager.Manager1", "ListGpus").await;
     let (idle_fds, idle_rss) = (daemon.fd_count(), daemon.rss_kib());
@@ -145,7 +137,7 @@ async fn a_flood_of_get_managed_objects_is_admitted_and_answered_from_one_reply(
         return;
     }
     let tmp = open_tempdir();
-    let mut daemon = limited_daemon(tmp.path()).await;
+    let mut daemon = Daemon::embedded_hostile(tmp.path()).await;
     // Instances too, so that each answer is the size of a small real host's.
     for _ in 0..4 {
         dbus_common::ok(
@@ -190,7 +182,7 @@ async fn clients_that_pipeline_get_managed_objects_and_leave_cost_nothing_after(
         return;
     }
     let tmp = open_tempdir();
-    let mut daemon = limited_daemon(tmp.path()).await;
+    let mut daemon = Daemon::embedded_hostile(tmp.path()).await;
     let conn = dbus_common::client(&daemon.bus).await;
     timed_call(&conn, OBJECT_MANAGER, "GetManagedObjects").await;
     let (idle_fds, idle_rss) = (daemon.fd_count(), daemon.rss_kib());
@@ -237,7 +229,7 @@ async fn a_flood_of_gpu_scheduling_reads_is_admitted_like_the_methods() {
         return;
     }
     let tmp = open_tempdir();
-    let mut daemon = limited_daemon(tmp.path()).await;
+    let mut daemon = Daemon::embedded_hostile(tmp.path()).await;
     let conn = dbus_common::client(&daemon.bus).await;
     let gpu = first_gpu_path(&conn).await;
     timed_call(&conn, "org.vgpumanager.Manager1", "ListGpus").await;
@@ -274,7 +266,7 @@ async fn floods_of_the_standard_interfaces_stay_within_the_bounds() {
         return;
     }
     let tmp = open_tempdir();
-    let mut daemon = limited_daemon(tmp.path()).await;
+    let mut daemon = Daemon::embedded_hostile(tmp.path()).await;
     let made = dbus_common::ok_json(
         &dbus_common::vgpuctl(&daemon.bus, &["create", "--profile", "vdi-1g", "--json"]).await,
     );
@@ -366,7 +358,7 @@ async fn introspection_within_the_bus_limit_of_pending_calls_stays_within_the_bo
         return;
     }
     let tmp = open_tempdir();
-    let mut daemon = limited_daemon(tmp.path()).await;
+    let mut daemon = Daemon::embedded_hostile(tmp.path()).await;
     let conn = dbus_common::client(&daemon.bus).await;
     timed_call(&conn, "org.vgpumanager.Manager1", "ListGpus").await;
     let (idle_fds, idle_rss) = (daemon.fd_count(), daemon.rss_kib());

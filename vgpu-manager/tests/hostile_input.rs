@@ -67,8 +67,7 @@ async fn set_of_a_read_only_property_answers_property_read_only() {
         return;
     }
     let tmp = open_tempdir();
-    let daemon = Daemon::embedded(tmp.path(), &tmp.path().join("state")).await;
-    daemon.limit_fds();
+    let daemon = Daemon::embedded_hostile(tmp.path()).await;
     let bus = daemon.bus.clone();
     let made = ok_json(&vgpuctl(&bus, &["create", "--profile", "vdi-2g", "--json"]).await);
     let uuid = made["uuid"].as_str().unwrap().to_string();
@@ -125,8 +124,7 @@ async fn arguments_wrapped_in_a_structure_are_refused() {
         return;
     }
     let tmp = open_tempdir();
-    let daemon = Daemon::embedded(tmp.path(), &tmp.path().join("state")).await;
-    daemon.limit_fds();
+    let daemon = Daemon::embedded_hostile(tmp.path()).await;
     let bus = daemon.bus.clone();
     let made = ok_json(&vgpuctl(&bus, &["create", "--profile", "vdi-2g", "--json"]).await);
     let uuid = made["uuid"].as_str().unwrap().to_string();

@@ -175,10 +175,19 @@ impl Attack {
 /// Starts this test binary as uid 65534 running `attack` against `bus`. Its stdout ends with one
 /// line: the tally of answers by error name (`ok` for replies), as JSON.
 pub fn spawn(bus: &str, attack: &Attack) -> Child {
+    spawn_attacker(
+        (ROLE_VAR, &serde_json::to_string(attack).unwrap()),
+        (BUS_VAR, bus),
+    )
+}
+
+/// Runs this test binary's test named `attacker` as uid 65534, with the two environment variables
+/// that tell it what to do (its role) and where (its bus), its stdout piped.
+pub fn spawn_attacker(role: (&str, &str), bus: (&str, &str)) -> Child {
     Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "attacker", "--nocapture", "--test-threads=1"])
-        .env(ROLE_VAR, serde_json::to_string(attack).unwrap())
-        .env(BUS_VAR, bus)
+        .env(role.0, role.1)
+        .env(bus.0, bus.1)
         .uid(NOBODY)
         .gid(NOBODY)
         .stdin(Stdio::null())

@@ -9,11 +9,11 @@
 //! Also starts vgpud on such a root ([`Daemon::on_sysfs_root`]).
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+use std::ffi::OsStr;
 use std::fs;
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use super::Daemon;
 use super::fuse_attr::FuseAttr;
@@ -26,50 +26,18 @@ impl Daemon {
         let bus = format!("unix:path={}", dir.join("bus.sock").display());
         let pools = dir.join("pools.d");
         fs::create_dir_all(&pools).unwrap();
-        let log = dir.join("vgpud.log");
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_vgpud"))
-            .args(["--listen", &bus, "--sysfs-root"])
-            .arg(root)
-            .arg("--state-dir")
-            .arg(dir.join("state"))
-            .arg("--pools-dir")
-            .arg(&pools)
-            .env("VGPU_LOG", "info")
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("start vgpud");
-        let mut d = Daemon {
-            child: Some(child),
-            bus: bus.clone(),
-            log,
-        };
-        let address: vgpu_client::BusAddress = bus.parse().unwrap();
-        let deadline = std::time::Instant::now() + super::PATIENCE;
-        loop {
-            if let Some(status) = d.child.as_mut().unwrap().try_wait().unwrap() {
-                return Err(format!("vgpud exited ({status}): {}", d.log().trim()));
-            }
-            let short = Duration::from_secs(2);
-            if let Ok(Ok(conn)) = tokio::time::timeout(short, vgpu_client::connect(&address)).await
-                && let Ok(Ok(dbus)) =
-                    tokio::time::timeout(short, zbus::fdo::DBusProxy::new(&conn)).await
-                && let Ok(Ok(true)) = tokio::time::timeout(
-                    short,
-                    dbus.name_has_owner(vgpu_client::SERVICE.try_into().unwrap()),
-                )
-                .await
-            {
-                return Ok(d);
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "vgpud not ready: {}",
-                d.log()
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        let (state, listen) = (dir.join("state"), OsStr::new(&bus));
+        let args = [
+            OsStr::new("--listen"),
+            listen,
+            OsStr::new("--sysfs-root"),
+            root.as_os_str(),
+            OsStr::new("--state-dir"),
+            state.as_os_str(),
+            OsStr::new("--pools-dir"),
+            pools.as_os_str(),
+        ];
+        Daemon::try_start(&args, &bus, dir).await
     }
 }
 

@@ -45,6 +45,14 @@ impl Daemon {
         Daemon::embedded_with(dir, state, &[]).await
     }
 
+    /// [`Daemon::embedded`] with its state in `dir/state`, held to [`HOSTILE_NOFILE`] descriptors
+    /// ([`Daemon::limit_fds`]), as the hostile suites run it.
+    pub async fn embedded_hostile(dir: &Path) -> Daemon {
+        let d = Daemon::embedded(dir, &dir.join("state")).await;
+        d.limit_fds();
+        d
+    }
+
     /// [`Daemon::embedded`] with more arguments.
     pub async fn embedded_with(dir: &Path, state: &Path, extra: &[&str]) -> Daemon {
         let bus = format!("unix:path={}", dir.join("bus.sock").display());
@@ -82,6 +90,21 @@ impl Daemon {
     }
 
     async fn start(args: &[&str], state: &Path, bus: &str, dir: &Path, extra: &[&str]) -> Daemon {
+        let mut all: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_ref()).collect();
+        all.push(state.as_os_str());
+        all.extend(extra.iter().map(|a| std::ffi::OsStr::new(*a)));
+        Daemon::try_start(&all, bus, dir)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Starts `vgpud ARGS` serving on `bus`, its log in `dir`, and waits until it owns its name;
+    /// `Err` with its log if it exits first.
+    pub async fn try_start(
+        args: &[&std::ffi::OsStr],
+        bus: &str,
+        dir: &Path,
+    ) -> Result<Daemon, String> {
         static STARTS: AtomicUsize = AtomicUsize::new(0);
         let log = dir.join(format!(
             "vgpud-{}.log",
@@ -89,8 +112,6 @@ impl Daemon {
         ));
         let child = Command::new(env!("CARGO_BIN_EXE_vgpud"))
             .args(args)
-            .arg(state)
-            .args(extra)
             .env("VGPU_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -102,8 +123,8 @@ impl Daemon {
             bus: bus.to_string(),
             log,
         };
-        d.wait_ready().await;
-        d
+        d.wait_ready().await?;
+        Ok(d)
     }
 
     /// The daemon's log so far.
@@ -116,7 +137,8 @@ impl Daemon {
         Pid::from_raw(self.child.as_ref().expect("running").id() as i32)
     }
 
-    async fn wait_ready(&mut self) {
+    /// Waits until vgpud owns its name; `Err` with its log if it exits first.
+    async fn wait_ready(&mut self) -> Result<(), String> {
         let deadline = Instant::now() + PATIENCE;
         let bus: BusAddress = self.bus.parse().expect("bus address");
         loop {
@@ -127,7 +149,7 @@ impl Daemon {
                 .try_wait()
                 .expect("poll vgpud")
             {
-                panic!("vgpud exited early ({status}):\n{}", self.log());
+                return Err(format!("vgpud exited early ({status}):\n{}", self.log()));
             }
             // Each step bounded: a daemon killed or still starting must not hang the wait.
             let short = Duration::from_secs(2);
@@ -140,7 +162,7 @@ impl Daemon {
                 )
                 .await
             {
-                return;
+                return Ok(());
             }
             assert!(
                 Instant::now() < deadline,

@@ -11,8 +11,7 @@ use std::collections::BTreeMap;
 use std::io::{IoSlice, Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
-use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use nix::sys::socket::{ControlMessage, MsgFlags, UnixAddr, sendmsg};
@@ -105,17 +104,10 @@ impl Raw {
 
 /// Starts this test binary as uid 65534 running `attack` against the bus socket `socket`.
 pub fn spawn(socket: &str, attack: &Raw) -> Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "attacker", "--nocapture", "--test-threads=1"])
-        .env(ROLE_VAR, serde_json::to_string(attack).unwrap())
-        .env(SOCKET_VAR, socket)
-        .uid(NOBODY)
-        .gid(NOBODY)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start the attacking client")
+    super::flood::spawn_attacker(
+        (ROLE_VAR, &serde_json::to_string(attack).unwrap()),
+        (SOCKET_VAR, socket),
+    )
 }
 
 /// The socket file of a `unix:path=` bus address.

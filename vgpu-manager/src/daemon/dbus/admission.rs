@@ -55,7 +55,7 @@ pub(super) enum Principal {
 impl Principal {
     /// The principal of a caller with user `uid`.
     pub(super) fn of_uid(uid: u32) -> Principal {
-        if uid == 0 || uid == nix::unistd::geteuid().as_raw() {
+        if super::auth::is_privileged_uid(uid) {
             Principal::Privileged
         } else {
             Principal::User(uid)

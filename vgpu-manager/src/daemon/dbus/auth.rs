@@ -76,6 +76,12 @@ impl fmt::Display for Caller {
     }
 }
 
+/// Whether `uid` is one of vgpud's privileged users: root, or the user vgpud runs as. They may own
+/// vgpud's name on the embedded bus, and get their own share of vgpud's workers (see admission).
+pub fn is_privileged_uid(uid: u32) -> bool {
+    uid == 0 || uid == nix::unistd::geteuid().as_raw()
+}
+
 /// Decides whether callers may make changes.
 #[derive(Debug, Clone)]
 pub struct Authorizer {

@@ -24,7 +24,7 @@ const PROTECTED_NAMES: [&str; 2] = [BUS_NAME, "org.freedesktop.PolicyKit1"];
 /// Who may own vgpud's name on the embedded bus (and polkit's, and monitor it): root and the user
 /// vgpud runs as.
 pub fn may_own_daemon_name(uid: u32) -> bool {
-    uid == 0 || uid == nix::unistd::geteuid().as_raw()
+    crate::daemon::dbus::auth::is_privileged_uid(uid)
 }
 
 /// Whether `msg` is the `Hello` call to the bus with which a client starts (D-Bus specification,
