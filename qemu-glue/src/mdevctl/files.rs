@@ -75,6 +75,75 @@ pub fn read_config_dir(dir: &Path) -> Result<Vec<MdevctlDevice>, MdevctlError> {
     Ok(out)
 }
 
+/// What [`scan_config_dir`] found: every definition that parses, and each file that does not.
+#[derive(Debug, Default)]
+pub struct ConfigScan {
+    /// The definitions that parse, sorted by parent then UUID.
+    pub devices: Vec<MdevctlDevice>,
+    /// Each file or directory that could not be read or parsed, with the reason (naming the path).
+    pub unreadable: Vec<MdevctlError>,
+}
+
+/// Reads every definition under `dir` as [`read_config_dir`] does, but a file (or parent directory)
+/// that cannot be read or parsed is reported in [`ConfigScan::unreadable`] and the rest still load:
+/// what a daemon that must start whatever an administrator left there needs. A missing `dir` means no
+/// definitions. Names mdevctl ignores (non-UUID file names such as leftover temporary files,
+/// `scripts.d`, non-directories at the top) are skipped silently, as mdevctl skips them.
+pub fn scan_config_dir(dir: &Path) -> ConfigScan {
+    let mut scan = ConfigScan::default();
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return scan,
+        Err(e) => {
+            scan.unreadable.push(io(dir)(e));
+            return scan;
+        }
+    };
+    for entry in entries.flatten() {
+        let ppath = entry.path();
+        let Some(parent) = entry.file_name().to_str().map(str::to_string) else {
+            continue;
+        };
+        if parent == SCRIPTS_DIR || !ppath.is_dir() || check_parent(&parent).is_err() {
+            continue;
+        }
+        let children = match fs::read_dir(&ppath) {
+            Ok(c) => c,
+            Err(e) => {
+                scan.unreadable.push(io(&ppath)(e));
+                continue;
+            }
+        };
+        for child in children.flatten() {
+            let path = child.path();
+            let Some(uuid) = child
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<MdevUuid>().ok())
+            else {
+                continue;
+            };
+            if !path.is_file() {
+                continue;
+            }
+            let config = fs::read_to_string(&path)
+                .map_err(io(&path))
+                .and_then(|text| MdevctlConfig::from_json(&text, &path.display().to_string()));
+            match config {
+                Ok(config) => scan.devices.push(MdevctlDevice {
+                    parent: parent.clone(),
+                    uuid,
+                    config,
+                }),
+                Err(e) => scan.unreadable.push(e),
+            }
+        }
+    }
+    scan.devices
+        .sort_by(|a, b| (&a.parent, a.uuid).cmp(&(&b.parent, b.uuid)));
+    scan
+}
+
 /// Writes `device`'s definition under `dir`, creating the parent directory; returns the file. The file is
 /// written to a temporary name and renamed, so a reader (mdevctl, its udev rule) never sees half a file.
 pub fn write_config(dir: &Path, device: &MdevctlDevice) -> Result<PathBuf, MdevctlError> {

@@ -15,7 +15,10 @@
 mod files;
 mod json;
 
-pub use files::{CONFIG_DIR, config_path, read_config_dir, remove_config, write_config};
+pub use files::{
+    CONFIG_DIR, ConfigScan, config_path, read_config_dir, remove_config, scan_config_dir,
+    write_config,
+};
 pub use json::{
     MdevctlConfig, MdevctlDevice, MdevctlType, StartMode, list_json, parse_list_json,
     parse_types_json, types_json,

@@ -15,8 +15,8 @@ use crate::bus::{connect, connect_daemon};
 use crate::paths::{gpu_path, instance_path, instance_uuid};
 use crate::proxy::{Gpu1Proxy, Instance1Proxy, Manager1Proxy};
 use crate::{
-    BusAddress, ClientError, GpuInfo, InstanceInfo, PoolStatus, PoolSummary, TARGET_PROFILE,
-    TARGET_TYPE,
+    BusAddress, ClientError, DefinitionInfo, GpuInfo, InstanceInfo, PoolStatus, PoolSummary,
+    TARGET_PROFILE, TARGET_TYPE,
 };
 
 /// What `Create`/`Define` make an instance of: a profile or an exact mdev type.
@@ -281,6 +281,31 @@ impl Client {
             self.call(method, m.create(kind, &req.target, gpu, uuid, options))
                 .await?
         };
+        let uuid = instance_uuid(&path).ok_or_else(|| ClientError::BadObjectPath {
+            method: method.to_string(),
+            path: path.to_string(),
+        })?;
+        self.get_instance(&uuid.to_string()).await
+    }
+
+    /// Every definition by parent and UUID, vgpud's and the foreign files of `/etc/mdevctl.d`
+    /// (`ListDefinitions`).
+    pub async fn list_definitions(&self) -> Result<Vec<DefinitionInfo>, ClientError> {
+        self.call("ListDefinitions", self.manager.list_definitions())
+            .await
+    }
+
+    /// Takes the foreign definition of `uuid` on `parent` into vgpud (`AdoptDefinition`), then
+    /// returns its instance (`GetInstance`).
+    pub async fn adopt_definition(
+        &self,
+        parent: &str,
+        uuid: &str,
+    ) -> Result<InstanceInfo, ClientError> {
+        let method = "AdoptDefinition";
+        let path = self
+            .call(method, self.manager.adopt_definition(parent, uuid))
+            .await?;
         let uuid = instance_uuid(&path).ok_or_else(|| ClientError::BadObjectPath {
             method: method.to_string(),
             path: path.to_string(),

@@ -8,7 +8,9 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::api::within;
-use crate::{BusAddress, ClientError, GpuInfo, InstanceInfo, NewInstance, PoolStatus};
+use crate::{
+    BusAddress, ClientError, DefinitionInfo, GpuInfo, InstanceInfo, NewInstance, PoolStatus,
+};
 
 /// How long one D-Bus call of a blocking [`Client`] may take before it is abandoned.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(60);
@@ -38,6 +40,34 @@ pub trait ManagerCalls {
     fn set_autostart(&mut self, uuid: &str, autostart: bool) -> Result<(), ClientError>;
     /// The mdev attributes of instance `uuid`'s definition, in write order (`Attributes`).
     fn instance_attrs(&mut self, uuid: &str) -> Result<Vec<(String, String)>, ClientError>;
+    /// Every definition by parent and UUID, vgpud's and foreign (`ListDefinitions`). The default
+    /// (for daemons without foreign definitions) lists the defined instances.
+    fn list_definitions(&mut self) -> Result<Vec<DefinitionInfo>, ClientError> {
+        let mut out = Vec::new();
+        for i in self.list_instances()?.into_iter().filter(|i| i.defined) {
+            let attrs = self.instance_attrs(&i.uuid)?;
+            let parent = if i.parent.is_empty() { i.gpu } else { i.parent };
+            out.push(DefinitionInfo {
+                parent,
+                uuid: i.uuid,
+                type_id: i.type_id,
+                autostart: i.autostart,
+                owner: "daemon".into(),
+                attrs,
+            });
+        }
+        Ok(out)
+    }
+    /// Takes the foreign definition of `uuid` on `parent` into vgpud (`AdoptDefinition`); returns
+    /// its instance. The default (for daemons without foreign definitions) refuses.
+    fn adopt_definition(&mut self, parent: &str, uuid: &str) -> Result<InstanceInfo, ClientError> {
+        Err(ClientError::Daemon {
+            kind: "NotSupported".into(),
+            message: format!(
+                "cannot take over the definition of {uuid} on {parent}: this daemon keeps no foreign definitions"
+            ),
+        })
+    }
 }
 
 /// A blocking client: the async [`crate::Client`] and the one-thread runtime it runs on. Every call
@@ -183,6 +213,12 @@ impl ManagerCalls for Client {
     fn instance_attrs(&mut self, uuid: &str) -> Result<Vec<(String, String)>, ClientError> {
         self.run(|c| c.instance_attrs(uuid))
     }
+    fn list_definitions(&mut self) -> Result<Vec<DefinitionInfo>, ClientError> {
+        self.run(|c| c.list_definitions())
+    }
+    fn adopt_definition(&mut self, parent: &str, uuid: &str) -> Result<InstanceInfo, ClientError> {
+        self.run(|c| c.adopt_definition(parent, uuid))
+    }
 }
 
 /// A borrowed daemon is a daemon, so callers can keep theirs after handing it to a function that
@@ -220,5 +256,11 @@ impl<D: ManagerCalls + ?Sized> ManagerCalls for &mut D {
     }
     fn instance_attrs(&mut self, uuid: &str) -> Result<Vec<(String, String)>, ClientError> {
         (**self).instance_attrs(uuid)
+    }
+    fn list_definitions(&mut self) -> Result<Vec<DefinitionInfo>, ClientError> {
+        (**self).list_definitions()
+    }
+    fn adopt_definition(&mut self, parent: &str, uuid: &str) -> Result<InstanceInfo, ClientError> {
+        (**self).adopt_definition(parent, uuid)
     }
 }

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use zbus::{ObjectPath, OwnedObjectPath, Variant, proxy};
 
-use crate::wire::{GpuInfo, InstanceInfo, TypeSlot};
+use crate::wire::{DefinitionInfo, GpuInfo, InstanceInfo, TypeSlot};
 
 /// `org.vgpumanager.Manager1` at `/org/vgpumanager/Manager1`: lists, lifecycle and signals.
 #[proxy(
@@ -24,6 +24,12 @@ pub trait Manager1 {
 
     /// One instance by UUID.
     fn get_instance(&self, uuid: &str) -> zbus::Result<InstanceInfo>;
+
+    /// Every definition by parent and UUID: vgpud's and the foreign files of `/etc/mdevctl.d`.
+    fn list_definitions(&self) -> zbus::Result<Vec<DefinitionInfo>>;
+
+    /// Takes the foreign definition of `uuid` on `parent` into vgpud; returns its instance's path.
+    fn adopt_definition(&self, parent: &str, uuid: &str) -> zbus::Result<OwnedObjectPath>;
 
     /// Creates and starts a transient instance. `target_kind` is `profile` or `type`; `gpu` and
     /// `uuid` may be `""` (daemon's choice). Options: `label` (s).

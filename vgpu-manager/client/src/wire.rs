@@ -38,6 +38,32 @@ pub struct InstanceInfo {
     pub created_at: u64,
 }
 
+/// One definition, as `ListDefinitions` returns it: D-Bus signature `(sssbsa(ss))`. mdevctl keys
+/// definitions by parent and UUID, so one UUID may appear under several parents (foreign files).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct DefinitionInfo {
+    /// The mdev parent's sysfs device name (the directory of its file under `/etc/mdevctl.d`).
+    pub parent: String,
+    /// The mdev UUID.
+    pub uuid: String,
+    /// The mdev type id.
+    pub type_id: String,
+    /// Started when its parent appears (mdevctl's `"start": "auto"`).
+    pub autostart: bool,
+    /// `daemon` (one of vgpud's definitions) or `foreign` (a file in `/etc/mdevctl.d` vgpud did not
+    /// write: listed, never started by vgpud on its own; `AdoptDefinition` takes it over).
+    pub owner: String,
+    /// mdev attributes (name, value), in write order.
+    pub attrs: Vec<(String, String)>,
+}
+
+impl DefinitionInfo {
+    /// True for a definition vgpud did not write.
+    pub fn is_foreign(&self) -> bool {
+        self.owner == "foreign"
+    }
+}
+
 impl InstanceInfo {
     /// Its object path, serving `org.vgpumanager.Instance1` (see [`crate::instance_path`]).
     pub fn path(&self) -> OwnedObjectPath {

@@ -19,6 +19,7 @@ use vgpu_manager::daemon::dbus::bus_name::{self, NameError};
 use vgpu_manager::daemon::dbus::embedded_bus::{self, EmbeddedBus, EmbeddedBusError};
 use vgpu_manager::daemon::dbus::{self, Executor, ServeError};
 use vgpu_manager::daemon::engine::{Core, GpuImpact};
+use vgpu_manager::daemon::mdevctl_dir::{MdevctlDir, watch};
 use vgpu_manager::daemon::pool_files::{PoolFileOutcome, apply_pool_files};
 use vgpu_manager::profile::Catalog;
 
@@ -46,6 +47,35 @@ struct Args {
     /// is fine).
     #[arg(long, value_name = "DIR", default_value = vgpu_manager::pool::DEFAULT_DIR)]
     pools_dir: PathBuf,
+    /// mdevctl's definition directory: vgpud keeps a file there in mdevctl's format for each of its
+    /// definitions, and lists the other files as foreign definitions. Default: `etc/mdevctl.d` below
+    /// --sysfs-root (`/etc/mdevctl.d` on the live host); none on a simulated host.
+    #[arg(long, value_name = "DIR")]
+    mdevctl_dir: Option<PathBuf>,
+    /// Keep no mdevctl definition directory.
+    #[arg(long, conflicts_with = "mdevctl_dir")]
+    no_mdevctl_dir: bool,
+}
+
+impl Args {
+    /// The mdevctl definition directory vgpud keeps, if any (see `--mdevctl-dir`).
+    fn mdevctl_dir(&self) -> Option<MdevctlDir> {
+        if self.no_mdevctl_dir {
+            return None;
+        }
+        if let Some(d) = &self.mdevctl_dir {
+            return Some(MdevctlDir::new(d));
+        }
+        if self.host.sim.is_some() {
+            return None;
+        }
+        let root = self
+            .host
+            .sysfs_root
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("/"));
+        Some(MdevctlDir::below_root(&root))
+    }
 }
 
 /// Why the daemon could not start or run.
@@ -134,6 +164,25 @@ fn forward_uevents(
     }
 }
 
+/// Follows changes others make in the mdevctl definition directory (an edit of one of vgpud's
+/// files, a removed one), on a thread of its own.
+fn watch_mdevctl_dir(core: &Arc<Core>) {
+    let Some(dir) = core.mdevctl_dir() else {
+        return;
+    };
+    let weak = Arc::downgrade(core);
+    let watched = watch::watch(dir.path(), move || {
+        let Some(core) = weak.upgrade() else {
+            return false;
+        };
+        core.mdevctl_dir_changed();
+        true
+    });
+    if let Err(e) = watched {
+        warn!(error = %e, "mdevctl definition directory not watched");
+    }
+}
+
 /// The pool files and what applies them.
 struct PoolFiles {
     core: Arc<Core>,
@@ -183,14 +232,17 @@ async fn run(args: Args) -> Result<(), DaemonError> {
     let catalog = Catalog::builtin().map_err(|e| DaemonError::Catalog(e.to_string()))?;
     let pool_catalog = catalog.clone();
     let dir = args.state_dir.clone();
-    let core = tokio::task::spawn_blocking(move || Core::open(host, &dir, catalog))
-        .await
-        .map_err(|e| DaemonError::Join(e.to_string()))?
-        .map_err(|source| DaemonError::Core {
-            dir: args.state_dir.display().to_string(),
-            source,
-        })?;
+    let mdevctl_dir = args.mdevctl_dir();
+    let core =
+        tokio::task::spawn_blocking(move || Core::open_with(host, &dir, catalog, mdevctl_dir))
+            .await
+            .map_err(|e| DaemonError::Join(e.to_string()))?
+            .map_err(|source| DaemonError::Core {
+                dir: args.state_dir.display().to_string(),
+                source,
+            })?;
     let core = Arc::new(core);
+    watch_mdevctl_dir(&core);
 
     // The embedded bus must outlive the connection; it removes its socket when dropped.
     let (embedded, bus): (Option<EmbeddedBus>, BusAddress) = match &args.listen {

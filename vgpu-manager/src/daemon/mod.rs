@@ -7,6 +7,7 @@ pub mod dbus;
 pub mod engine;
 pub mod exec;
 pub mod fd_budget;
+pub mod mdevctl_dir;
 pub mod pool_files;
 pub mod reconcile;
 pub mod store;

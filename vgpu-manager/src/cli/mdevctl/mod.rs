@@ -33,6 +33,7 @@ use vgpu_client::{BusAddress, InstanceInfo};
 use super::daemon_cmds::BusArgs;
 use super::{CliError, HostArgs};
 
+mod defined;
 mod ops;
 
 /// The `vgpuctl mdevctl` subcommands, named and spelled as mdevctl's.
@@ -364,49 +365,52 @@ fn list(daemon: &mut dyn ManagerCalls, a: &ListArgs, out: &mut dyn Write) -> Res
         u.parse::<mdev_types::ids::MdevUuid>()
             .map_err(|_| bad(format!("'{u}' is not a UUID")))?;
     }
-    let instances = daemon.list_instances()?;
-    let mut chosen: Vec<(&InstanceInfo, MdevctlDevice)> = instances
-        .iter()
-        .filter(|i| {
-            if a.defined {
-                i.defined
-            } else {
-                i.state == "running"
-            }
-        })
-        .filter(|i| a.uuid.as_deref().is_none_or(|u| same_uuid(u, &i.uuid)))
-        .filter_map(|i| as_device(i, Vec::new()).map(|d| (i, d)))
-        .filter(|(_, d)| a.parent.as_deref().is_none_or(|p| p == d.parent))
-        .collect();
-    // A definition's attributes, as mdevctl lists a defined device's (mdevctl src/main.rs
-    // list_command); a running device's are not read back from sysfs, as mdevctl without call-outs
-    // does not (its active list shows `"attrs": []`).
     if a.defined {
-        for (i, d) in &mut chosen {
-            d.config.attrs = daemon.instance_attrs(&i.uuid)?;
-        }
+        return defined::list(daemon, a, out);
     }
+    // A running device is also defined when a definition of its UUID exists on its parent (vgpud's
+    // or a foreign file in /etc/mdevctl.d), as mdevctl marks it.
+    let definitions = daemon.list_definitions()?;
+    let instances = daemon.list_instances()?;
+    let chosen: Vec<(MdevctlDevice, &'static str)> = instances
+        .iter()
+        .filter(|i| i.state == "running")
+        .filter(|i| a.uuid.as_deref().is_none_or(|u| same_uuid(u, &i.uuid)))
+        .filter_map(|i| as_device(i, Vec::new()))
+        .filter(|d| a.parent.as_deref().is_none_or(|p| p == d.parent))
+        .map(|d| {
+            let is_defined = definitions
+                .iter()
+                .any(|x| same_uuid(&x.uuid, &d.uuid.to_string()) && x.parent == d.parent);
+            (d, if is_defined { " (defined)" } else { "" })
+        })
+        .collect();
+    print_list(chosen, a, out)
+}
+
+/// Prints `list` output: each device with the note after its text line (` (defined)` in the active
+/// list, ` (active)` in the defined one).
+fn print_list(
+    chosen: Vec<(MdevctlDevice, &'static str)>,
+    a: &ListArgs,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
     if a.dumpjson {
         // mdevctl prints a single device's bare configuration when filtered by UUID (src/main.rs
         // list_command), so that it can be saved as a definition file.
         let text = match (&a.uuid, chosen.as_slice()) {
-            (Some(_), [(_, d)]) => d.config.to_json_pretty(),
-            _ => list_json(&chosen.iter().map(|(_, d)| d.clone()).collect::<Vec<_>>()),
+            (Some(_), [(d, _)]) => d.config.to_json_pretty(),
+            _ => list_json(&chosen.iter().map(|(d, _)| d.clone()).collect::<Vec<_>>()),
         };
         // mdevctl writes its JSON without a final newline.
         write!(out, "{text}")?;
         return Ok(());
     }
     let mut sorted = chosen;
-    sorted.sort_by(|(_, x), (_, y)| (&x.parent, x.uuid).cmp(&(&y.parent, y.uuid)));
-    for (i, d) in sorted {
+    sorted.sort_by(|(x, _), (y, _)| (&x.parent, x.uuid).cmp(&(&y.parent, y.uuid)));
+    for (d, also) in sorted {
         // mdevctl's text form (src/mdev.rs to_text): UUID PARENT TYPE auto|manual, then whether the
         // device is also defined (active list) or also running (defined list).
-        let also = match (a.defined, i.defined, i.state == "running") {
-            (false, true, _) => " (defined)",
-            (true, _, true) => " (active)",
-            _ => "",
-        };
         writeln!(
             out,
             "{} {} {} {}{also}",

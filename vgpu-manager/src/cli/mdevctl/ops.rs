@@ -93,6 +93,9 @@ pub(super) fn define(
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
     let uuid = spec.uuid.as_deref().map(check_uuid).transpose()?;
+    if let (Some(u), Some(p)) = (&uuid, &spec.parent) {
+        super::defined::refuse_existing(daemon, u, p, spec.jsonfile.is_some())?;
+    }
     let made = match (wanted(spec)?, &spec.parent, &uuid) {
         (Some(w), Some(p), _) => daemon.define(
             &new_instance(&w.type_id, p, uuid.as_ref(), &w.attrs),
@@ -143,6 +146,12 @@ pub(super) fn start(
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
     let uuid = spec.uuid.as_deref().map(check_uuid).transpose()?;
+    if let Some(u) = &uuid
+        && spec.jsonfile.is_none()
+    {
+        let (parent, ty) = (spec.parent.as_deref(), spec.mdev_type.as_deref());
+        super::defined::before_start(daemon, u, parent, ty)?;
+    }
     let wanted = wanted(spec)?;
     if let Some(u) = &uuid
         && let Some(i) = find(daemon, u, spec.parent.as_deref())?
@@ -198,10 +207,7 @@ pub(super) fn stop(daemon: &mut dyn ManagerCalls, spec: &UuidSpec) -> Result<(),
 
 pub(super) fn undefine(daemon: &mut dyn ManagerCalls, spec: &UuidSpec) -> Result<(), CliError> {
     let u = check_uuid(&spec.uuid)?;
-    match find(daemon, &u, spec.parent.as_deref())? {
-        Some(i) if i.defined => Ok(daemon.undefine(&u)?),
-        _ => Err(bad(format!("no definition of mdev {u}"))),
-    }
+    super::defined::undefine(daemon, &u, spec.parent.as_deref())
 }
 
 pub(super) fn modify(daemon: &mut dyn ManagerCalls, m: &ModifyArgs) -> Result<(), CliError> {
@@ -222,6 +228,7 @@ pub(super) fn modify(daemon: &mut dyn ManagerCalls, m: &ModifyArgs) -> Result<()
     if m.jsonfile.is_some() && m.parent.is_none() {
         return Err(bad("Parent device required to modify device via json file"));
     }
+    super::defined::the_definition(daemon, &u, m.parent.as_deref())?;
     let i = find(daemon, &u, m.parent.as_deref())?
         .filter(|i| i.defined)
         .ok_or_else(|| bad(format!("no definition of mdev {u}")))?;
@@ -279,23 +286,17 @@ fn changed_attrs(m: &ModifyArgs, u: &str, old: &[(String, String)]) -> Result<At
     Ok(attrs)
 }
 
-/// `start-parent-mdevs PARENT`: starts every stopped definition of `parent` marked auto, as mdevctl's
-/// udev rule asks when the parent appears (mdevctl src/main.rs start_parent_mdevs_command). A device that
+/// `start-parent-mdevs PARENT`: starts every stopped definition of `parent` marked auto (foreign ones
+/// taken over by vgpud first), as mdevctl's udev rule asks when the parent appears (mdevctl src/main.rs start_parent_mdevs_command). A device that
 /// fails to start is reported and the others still start; the command itself succeeds, as mdevctl's.
 pub(super) fn start_parent_mdevs(
     daemon: &mut dyn ManagerCalls,
     parent: &str,
 ) -> Result<(), CliError> {
-    let due: Vec<String> = daemon
-        .list_instances()?
-        .into_iter()
-        .filter(|i| i.defined && i.autostart && i.state != "running")
-        .filter(|i| i.parent == parent || (i.parent.is_empty() && i.gpu == parent))
-        .map(|i| i.uuid)
-        .collect();
-    for u in due {
-        if let Err(e) = daemon.start(&u) {
-            tracing::warn!(uuid = %u, %parent, error = %e, "autostart of a definition failed");
+    for d in super::defined::due_on(daemon, parent)? {
+        let started = super::defined::own(daemon, &d).and_then(|()| Ok(daemon.start(&d.uuid)?));
+        if let Err(e) = started {
+            tracing::warn!(uuid = %d.uuid, %parent, error = %e, "autostart of a definition failed");
         }
     }
     Ok(())

@@ -11,6 +11,7 @@ use vgpu_vfio::VfioCheckError;
 
 use super::limits::{ClientList, ClientText, clip};
 use crate::backend::BackendError;
+use crate::daemon::mdevctl_dir::MdevctlDirError;
 use crate::daemon::store::StoreError;
 use crate::pool::{PoolError, PoolShortfall};
 
@@ -67,6 +68,9 @@ pub enum CoreError {
     /// The state directory could not be written or read.
     #[error(transparent)]
     Store(Arc<StoreError>),
+    /// mdevctl's definition directory could not be written or read.
+    #[error(transparent)]
+    MdevctlDir(Arc<MdevctlDirError>),
     /// A pool does not fit. Nothing was changed.
     #[error(
         "pool {pool} does not fit on {host}: {}; nothing was changed: lower the counts, widen [select], or free capacity (`vgpuctl pool plan FILE` shows the placement){}",
@@ -143,6 +147,12 @@ fn shortfall_list(s: &[PoolShortfall]) -> String {
         .join("; ")
 }
 
+impl From<MdevctlDirError> for CoreError {
+    fn from(e: MdevctlDirError) -> Self {
+        CoreError::MdevctlDir(Arc::new(e))
+    }
+}
+
 impl From<StoreError> for CoreError {
     fn from(e: StoreError) -> Self {
         CoreError::Store(Arc::new(e))
@@ -189,7 +199,7 @@ impl CoreError {
             } => "Invalid",
             CoreError::Vfio { .. } => "State",
             CoreError::Host(_) => "Host",
-            CoreError::Store(_) => "Store",
+            CoreError::Store(_) | CoreError::MdevctlDir(_) => "Store",
             CoreError::Shortfall { .. } => "Shortfall",
             CoreError::WholeGpuSlot { .. } => "NotSupported",
             CoreError::PoolStep { cause, .. } => cause.kind(),
@@ -384,6 +394,28 @@ pub enum StateError {
         uuid: MdevUuid,
         /// The command (`stop`, `destroy`).
         action: &'static str,
+    },
+    /// Adopting a definition whose UUID vgpud already defines on another parent.
+    #[error(
+        "mdev {uuid} is already defined by vgpud on {defined_on}, so its definition on {parent} cannot be taken over (vgpud keeps one definition per UUID): undefine the one on {defined_on} first, or name that parent"
+    )]
+    DefinedElsewhere {
+        /// The UUID.
+        uuid: MdevUuid,
+        /// The parent of vgpud's definition.
+        defined_on: String,
+        /// The parent of the definition asked for.
+        parent: String,
+    },
+    /// Adopting a definition that has no file.
+    #[error(
+        "no definition of mdev {uuid} on {parent} in the mdevctl definition directory: `mdevctl list --defined` shows the definitions"
+    )]
+    NoDefinitionFile {
+        /// The UUID.
+        uuid: MdevUuid,
+        /// The parent asked for.
+        parent: String,
     },
     /// Undefine of a transient instance.
     #[error("instance {uuid} is not defined (it is transient)")]

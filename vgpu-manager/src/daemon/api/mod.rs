@@ -12,6 +12,7 @@ use mdev_types::ids::{MdevTypeId, MdevUuid};
 
 mod attrs;
 mod command;
+mod definitions;
 mod error;
 pub mod limits;
 
@@ -19,6 +20,7 @@ pub use attrs::{
     AttrError, MAX_ATTR_NAME_BYTES, MAX_ATTR_VALUE_BYTES, MAX_ATTRS, MdevAttr, parse_attrs,
 };
 pub use command::*;
+pub use definitions::{AdoptDefinition, DefinitionOwner, DefinitionView, ListDefinitions};
 pub use error::{CoreError, RequestError, StateError, UndoFailure, VfInUse};
 
 /// Who created an instance, which decides whether the daemon may ever remove it.

@@ -15,7 +15,9 @@ use super::pools::{self, json_text};
 use crate::daemon::api::limits::{self, ClientText, clip};
 use crate::daemon::api::*;
 use mdev_types::ids::{IdError, MdevUuid};
-use vgpu_client::{GpuInfo, InstanceInfo, TARGET_PROFILE, TARGET_TYPE, instance_path};
+use vgpu_client::{
+    DefinitionInfo, GpuInfo, InstanceInfo, TARGET_PROFILE, TARGET_TYPE, instance_path,
+};
 
 /// The manager object.
 pub(super) struct Manager {
@@ -208,6 +210,51 @@ impl Manager {
         let uuid = parse_uuid(uuid)?;
         let v = self.shared.run(conn, &hdr, GetInstance { uuid }).await?;
         Ok((super::instance::info(&v),))
+    }
+
+    /// Every definition as mdevctl keys them, by parent and UUID, sorted so: vgpud's own and the
+    /// foreign files of mdevctl's definition directory (/etc/mdevctl.d; an administrator's or the
+    /// real mdevctl's: listed, never started by vgpud on its own). Each row: parent, uuid, type,
+    /// autostart, owner ("daemon" or "foreign"), attributes (name, value) in write order.
+    #[zbus(out_args("definitions"))]
+    async fn list_definitions(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<Vec<DefinitionInfo>, ApiError> {
+        let defs = self.shared.run(conn, &hdr, ListDefinitions).await?;
+        Ok(defs
+            .into_iter()
+            .map(|d| DefinitionInfo {
+                parent: d.parent,
+                uuid: d.uuid.to_string(),
+                type_id: d.type_id.to_string(),
+                autostart: d.autostart,
+                owner: d.owner.to_string(),
+                attrs: d.attrs,
+            })
+            .collect())
+    }
+
+    /// Takes the foreign definition of uuid on parent (its file in /etc/mdevctl.d) into vgpud, as a
+    /// Define of the file's type, start mode and attributes; later calls naming the UUID act on it.
+    /// A definition vgpud already keeps there answers its instance; one of the UUID on another parent
+    /// is refused (State).
+    #[zbus(out_args("instance"))]
+    async fn adopt_definition(
+        &self,
+        parent: &str,
+        uuid: &str,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<OwnedObjectPath, ApiError> {
+        let uuid = parse_uuid(uuid)?;
+        let parent = parent.to_string();
+        let v = self
+            .shared
+            .run(conn, &hdr, AdoptDefinition { parent, uuid })
+            .await?;
+        Ok(instance_path(&v.uuid.to_string()))
     }
 
     /// Creates and starts a transient instance. target_kind: "profile" or "type"; gpu and uuid may be

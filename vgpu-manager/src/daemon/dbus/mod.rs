@@ -53,6 +53,8 @@ pub trait Executor:
     + Handle<DestroyInstance>
     + Handle<UndefineInstance>
     + Handle<SetAutostart>
+    + Handle<ListDefinitions>
+    + Handle<AdoptDefinition>
     + Handle<Reconcile>
     + Handle<PlanPool>
     + Handle<ApplyPool>

@@ -21,14 +21,17 @@ use tracing::{info, warn};
 use vgpu_host::Host;
 
 use super::api::{Command, CoreError, Event, Handle};
+use super::mdevctl_dir::MdevctlDir;
 use super::store::StateDir;
 use crate::profile::Catalog;
 
 mod choose;
+mod definitions;
 mod gpu_impact;
 mod instances;
 mod lifecycle;
 mod locks;
+pub(crate) mod persist;
 mod pool;
 mod pool_exec;
 #[cfg(test)]
@@ -51,9 +54,9 @@ use sched::Scheduling;
 use vf_slots::VfSlots;
 use vfio::Vfio;
 
-/// The state directory, shared by the services that keep records in it (one lock: the store is one
-/// directory with one flock).
-type Store = Mutex<StateDir>;
+/// The state directory (and mdevctl's definition directory beside it), shared by the services that
+/// keep records in it (one lock: the store is one directory with one flock).
+type Store = Mutex<persist::Persist>;
 
 /// The daemon's core: the services, each holding only what it needs, behind one command entry
 /// ([`Core::execute`]; `routes.rs` says which service serves each command).
@@ -95,6 +98,18 @@ impl Core {
         state_dir: &Path,
         catalog: Catalog,
     ) -> Result<Core, CoreError> {
+        Core::open_with(host, state_dir, catalog, None)
+    }
+
+    /// [`Core::open`], keeping a file in mdevctl's definition directory `mdevctl_dir` for every
+    /// definition and listing the foreign ones found there (see [`crate::daemon::mdevctl_dir`]).
+    /// The directory is reconciled with the store before the host is.
+    pub fn open_with(
+        host: Arc<dyn Host>,
+        state_dir: &Path,
+        catalog: Catalog,
+        mdevctl_dir: Option<MdevctlDir>,
+    ) -> Result<Core, CoreError> {
         let (store, report) = StateDir::open(state_dir)?;
         for aside in &report.set_aside {
             warn!(file = %aside.file.display(), moved_to = %aside.moved_to.display(), reason = %aside.reason, "state file set aside");
@@ -106,6 +121,11 @@ impl Core {
             host = %host.describe(),
             "state loaded"
         );
+        if let Some(dir) = &mdevctl_dir {
+            info!(mdevctl_dir = %dir.path().display(), "definitions kept in mdevctl's directory too");
+        }
+        let mut store = persist::Persist::new(store, mdevctl_dir);
+        store.reconcile_files(true);
         let (events, _) = broadcast::channel(4096);
         let store = Arc::new(Mutex::new(store));
         let catalog = Arc::new(catalog);
@@ -166,6 +186,18 @@ impl Core {
     /// the instance events sent ([`GpuImpact`]).
     pub fn handle_uevent(&self, ev: &vgpu_host::uevent::Uevent) -> GpuImpact {
         self.instances.handle_uevent(ev)
+    }
+
+    /// Reconciles mdevctl's definition directory with vgpud's definitions after it changed (an edit
+    /// of an own definition's file is taken in, a removed one written again; see
+    /// [`crate::daemon::mdevctl_dir`]) and refreshes the instances whose definition changed.
+    pub fn mdevctl_dir_changed(&self) {
+        self.instances.mdevctl_dir_changed();
+    }
+
+    /// The mdevctl definition directory vgpud keeps, if any.
+    pub fn mdevctl_dir(&self) -> Option<MdevctlDir> {
+        lock(&self.instances.store).mdevctl_dir().cloned()
     }
 
     /// Plans and executes a reconcile of the instances (see [`ReconcileScope`]).

@@ -47,6 +47,12 @@ route!(UndefineInstance, |core, UndefineInstance { uuid }| core
 route!(SetAutostart, |core, SetAutostart { uuid, autostart }| core
     .instances
     .set_autostart(uuid, autostart));
+route!(ListDefinitions, |core, ListDefinitions| Ok(core
+    .instances
+    .list_definitions()));
+route!(AdoptDefinition, |core, AdoptDefinition { parent, uuid }| {
+    core.instances.adopt_definition(parent, uuid)
+});
 route!(Reconcile, |core, Reconcile| core
     .instances
     .reconcile(ReconcileScope::Startup)

@@ -189,7 +189,12 @@ mod tests {
             refuse: AtomicBool::new(false),
         });
         let (store, _) = StateDir::open(dir).unwrap();
-        let core = VfSlots::new(host.clone() as Arc<dyn Host>, Arc::new(Mutex::new(store)));
+        let core = VfSlots::new(
+            host.clone() as Arc<dyn Host>,
+            Arc::new(Mutex::new(crate::daemon::engine::persist::Persist::new(
+                store, None,
+            ))),
+        );
         let inv = vgpu_host::discover::discover(host.as_ref()).unwrap();
         let profile = Catalog::builtin().unwrap().resolve("vdi-2g").unwrap();
         let b = crate::backend::detect_gpu(host.as_ref(), &inv, GPU).unwrap();

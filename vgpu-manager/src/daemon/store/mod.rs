@@ -83,7 +83,7 @@
 mod applied_pool;
 mod batch;
 mod error;
-mod fsio;
+pub(crate) mod fsio;
 mod load;
 mod lock;
 mod record;

@@ -1,0 +1,79 @@
+//! Definitions as mdevctl keys them, by parent and UUID: vgpud's own and the foreign ones found in
+//! mdevctl's definition directory (`/etc/mdevctl.d`), and the request that takes a foreign one over.
+
+use std::fmt;
+
+use mdev_types::ids::{MdevTypeId, MdevUuid};
+
+use super::{Access, Command, InstanceView};
+
+/// Who keeps a definition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum DefinitionOwner {
+    /// A definition of vgpud's state directory (its file in the mdevctl directory is vgpud's).
+    Daemon,
+    /// A file of the mdevctl directory that is not one of vgpud's definitions (an administrator's or
+    /// the real mdevctl's): listed, never started by vgpud's automatic actions.
+    Foreign,
+}
+
+impl DefinitionOwner {
+    /// The owner's one name, used on D-Bus and in JSON: `daemon` or `foreign`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DefinitionOwner::Daemon => "daemon",
+            DefinitionOwner::Foreign => "foreign",
+        }
+    }
+}
+
+impl fmt::Display for DefinitionOwner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One definition, as mdevctl lists it: parent, UUID, type, start mode and attributes, and who keeps
+/// it. The same UUID may be defined on several parents (by foreign files).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DefinitionView {
+    /// The mdev parent's device name (the directory of its file).
+    pub parent: String,
+    /// The UUID (the file's name).
+    pub uuid: MdevUuid,
+    /// The mdev type.
+    pub type_id: MdevTypeId,
+    /// Started when its parent appears (mdevctl's `"start": "auto"`).
+    pub autostart: bool,
+    /// mdev attributes (name, value), in write order.
+    pub attrs: Vec<(String, String)>,
+    /// vgpud's or foreign.
+    pub owner: DefinitionOwner,
+}
+
+/// Lists every definition: vgpud's own (from its store) and the foreign ones in mdevctl's definition
+/// directory (read at each call), sorted by parent then UUID.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListDefinitions;
+
+impl Command for ListDefinitions {
+    type Reply = Vec<DefinitionView>;
+    const ACCESS: Access = Access::Read;
+}
+
+/// Takes the foreign definition of `uuid` on `parent` into vgpud's store (as a Define with the file's
+/// type, start mode and attributes would), so that later requests naming the UUID act on it. Adopting
+/// one of vgpud's own definitions again answers its instance; a UUID vgpud defines on another parent is
+/// refused (vgpud keeps one definition per UUID).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdoptDefinition {
+    /// The parent whose directory holds the file.
+    pub parent: String,
+    /// The definition's UUID.
+    pub uuid: MdevUuid,
+}
+
+impl Command for AdoptDefinition {
+    type Reply = InstanceView;
+    const ACCESS: Access = Access::Change;
+}

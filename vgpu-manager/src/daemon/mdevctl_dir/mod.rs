@@ -1,0 +1,211 @@
+//! mdevctl's definition directory (`/etc/mdevctl.d`) as the definitions shared by vgpud, the real
+//! mdevctl and libvirt: this module is the only code of vgpud that writes there.
+//!
+//! # Layout and format
+//!
+//! ```text
+//! /etc/mdevctl.d/                 (below `--sysfs-root R`: R/etc/mdevctl.d; or vgpud's --mdevctl-dir)
+//!   <parent>/<uuid>               one definition: mdevctl's JSON {"mdev_type", "start", "attrs"}
+//!   <parent>/.tmp.<uuid>.<pid>.<n> a write of vgpud in progress (mdevctl skips non-UUID names)
+//!   scripts.d/                    mdevctl's call-out scripts; never touched
+//! ```
+//!
+//! The file format is mdevctl's (mdevctl(8) "CONFIGURATION FILE FORMAT"; mdevctl src/mdev.rs
+//! `to_json`, written pretty-printed without a final newline, as mdevctl's `write_config` writes it).
+//! vgpud writes one file for each definition of its state directory (an *own* definition); every
+//! other file there is a *foreign* definition (an administrator's or the real mdevctl's): listed,
+//! never started by vgpud's automatic actions, taken into vgpud's store only on an explicit request
+//! naming it.
+//!
+//! # Durability and crash rules
+//!
+//! Writes are atomic (temporary file in the parent's directory, fsync, rename, fsync of the
+//! directory: the store's primitives), removals durable (unlink, fsync of the directory). The state
+//! directory is written through the store, this directory through this module, always in this order:
+//!
+//! - **define and modify**: the store first, then the file. A crash in between leaves the store
+//!   ahead of the file (an own definition without a file, or a file with the old content).
+//! - **undefine**: the file first, then the store. A crash in between leaves an own definition
+//!   without its file.
+//! - **start-up** reconciles before anything else runs: temporary files of vgpud's interrupted
+//!   writes (`.tmp.*` in a parent's directory) are removed; an own definition without its file gets
+//!   its file written again; a file of an own definition with other, valid content wins (its type,
+//!   start mode and attributes are taken into the store: it was edited while vgpud was down, or a
+//!   modify was interrupted before it was acknowledged); a file that does not parse is left as it is
+//!   and reported once.
+//!
+//! So an acknowledged define, modify or undefine survives a crash at any point (both writes were
+//! done before the reply), and an interrupted one is either complete or not done at all once the
+//! next start has reconciled.
+//!
+//! While vgpud runs, the same reconcile runs when the directory changes (see
+//! [`MdevctlDir::scan`]): an edit of an own definition's file is taken in, a removed file of an own
+//! definition is written again (undefine it through vgpud instead), and a file that does not parse is
+//! reported once and left alone; nothing there is ever deleted but vgpud's own definitions' files on
+//! an undefine, and vgpud's own temporary files.
+
+#[cfg(test)]
+mod tests;
+pub mod watch;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use thiserror::Error;
+
+use mdev_types::ids::MdevUuid;
+use qemu_glue::mdevctl::{
+    ConfigScan, MdevctlConfig, MdevctlError, StartMode, check_parent, scan_config_dir,
+};
+
+use crate::daemon::store::fsio::{is_temp_name, remove_durable, sync_dir, write_atomic};
+use crate::daemon::store::{Definition, StoreError, StoreOp};
+
+/// mdevctl's definition directory, relative to the root of the host (mdevctl src/environment.rs
+/// `config_base`).
+pub const MDEVCTL_DIR: &str = "etc/mdevctl.d";
+
+/// Why the mdevctl definition directory could not be written or read. Each names the file.
+#[derive(Debug, Error)]
+pub enum MdevctlDirError {
+    /// The definition's parent cannot be a directory name there.
+    #[error("definition {uuid} cannot be kept in the mdevctl directory: {source}")]
+    Parent {
+        /// The definition.
+        uuid: MdevUuid,
+        /// Why its parent name is refused.
+        #[source]
+        source: MdevctlError,
+    },
+    /// A file or directory operation failed.
+    #[error("mdevctl definition directory: {0}")]
+    Io(#[source] StoreError),
+    /// A definition file exists but does not parse.
+    #[error("{0} (fix or remove the file)")]
+    Unreadable(#[source] MdevctlError),
+}
+
+impl From<StoreError> for MdevctlDirError {
+    fn from(e: StoreError) -> Self {
+        MdevctlDirError::Io(e)
+    }
+}
+
+/// The definition directory at one path. Holds no state of its own: every call reads or writes the
+/// directory.
+#[derive(Debug, Clone)]
+pub struct MdevctlDir {
+    dir: PathBuf,
+}
+
+/// The mdevctl configuration of an own definition: its type, start mode and attributes.
+pub fn config_of(def: &Definition) -> MdevctlConfig {
+    MdevctlConfig {
+        mdev_type: def.type_id.clone(),
+        start: StartMode::from_autostart(def.autostart),
+        attrs: def
+            .attrs
+            .iter()
+            .map(|a| (a.name().to_string(), a.value().to_string()))
+            .collect(),
+    }
+}
+
+impl MdevctlDir {
+    /// The directory at `dir` (created, with its parents' directories, on the first write).
+    pub fn new(dir: impl Into<PathBuf>) -> MdevctlDir {
+        MdevctlDir { dir: dir.into() }
+    }
+
+    /// The directory for a host below `root` (`/` for the live host): `<root>/etc/mdevctl.d`, as
+    /// mdevctl derives it from its root.
+    pub fn below_root(root: &Path) -> MdevctlDir {
+        MdevctlDir::new(root.join(MDEVCTL_DIR))
+    }
+
+    /// The directory's path.
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The file of definition `uuid` on `parent`.
+    pub fn file(&self, parent: &str, uuid: &MdevUuid) -> PathBuf {
+        self.dir.join(parent).join(uuid.to_string())
+    }
+
+    /// The directory of `parent`'s definitions, checked as one path element.
+    fn parent_dir(&self, parent: &str, uuid: &MdevUuid) -> Result<PathBuf, MdevctlDirError> {
+        check_parent(parent).map_err(|source| MdevctlDirError::Parent {
+            uuid: *uuid,
+            source,
+        })?;
+        Ok(self.dir.join(parent))
+    }
+
+    /// Atomically writes the file of own definition `def` (creating its parent's directory, mode
+    /// 0755 as mdevctl's are); returns the file.
+    pub fn write(&self, def: &Definition) -> Result<PathBuf, MdevctlDirError> {
+        let pdir = self.parent_dir(&def.parent, &def.uuid)?;
+        if !pdir.is_dir() {
+            fs::create_dir_all(&pdir)
+                .map_err(|e| StoreError::io(StoreOp::CreateDir, pdir.clone(), e))?;
+            sync_dir(&self.dir)?;
+        }
+        let text = config_of(def).to_json_pretty();
+        write_atomic(&pdir, &def.uuid.to_string(), text.as_bytes())?;
+        Ok(pdir.join(def.uuid.to_string()))
+    }
+
+    /// Durably removes the file of definition `uuid` on `parent`; whether there was one.
+    pub fn remove(&self, parent: &str, uuid: &MdevUuid) -> Result<bool, MdevctlDirError> {
+        let pdir = self.parent_dir(parent, uuid)?;
+        if !pdir.is_dir() {
+            return Ok(false);
+        }
+        Ok(remove_durable(&pdir, &uuid.to_string())?)
+    }
+
+    /// The definition of `uuid` on `parent` as its file holds it: `None` when there is no file.
+    pub fn read(
+        &self,
+        parent: &str,
+        uuid: &MdevUuid,
+    ) -> Result<Option<MdevctlConfig>, MdevctlDirError> {
+        let path = self.parent_dir(parent, uuid)?.join(uuid.to_string());
+        let text = match fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(StoreError::io(StoreOp::Read, path, e).into()),
+        };
+        MdevctlConfig::from_json(&text, &path.display().to_string())
+            .map(Some)
+            .map_err(MdevctlDirError::Unreadable)
+    }
+
+    /// Every definition file there, and each one that cannot be read or parsed. Never fails: a
+    /// missing directory holds no definitions.
+    pub fn scan(&self) -> ConfigScan {
+        scan_config_dir(&self.dir)
+    }
+
+    /// Removes leftovers of vgpud's interrupted writes (`.tmp.*` in a parent's directory; nothing
+    /// else is touched) and returns them. Call only at start-up, before any write.
+    pub fn remove_stray_temps(&self) -> Vec<PathBuf> {
+        let mut removed = Vec::new();
+        let Ok(parents) = fs::read_dir(&self.dir) else {
+            return removed;
+        };
+        for p in parents.flatten() {
+            let Ok(children) = fs::read_dir(p.path()) else {
+                continue;
+            };
+            for c in children.flatten() {
+                let is_temp = c.file_name().to_str().is_some_and(is_temp_name);
+                if is_temp && c.path().is_file() && fs::remove_file(c.path()).is_ok() {
+                    removed.push(c.path());
+                }
+            }
+        }
+        removed
+    }
+}
