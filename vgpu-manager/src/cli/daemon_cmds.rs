@@ -262,6 +262,37 @@ fn instance_table(instances: &[InstanceInfo]) -> Table {
     t
 }
 
+/// Lists the foreign definitions (files in mdevctl's definition directory vgpud did not write) under
+/// the instances, when there are any. A vgpud without `ListDefinitions` has none to show.
+async fn foreign_definitions(client: &Client, out: &mut dyn Write) -> Result<(), CliError> {
+    let defs = match client.list_definitions().await {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::debug!(error = %e, "no definitions listed");
+            return Ok(());
+        }
+    };
+    let foreign: Vec<_> = defs.iter().filter(|d| d.is_foreign()).collect();
+    if foreign.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "\nforeign definitions in /etc/mdevctl.d (not started by vgpud; `mdevctl start -u UUID` takes one over):"
+    )?;
+    let mut t = Table::new(&["UUID", "PARENT", "TYPE", "AUTOSTART"]);
+    for d in foreign {
+        t.row(vec![
+            d.uuid.clone(),
+            d.parent.clone(),
+            d.type_id.clone(),
+            yes_no(d.autostart),
+        ]);
+    }
+    write!(out, "{}", t.render())?;
+    Ok(())
+}
+
 fn gpu_table(gpus: &[GpuInfo]) -> Table {
     let mut t = Table::new(&[
         "GPU",
@@ -346,6 +377,7 @@ async fn dispatch(
             } else {
                 write!(out, "{}", instance_table(&list).render())?;
             }
+            foreign_definitions(client, out).await?;
         }
         DaemonCommand::Create { target, json } => {
             let i = client.create(&target.request()).await?;

@@ -179,8 +179,7 @@ fn holds(root: &Path, want: &Option<Definition>) -> bool {
     let stored = p.get_definition(&uuid(1)).cloned();
     let file = file_text(root, 1);
     drop(p);
-    stored == *want
-        && file == want.as_ref().map(|d| config_of(d).to_json_pretty())
+    stored == *want && file == want.as_ref().map(|d| config_of(d).to_json_pretty())
 }
 
 #[test]
@@ -196,9 +195,9 @@ fn a_crash_at_any_step_loses_no_acknowledged_change() {
             let mut p = open(root);
             p.fail_after(crash_at);
             let result = match change {
-                Change::Define | Change::Modify => {
-                    p.put_definition(&expected(change, true).unwrap()).map(|_| ())
-                }
+                Change::Define | Change::Modify => p
+                    .put_definition(&expected(change, true).unwrap())
+                    .map(|_| ()),
                 Change::Undefine => p.remove_definition(&uuid(1)).map(|_| ()),
             };
             // The crash: nothing after the failed step runs; then vgpud starts again.
