@@ -16,8 +16,12 @@
 //! vgpud's (written in order after each create). What vgpud cannot do is refused with a one-line
 //! reason: `--live` changes of a running device.
 //!
-//! Two vgpu-manager extensions move definitions between the two tools: `export` writes vgpud's
-//! definitions as `/etc/mdevctl.d/<parent>/<uuid>` files, `import` defines mdevctl's files in vgpud.
+//! Definitions are mdevctl's, keyed by parent and UUID: vgpud keeps `/etc/mdevctl.d/<parent>/<uuid>`
+//! for each of its own and lists the other files there as foreign definitions (`ListDefinitions`); a
+//! command that names a foreign one has vgpud adopt it first (`AdoptDefinition`), then acts (see
+//! `defined.rs` and docs/mdevctl.md). Two vgpu-manager extensions remain as a migration aid: `export`
+//! writes vgpud's definitions as `<dir>/<parent>/<uuid>` files, `import` defines mdevctl's files in
+//! vgpud.
 
 use std::ffi::{OsStr, OsString};
 use std::io::Write;
