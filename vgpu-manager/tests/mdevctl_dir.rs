@@ -95,6 +95,27 @@ async fn a_definition_made_through_dbus_is_in_the_directory_when_the_call_return
     let text = std::fs::read_to_string(&path).unwrap();
     assert!(text.contains("\"start\": \"manual\""), "{text}");
 
+    // Redefine changes the definition in place, of a running instance too (the device stays). The
+    // simulated kernel's devices have no attributes to write, so it starts without any.
+    c.redefine(OWN, &ty, false, &[]).await.unwrap();
+    assert!(
+        std::fs::read_to_string(&path)
+            .unwrap()
+            .contains("\"attrs\": []")
+    );
+    c.start(OWN).await.unwrap();
+    let attrs = [("assign_domain".to_string(), "0xab".to_string())];
+    c.redefine(OWN, &ty, true, &attrs).await.unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        text.contains("\"assign_domain\": \"0xab\"") && text.contains("\"start\": \"auto\""),
+        "{text}"
+    );
+    let i = c.find_instance(OWN).await.unwrap().unwrap();
+    assert_eq!((i.state.as_str(), i.autostart), ("running", true));
+    assert_eq!(c.instance_attrs(OWN).await.unwrap(), attrs);
+    c.stop(OWN).await.unwrap();
+
     c.undefine(OWN).await.unwrap();
     assert!(
         !path.exists(),

@@ -313,6 +313,21 @@ impl Client {
         self.get_instance(&uuid.to_string()).await
     }
 
+    /// Replaces the type, start mode and attributes of instance `uuid`'s definition in place
+    /// (`Redefine`); a running device stays as it is until its next start.
+    pub async fn redefine(
+        &self,
+        uuid: &str,
+        type_id: &str,
+        autostart: bool,
+        attrs: &[(String, String)],
+    ) -> Result<(), ClientError> {
+        let call = self
+            .manager
+            .redefine(uuid, type_id, autostart, attrs.to_vec());
+        self.call("Redefine", call).await
+    }
+
     /// Starts defined instance `uuid` (`Start`).
     pub async fn start(&self, uuid: &str) -> Result<(), ClientError> {
         self.call("Start", self.manager.start(uuid)).await

@@ -58,6 +58,23 @@ pub trait ManagerCalls {
         }
         Ok(out)
     }
+    /// Replaces the type, start mode and attributes of `uuid`'s definition in place (`Redefine`).
+    /// The default (for daemons without it) refuses with kind `NotSupported`.
+    fn redefine(
+        &mut self,
+        uuid: &str,
+        type_id: &str,
+        autostart: bool,
+        attrs: &[(String, String)],
+    ) -> Result<(), ClientError> {
+        let _ = (type_id, autostart, attrs);
+        Err(ClientError::Daemon {
+            kind: "NotSupported".into(),
+            message: format!(
+                "cannot change the definition of {uuid} in place: this daemon has no Redefine"
+            ),
+        })
+    }
     /// Takes the foreign definition of `uuid` on `parent` into vgpud (`AdoptDefinition`); returns
     /// its instance. The default (for daemons without foreign definitions) refuses.
     fn adopt_definition(&mut self, parent: &str, uuid: &str) -> Result<InstanceInfo, ClientError> {
@@ -219,6 +236,15 @@ impl ManagerCalls for Client {
     fn adopt_definition(&mut self, parent: &str, uuid: &str) -> Result<InstanceInfo, ClientError> {
         self.run(|c| c.adopt_definition(parent, uuid))
     }
+    fn redefine(
+        &mut self,
+        uuid: &str,
+        type_id: &str,
+        autostart: bool,
+        attrs: &[(String, String)],
+    ) -> Result<(), ClientError> {
+        self.run(|c| c.redefine(uuid, type_id, autostart, attrs))
+    }
 }
 
 /// A borrowed daemon is a daemon, so callers can keep theirs after handing it to a function that
@@ -262,5 +288,14 @@ impl<D: ManagerCalls + ?Sized> ManagerCalls for &mut D {
     }
     fn adopt_definition(&mut self, parent: &str, uuid: &str) -> Result<InstanceInfo, ClientError> {
         (**self).adopt_definition(parent, uuid)
+    }
+    fn redefine(
+        &mut self,
+        uuid: &str,
+        type_id: &str,
+        autostart: bool,
+        attrs: &[(String, String)],
+    ) -> Result<(), ClientError> {
+        (**self).redefine(uuid, type_id, autostart, attrs)
     }
 }

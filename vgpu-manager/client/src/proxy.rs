@@ -28,6 +28,15 @@ pub trait Manager1 {
     /// Every definition by parent and UUID: vgpud's and the foreign files of `/etc/mdevctl.d`.
     fn list_definitions(&self) -> zbus::Result<Vec<DefinitionInfo>>;
 
+    /// Replaces a definition's type, start mode and attributes in place (a running device stays).
+    fn redefine(
+        &self,
+        uuid: &str,
+        type_id: &str,
+        autostart: bool,
+        attrs: Vec<(String, String)>,
+    ) -> zbus::Result<()>;
+
     /// Takes the foreign definition of `uuid` on `parent` into vgpud; returns its instance's path.
     fn adopt_definition(&self, parent: &str, uuid: &str) -> zbus::Result<OwnedObjectPath>;
 

@@ -312,6 +312,12 @@ fn redefine(
     autostart: bool,
     attrs: &[(String, String)],
 ) -> Result<(), CliError> {
+    // In place where vgpud can (one atomic replace of the definition and its /etc/mdevctl.d file; a
+    // running device stays as it is until its next start, as with mdevctl's modify).
+    match daemon.redefine(&i.uuid, t, autostart, attrs) {
+        Err(vgpu_client::ClientError::Daemon { kind, .. }) if kind == "NotSupported" => {}
+        done => return Ok(done?),
+    }
     if i.state == "running" {
         return Err(bad(format!(
             "mdev {} is running: stop it before changing its type or attributes (vgpud changes the definition of a stopped device only)",

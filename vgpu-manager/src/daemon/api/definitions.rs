@@ -5,7 +5,7 @@ use std::fmt;
 
 use mdev_types::ids::{MdevTypeId, MdevUuid};
 
-use super::{Access, Command, InstanceView};
+use super::{Access, Command, InstanceView, MdevAttr};
 
 /// Who keeps a definition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -75,5 +75,25 @@ pub struct AdoptDefinition {
 
 impl Command for AdoptDefinition {
     type Reply = InstanceView;
+    const ACCESS: Access = Access::Change;
+}
+
+/// Replaces the type, start mode and attributes of instance `uuid`'s definition in place (mdevctl's
+/// `modify` without `--live`): a running device is not touched, the new definition applies from its
+/// next start. Replies the view after the change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedefineInstance {
+    /// The instance's UUID.
+    pub uuid: MdevUuid,
+    /// The new mdev type.
+    pub type_id: MdevTypeId,
+    /// The new start mode.
+    pub autostart: bool,
+    /// The new attributes, in write order.
+    pub attrs: Vec<MdevAttr>,
+}
+
+impl Command for RedefineInstance {
+    type Reply = Option<InstanceView>;
     const ACCESS: Access = Access::Change;
 }

@@ -20,7 +20,9 @@ pub use attrs::{
     AttrError, MAX_ATTR_NAME_BYTES, MAX_ATTR_VALUE_BYTES, MAX_ATTRS, MdevAttr, parse_attrs,
 };
 pub use command::*;
-pub use definitions::{AdoptDefinition, DefinitionOwner, DefinitionView, ListDefinitions};
+pub use definitions::{
+    AdoptDefinition, DefinitionOwner, DefinitionView, ListDefinitions, RedefineInstance,
+};
 pub use error::{CoreError, RequestError, StateError, UndoFailure, VfInUse};
 
 /// Who created an instance, which decides whether the daemon may ever remove it.

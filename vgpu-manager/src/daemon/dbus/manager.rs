@@ -257,6 +257,32 @@ impl Manager {
         Ok(instance_path(&v.uuid.to_string()))
     }
 
+    /// Replaces the type, start mode and attributes (name, value, in write order) of a definition in
+    /// place, as mdevctl's modify does: a running device is not touched, the new definition applies
+    /// from its next start.
+    async fn redefine(
+        &self,
+        uuid: &str,
+        type_id: &str,
+        autostart: bool,
+        attrs: Vec<(String, String)>,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<(), ApiError> {
+        let uuid = parse_uuid(uuid)?;
+        let type_id = type_id.parse().map_err(id_error)?;
+        let attrs = parse_attrs(attrs.iter().map(|(n, v)| (n.as_str(), v.as_str())))
+            .map_err(|e| CoreError::from(RequestError::from(e)))?;
+        let change = RedefineInstance {
+            uuid,
+            type_id,
+            autostart,
+            attrs,
+        };
+        self.shared.run(conn, &hdr, change).await?;
+        Ok(())
+    }
+
     /// Creates and starts a transient instance. target_kind: "profile" or "type"; gpu and uuid may be
     /// empty (the daemon chooses). Options: label (s); attrs (a(ss)): mdev attributes (name, value)
     /// written in order to /sys/bus/mdev/devices/UUID/NAME once the device exists, as mdevctl's attrs

@@ -55,6 +55,7 @@ pub trait Executor:
     + Handle<SetAutostart>
     + Handle<ListDefinitions>
     + Handle<AdoptDefinition>
+    + Handle<RedefineInstance>
     + Handle<Reconcile>
     + Handle<PlanPool>
     + Handle<ApplyPool>

@@ -316,6 +316,35 @@ impl Instances {
         Ok(self.refresh_one(&uuid))
     }
 
+    /// See [`crate::daemon::api::RedefineInstance`]: the definition changes, a running device stays.
+    pub(super) fn redefine(
+        &self,
+        change: crate::daemon::api::RedefineInstance,
+    ) -> Result<Option<InstanceView>, CoreError> {
+        let uuid = change.uuid;
+        let v = self.view(&uuid)?;
+        self.not_foreign(&v)?;
+        {
+            let mut store = lock(&self.store);
+            let Some(mut def) = store.get_definition(&uuid).cloned() else {
+                if !self.device_exists(&uuid) {
+                    return Err(CoreError::NotFound { uuid });
+                }
+                return Err(StateError::NotDefined { uuid }.into());
+            };
+            if def.type_id != change.type_id {
+                def.type_id = change.type_id;
+                // The profile chose the old type.
+                def.profile = None;
+            }
+            def.autostart = change.autostart;
+            def.attrs = change.attrs;
+            store.put_definition(&def)?;
+        }
+        info!(%uuid, "definition changed in place");
+        Ok(self.refresh_one(&uuid))
+    }
+
     /// The core places a type without knowing the profile it serves; a slot does know it, so it is
     /// written into the definition before the device is started (and so reaches the ledger too).
     pub(super) fn set_profile_if_unset(

@@ -53,6 +53,9 @@ route!(ListDefinitions, |core, ListDefinitions| Ok(core
 route!(AdoptDefinition, |core, AdoptDefinition { parent, uuid }| {
     core.instances.adopt_definition(parent, uuid)
 });
+route!(RedefineInstance, |core, change| core
+    .instances
+    .redefine(change));
 route!(Reconcile, |core, Reconcile| core
     .instances
     .reconcile(ReconcileScope::Startup)
