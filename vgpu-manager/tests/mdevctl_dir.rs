@@ -215,3 +215,60 @@ async fn files_written_by_others_are_listed_never_started_and_adopted_on_request
     }
     assert!(c.find_instance(FOREIGN).await.unwrap().unwrap().defined);
 }
+
+/// The unprivileged user of the attack tests (nobody).
+const NOBODY: u32 = 65534;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unprivileged_caller_lists_but_cannot_adopt_or_redefine() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mdevctl = tmp.path().join("mdevctl.d");
+    let (daemon, c) = started(tmp.path(), &mdevctl).await;
+    let (gpu, ty) = a_type(&c).await;
+    let req = NewInstance {
+        gpu: Some(gpu.clone()),
+        uuid: Some(OWN.into()),
+        ..NewInstance::of_type(&ty)
+    };
+    c.define(&req, false).await.unwrap();
+    let foreign = format!(r#"{{"mdev_type": "{ty}", "start": "manual", "attrs": []}}"#);
+    std::fs::write(file(&mdevctl, &gpu, FOREIGN), &foreign).unwrap();
+    let own_file = std::fs::read_to_string(file(&mdevctl, &gpu, OWN)).unwrap();
+
+    let bus = daemon.bus.clone();
+    let listed =
+        dbus_common::vgpuctl_as(Some(NOBODY), &bus, &["mdevctl", "list", "--defined"]).await;
+    let text = dbus_common::ok(&listed);
+    assert!(text.contains(OWN) && text.contains(FOREIGN), "{text}");
+
+    // AdoptDefinition (modify of a foreign definition) and Redefine (modify of vgpud's) are changes.
+    for args in [
+        &["mdevctl", "modify", "-u", FOREIGN, "--auto"][..],
+        &[
+            "mdevctl",
+            "modify",
+            "-u",
+            OWN,
+            "--addattr",
+            "a",
+            "--value",
+            "1",
+        ][..],
+    ] {
+        let o = dbus_common::vgpuctl_as(Some(NOBODY), &bus, args).await;
+        assert!(!o.status.success(), "{args:?} succeeded as nobody");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("vgpu-admin"), "{args:?}: {err}");
+    }
+    let defs = c.list_definitions().await.unwrap();
+    assert_eq!(find(&defs, &gpu, FOREIGN).unwrap().owner, "foreign");
+    assert_eq!(
+        std::fs::read_to_string(file(&mdevctl, &gpu, FOREIGN)).unwrap(),
+        foreign
+    );
+    assert_eq!(
+        std::fs::read_to_string(file(&mdevctl, &gpu, OWN)).unwrap(),
+        own_file
+    );
+    assert!(c.instance_attrs(OWN).await.unwrap().is_empty());
+}
