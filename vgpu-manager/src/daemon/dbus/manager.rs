@@ -249,6 +249,7 @@ impl Manager {
         #[zbus(connection)] conn: &Connection,
     ) -> Result<OwnedObjectPath, ApiError> {
         let uuid = parse_uuid(uuid)?;
+        limits::check_text(ClientText::Gpu, parent).map_err(CoreError::from)?;
         let parent = parent.to_string();
         let v = self
             .shared
@@ -270,6 +271,7 @@ impl Manager {
         #[zbus(connection)] conn: &Connection,
     ) -> Result<(), ApiError> {
         let uuid = parse_uuid(uuid)?;
+        limits::check_text(ClientText::TypeId, type_id).map_err(CoreError::from)?;
         let type_id = type_id.parse().map_err(id_error)?;
         let attrs = parse_attrs(attrs.iter().map(|(n, v)| (n.as_str(), v.as_str())))
             .map_err(|e| CoreError::from(RequestError::from(e)))?;

@@ -14,7 +14,8 @@ use crate::daemon::api::{
 impl Instances {
     /// Every definition, vgpud's and foreign (see [`crate::daemon::api::ListDefinitions`]).
     pub(super) fn list_definitions(&self) -> Vec<DefinitionView> {
-        lock(&self.store).all_definitions()
+        let (own, dir) = lock(&self.store).own_definitions();
+        super::persist::foreign_definitions(own, dir.as_ref())
     }
 
     /// Takes the foreign definition of `uuid` on `parent` into the store, as a Define of its content

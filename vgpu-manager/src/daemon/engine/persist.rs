@@ -216,10 +216,11 @@ impl Persist {
         changed
     }
 
-    /// Every definition: the own ones from the store and the foreign files of the mdevctl directory
-    /// (read now), sorted by parent then UUID.
-    pub(crate) fn all_definitions(&self) -> Vec<DefinitionView> {
-        let mut out: Vec<DefinitionView> = self
+    /// The own definitions as listed, and the directory to read the foreign ones from (with
+    /// [`foreign_definitions`], outside the store's lock: reading the directory must not hold up
+    /// changes).
+    pub(crate) fn own_definitions(&self) -> (Vec<DefinitionView>, Option<MdevctlDir>) {
+        let own = self
             .state
             .definitions()
             .map(|d| {
@@ -234,25 +235,15 @@ impl Persist {
                 }
             })
             .collect();
-        if let Some(dir) = &self.mdevctl {
-            let own: BTreeSet<(String, MdevUuid)> =
-                out.iter().map(|d| (d.parent.clone(), d.uuid)).collect();
-            for d in dir.scan().devices {
-                if own.contains(&(d.parent.clone(), d.uuid)) {
-                    continue;
-                }
-                out.push(DefinitionView {
-                    parent: d.parent,
-                    uuid: d.uuid,
-                    type_id: d.config.mdev_type,
-                    autostart: d.config.start.is_auto(),
-                    attrs: d.config.attrs,
-                    owner: DefinitionOwner::Foreign,
-                });
-            }
-        }
-        out.sort_by(|a, b| (&a.parent, a.uuid).cmp(&(&b.parent, b.uuid)));
-        out
+        (own, self.mdevctl.clone())
+    }
+
+    /// Every definition: the own ones from the store and the foreign files of the mdevctl directory
+    /// (read now), sorted by parent then UUID.
+    #[cfg(test)]
+    pub(crate) fn all_definitions(&self) -> Vec<DefinitionView> {
+        let (own, dir) = self.own_definitions();
+        foreign_definitions(own, dir.as_ref())
     }
 
     /// The foreign definition of `uuid` on `parent`, as its file holds it.
@@ -270,4 +261,31 @@ impl Persist {
         };
         dir.read(parent, uuid)?.ok_or_else(|| missing().into())
     }
+}
+
+/// `own` and the foreign definitions of `dir` (the files that are not one of `own`), sorted by parent
+/// then UUID.
+pub(crate) fn foreign_definitions(
+    mut own: Vec<DefinitionView>,
+    dir: Option<&MdevctlDir>,
+) -> Vec<DefinitionView> {
+    if let Some(dir) = dir {
+        let known: BTreeSet<(String, MdevUuid)> =
+            own.iter().map(|d| (d.parent.clone(), d.uuid)).collect();
+        for d in dir.scan().devices {
+            if known.contains(&(d.parent.clone(), d.uuid)) {
+                continue;
+            }
+            own.push(DefinitionView {
+                parent: d.parent,
+                uuid: d.uuid,
+                type_id: d.config.mdev_type,
+                autostart: d.config.start.is_auto(),
+                attrs: d.config.attrs,
+                owner: DefinitionOwner::Foreign,
+            });
+        }
+    }
+    own.sort_by(|a, b| (&a.parent, a.uuid).cmp(&(&b.parent, b.uuid)));
+    own
 }
