@@ -472,3 +472,57 @@ fn a_script_that_leaves_a_child_holding_its_output_still_returns() {
     assert_eq!(out.exit, Exit::Code(0));
     assert_eq!(out.stdout, b"started\n");
 }
+
+/// A script's behaviour in the search property: an exit status, or death by a signal.
+fn ending(code: i32) -> Behaviour {
+    Box::new(move |_, _| Outcome {
+        exit: if code < 0 {
+            Exit::Signal(9)
+        } else {
+            Exit::Code(code)
+        },
+        stdout: Vec::new(),
+        stderr: Vec::new(),
+    })
+}
+
+proptest::proptest! {
+    /// Without versioned scripts, `pre` asks the scripts in directory-then-name order up to the
+    /// first that neither says "not mine" (2) nor dies; the command runs when that one says 0, when
+    /// none answers, or with --force; it fails exactly when the answer refuses and --force is absent.
+    #[test]
+    fn pre_asks_in_order_up_to_the_first_answer(
+        scripts in proptest::collection::vec((proptest::bool::ANY, proptest::prop_oneof![
+            proptest::strategy::Just(0), proptest::strategy::Just(1), proptest::strategy::Just(2),
+            proptest::strategy::Just(3), proptest::strategy::Just(-1)]), 0..6),
+        force in proptest::bool::ANY,
+    ) {
+        let mut s = Setup::new();
+        let mut order: Vec<(bool, String, i32)> = Vec::new();
+        for (i, (old, code)) in scripts.iter().enumerate() {
+            let name = format!("{i:02}.sh");
+            s = s.script(if *old { OLD } else { NEW }, &name, ending(*code));
+            order.push((*old, name, *code));
+        }
+        // The new directory first, each in name order.
+        order.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+        let (mut c, calls) = s.build();
+        let (r, ran) = start(&mut c, force);
+        let answer = order.iter().position(|(_, _, code)| *code != 2 && *code >= 0);
+        let asked: Vec<String> = order
+            .iter()
+            .take(answer.map_or(order.len(), |a| a + 1))
+            .map(|(_, n, _)| n.clone())
+            .collect();
+        let pre: Vec<String> = calls
+            .borrow()
+            .iter()
+            .filter(|(c, _)| c.event == Event::Pre)
+            .map(|(c, _)| c.script.file_name().unwrap_or_default().to_string_lossy().into_owned())
+            .collect();
+        proptest::prop_assert_eq!(pre, asked);
+        let refused = answer.is_some_and(|a| order[a].2 != 0);
+        proptest::prop_assert_eq!(ran, !refused || force);
+        proptest::prop_assert_eq!(r.is_err(), refused && !force);
+    }
+}
