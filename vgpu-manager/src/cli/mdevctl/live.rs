@@ -8,7 +8,7 @@ use vgpu_client::blocking::ManagerCalls;
 
 use super::callouts::Callouts;
 use super::callouts::protocol::{Action, Device};
-use super::ops::{check_uuid, device_of_instance, find, read_config, replace_definition};
+use super::ops::{check_uuid, find, read_config, replace_definition};
 use super::{ModifyArgs, bad};
 use crate::cli::CliError;
 
@@ -42,7 +42,7 @@ pub(super) fn modify(
     let dev = Device {
         start: config.start,
         attrs: config.attrs.clone(),
-        ..device_of_instance(&running, Vec::new())
+        ..Device::of_instance(&running, Vec::new())
     };
     if !m.defined {
         return Ok(co.modify_live(&dev)?);

@@ -96,32 +96,6 @@ fn uuid_or_new(uuid: Option<&String>) -> String {
         .unwrap_or_else(|| uuid::Uuid::new_v4().hyphenated().to_string())
 }
 
-/// What the call-outs are told of the device `req` makes.
-fn device_of(req: &NewInstance, parent: &str, autostart: bool) -> Device {
-    Device {
-        uuid: req.uuid.clone().unwrap_or_default(),
-        parent: parent.to_string(),
-        mdev_type: req.target.clone(),
-        start: StartMode::from_autostart(autostart),
-        attrs: req.attrs.clone(),
-    }
-}
-
-/// What the call-outs are told of instance `i` with attributes `attrs`.
-pub(super) fn device_of_instance(i: &InstanceInfo, attrs: Vec<(String, String)>) -> Device {
-    Device {
-        uuid: i.uuid.clone(),
-        parent: if i.parent.is_empty() {
-            i.gpu.clone()
-        } else {
-            i.parent.clone()
-        },
-        mdev_type: i.type_id.clone(),
-        start: StartMode::from_autostart(i.autostart),
-        attrs,
-    }
-}
-
 pub(super) fn define(
     daemon: &mut dyn ManagerCalls,
     spec: &DeviceSpec,
@@ -131,7 +105,7 @@ pub(super) fn define(
     let uuid = spec.uuid.as_deref().map(check_uuid).transpose()?;
     let (req, autostart, running) = define_request(daemon, spec, uuid.as_ref())?;
     let parent = req.gpu.clone().unwrap_or_default();
-    let dev = device_of(&req, &parent, autostart);
+    let dev = Device::of_request(&req, &parent, autostart);
     let made = co.invoke(Action::Define, &dev, spec.force, |co| {
         let mut req = req;
         // A running device's call-out script reports its attributes, which the definition keeps
@@ -234,7 +208,7 @@ pub(super) fn start(
         if !i.defined {
             return Err(bad(format!("mdev {u} is neither running nor defined")));
         }
-        let dev = device_of_instance(&i, daemon.instance_attrs(u)?);
+        let dev = Device::of_instance(&i, daemon.instance_attrs(u)?);
         return co.invoke(Action::Start, &dev, spec.force, |_| {
             daemon.start(u).map_err(CliError::from)
         });
@@ -252,7 +226,7 @@ pub(super) fn start(
         )));
     }
     let req = new_instance(&w.type_id, p, Some(&uuid_or_new(uuid.as_ref())), &w.attrs);
-    let dev = device_of(&req, p, w.start.is_auto());
+    let dev = Device::of_request(&req, p, w.start.is_auto());
     let made = co.invoke(Action::Start, &dev, spec.force, |_| {
         daemon.create(&req).map_err(|e| match known {
             true => CliError::from(e),
@@ -276,7 +250,7 @@ pub(super) fn stop(
             // mdevctl describes the device to stop from sysfs alone: manual, no attributes.
             let dev = Device {
                 start: StartMode::Manual,
-                ..device_of_instance(&i, Vec::new())
+                ..Device::of_instance(&i, Vec::new())
             };
             co.invoke(Action::Stop, &dev, spec.force, |_| {
                 daemon.stop(&u).map_err(CliError::from)
@@ -294,7 +268,7 @@ pub(super) fn undefine(
     let u = check_uuid(&spec.uuid)?;
     match find(daemon, &u, spec.parent.as_deref())? {
         Some(i) if i.defined => {
-            let dev = device_of_instance(&i, daemon.instance_attrs(&u)?);
+            let dev = Device::of_instance(&i, daemon.instance_attrs(&u)?);
             co.invoke(Action::Undefine, &dev, spec.force, |_| {
                 daemon.undefine(&u).map_err(CliError::from)
             })
@@ -330,7 +304,7 @@ pub(super) fn modify(
     let dev = Device {
         mdev_type: new_type.clone().unwrap_or_else(|| i.type_id.clone()),
         start: StartMode::from_autostart(autostart),
-        ..device_of_instance(&i, attrs.clone())
+        ..Device::of_instance(&i, attrs.clone())
     };
     co.invoke(Action::Modify, &dev, m.force, |_| {
         if new_type.is_some() || attrs != old_attrs {
@@ -398,7 +372,7 @@ pub(super) fn start_parent_mdevs(
             .instance_attrs(&i.uuid)
             .map_err(CliError::from)
             .and_then(|attrs| {
-                let dev = device_of_instance(&i, attrs);
+                let dev = Device::of_instance(&i, attrs);
                 co.invoke(Action::Start, &dev, false, |_| {
                     daemon.start(&i.uuid).map_err(CliError::from)
                 })

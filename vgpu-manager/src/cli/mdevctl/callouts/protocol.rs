@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use qemu_glue::mdevctl::{MdevctlDevice, StartMode};
 use serde::Deserialize;
 use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
+use vgpu_client::{InstanceInfo, NewInstance};
 
 /// When a script is called (`-e`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -219,6 +220,32 @@ impl From<&MdevctlDevice> for Device {
 }
 
 impl Device {
+    /// The device request `req` makes on `parent`.
+    pub fn of_request(req: &NewInstance, parent: &str, autostart: bool) -> Device {
+        Device {
+            uuid: req.uuid.clone().unwrap_or_default(),
+            parent: parent.to_string(),
+            mdev_type: req.target.clone(),
+            start: StartMode::from_autostart(autostart),
+            attrs: req.attrs.clone(),
+        }
+    }
+
+    /// Instance `i` of vgpud, with attributes `attrs`.
+    pub fn of_instance(i: &InstanceInfo, attrs: Vec<(String, String)>) -> Device {
+        Device {
+            uuid: i.uuid.clone(),
+            parent: if i.parent.is_empty() {
+                i.gpu.clone()
+            } else {
+                i.parent.clone()
+            },
+            mdev_type: i.type_id.clone(),
+            start: StartMode::from_autostart(i.autostart),
+            attrs,
+        }
+    }
+
     /// The configuration as one line of JSON, as mdevctl writes it to a script (`to_json(false)`).
     pub fn config_json(&self) -> String {
         // Strings and lists of strings always serialize.
