@@ -86,12 +86,13 @@ pub(super) fn before_start(
     }
 }
 
-/// `undefine --uuid U [--parent P]`: every matching definition is removed, foreign ones taken over
-/// first (mdevctl src/main.rs `undefine_command`).
+/// `undefine --uuid U [--parent P]`: every matching definition is removed by `undefine_one`, foreign
+/// ones taken over first (mdevctl src/main.rs `undefine_command`).
 pub(super) fn undefine(
     daemon: &mut dyn ManagerCalls,
     uuid: &str,
     parent: Option<&str>,
+    mut undefine_one: impl FnMut(&mut dyn ManagerCalls, &str) -> Result<(), CliError>,
 ) -> Result<(), CliError> {
     let found = matching(daemon, uuid, parent)?;
     if found.is_empty() {
@@ -99,7 +100,7 @@ pub(super) fn undefine(
     }
     for d in &found {
         own(daemon, d)?;
-        daemon.undefine(&d.uuid)?;
+        undefine_one(daemon, &d.uuid)?;
     }
     Ok(())
 }
