@@ -33,6 +33,7 @@ use vgpu_client::{BusAddress, InstanceInfo};
 use super::daemon_cmds::BusArgs;
 use super::{CliError, HostArgs};
 
+mod foreign;
 mod ops;
 
 /// The `vgpuctl mdevctl` subcommands, named and spelled as mdevctl's.

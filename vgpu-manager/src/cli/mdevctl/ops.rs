@@ -11,6 +11,7 @@ use qemu_glue::mdevctl::{MdevctlConfig, MdevctlDevice, StartMode, read_config_di
 use vgpu_client::blocking::ManagerCalls;
 use vgpu_client::{InstanceInfo, NewInstance};
 
+use super::foreign::define_running;
 use super::{DeviceSpec, ModifyArgs, UuidSpec, as_device, bad, same_uuid};
 use crate::cli::CliError;
 
@@ -34,7 +35,7 @@ fn read_config(path: &Path) -> Result<MdevctlConfig, CliError> {
 }
 
 /// The instance `uuid`, checking `parent` when given.
-fn find(
+pub(super) fn find(
     daemon: &mut dyn ManagerCalls,
     uuid: &str,
     parent: Option<&str>,
@@ -73,7 +74,7 @@ fn wanted(spec: &DeviceSpec) -> Result<Option<Wanted>, CliError> {
     }
 }
 
-fn new_instance(
+pub(super) fn new_instance(
     type_id: &str,
     parent: &str,
     uuid: Option<&String>,
@@ -94,34 +95,16 @@ pub(super) fn define(
 ) -> Result<(), CliError> {
     let uuid = spec.uuid.as_deref().map(check_uuid).transpose()?;
     let made = match (wanted(spec)?, &spec.parent, &uuid) {
-        (Some(w), Some(p), _) => daemon.define(
-            &new_instance(&w.type_id, p, uuid.as_ref(), &w.attrs),
-            w.start.is_auto(),
-        )?,
-        (Some(_), None, _) => return Err(bad("can't provide type without parent: give --parent")),
-        // `define --uuid U`: keep a running device across reboots (mdevctl(8) "define").
-        (None, _, Some(u)) => {
-            let i = find(daemon, u, spec.parent.as_deref())?.ok_or_else(|| {
-                bad(format!(
-                    "no mdev {u} exists: give --parent and --type (or --jsonfile)"
-                ))
-            })?;
-            if i.defined {
-                return Err(bad(format!("mdev {u} is already defined on {}", i.parent)));
-            }
-            if i.owner != "foreign" {
-                // vgpud refuses Define for the UUID of its own transient instance (see the report to the
-                // daemon's owners); say so plainly instead of its generic "already exists".
-                return Err(bad(format!(
-                    "mdev {u} is a transient vgpud instance and vgpud cannot define it in place yet: stop it (`mdevctl stop -u {u}`) and define it again with --parent {} --type {}",
-                    i.parent, i.type_id
-                )));
-            }
+        (Some(w), Some(p), _) => {
+            super::foreign::warn_unlisted_type(daemon, p, &w.type_id);
             daemon.define(
-                &new_instance(&i.type_id, &i.parent, Some(u), &[]),
-                spec.auto,
+                &new_instance(&w.type_id, p, uuid.as_ref(), &w.attrs),
+                w.start.is_auto(),
             )?
         }
+        (Some(_), None, _) => return Err(bad("can't provide type without parent: give --parent")),
+        // `define --uuid U`: keep a running device across reboots (mdevctl(8) "define").
+        (None, _, Some(u)) => define_running(daemon, u, spec)?,
         (None, _, None) => {
             return Err(bad(
                 "device is insufficiently specified: give --parent and --type (or --jsonfile), or --uuid of a running device",
