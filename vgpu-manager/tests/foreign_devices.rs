@@ -24,7 +24,7 @@ use vgpu_host::{Host, paths};
 use vgpu_manager::daemon::api::{
     ApplyPool, CreateInstance, DefineInstance, DestroyInstance, GetInstance, InstanceSpec,
     InstanceState, InstanceTarget, ListInstances, Ownership, Reconcile, StartInstance,
-    StopInstance,
+    StopInstance, UndefineInstance,
 };
 use vgpu_manager::daemon::engine::Core;
 use vgpu_manager::profile::Catalog;
@@ -83,7 +83,7 @@ fn an_explicit_stop_adopts_a_foreign_device_then_removes_it() {
 }
 
 #[test]
-fn define_of_a_foreign_device_with_another_type_leaves_it_running_and_destroy_removes_both() {
+fn define_of_a_foreign_device_with_another_type_leaves_it_running_then_undefine_and_destroy() {
     let host = Arc::new(SimHost::builtin("demo").unwrap());
     let dir = tempfile::tempdir().unwrap();
     let core = open(&host, dir.path());
@@ -107,6 +107,15 @@ fn define_of_a_foreign_device_with_another_type_leaves_it_running_and_destroy_re
         host.exists(&paths::mdev_device(&uuid)),
         "reconcile keeps it"
     );
+    // Undefine removes the definition only; defined again, Destroy removes device and definition.
+    let v = core.execute(UndefineInstance { uuid }).unwrap().unwrap();
+    assert_eq!((v.ownership, v.defined), (Ownership::Foreign, false));
+    assert!(
+        host.exists(&paths::mdev_device(&uuid)),
+        "undefine leaves it"
+    );
+    core.execute(DefineInstance(spec("nvidia-232", T4B, Some(FOREIGN))))
+        .unwrap();
     let after = core.execute(DestroyInstance { uuid }).unwrap();
     assert!(after.is_none());
     assert!(!host.exists(&paths::mdev_device(&uuid)));

@@ -2,7 +2,7 @@
 //! running device.
 //!
 //! Automatic actions (reconcile, pools, autostart, recovery after a crash) never touch a foreign
-//! device. An explicit, authorized request that names one (`StopInstance`, `DestroyInstance`: `vgpuctl
+//! device. `UndefineInstance` removes a definition vgpud holds for one and leaves the device. An explicit, authorized request that names one (`StopInstance`, `DestroyInstance`: `vgpuctl
 //! stop U`, `mdevctl stop -u U`, `virsh nodedev-destroy`) may act on it: the device is adopted into the
 //! ledger first (`ownership = "adopted"`, durably, under the parent's lock), then removed by the one
 //! executor, which follows the ledger protocol of [`crate::daemon::store`]. A crash after the adoption
@@ -22,7 +22,7 @@ use mdev_types::ids::MdevUuid;
 use super::instances::Instances;
 use super::lock;
 use super::views::device_identity;
-use crate::daemon::api::{CoreError, InstanceSpec, InstanceView, StateError};
+use crate::daemon::api::{CoreError, InstanceSpec, InstanceView, Ownership, StateError};
 use crate::daemon::store::{Definition, LedgerEntry, LedgerOwnership, unix_now};
 
 /// What removing a running device does when the ledger does not list it.
@@ -45,6 +45,20 @@ impl Instances {
     /// device first if vgpud did not create it.
     pub(super) fn destroy_named(&self, uuid: MdevUuid) -> Result<Option<InstanceView>, CoreError> {
         self.destroy_with(uuid, OnForeign::AdoptFirst)
+    }
+
+    /// Whether `UndefineInstance` may remove the definition of `v`: always, but a foreign device
+    /// without a definition has nothing vgpud holds (Foreign). The definition of a running foreign
+    /// device goes; the device is not touched and stays foreign.
+    pub(super) fn may_undefine(&self, v: &InstanceView) -> Result<(), CoreError> {
+        if v.ownership != Ownership::Foreign {
+            return Ok(());
+        }
+        if !v.defined {
+            return Err(CoreError::Foreign { uuid: v.uuid });
+        }
+        warn!(uuid = %v.uuid, parent = %v.parent, "undefining a device not created by vgpud: its definition goes, the device is left running");
+        Ok(())
     }
 
     /// Writes the ledger entry (ownership adopted) of the running foreign device `uuid`, so that the

@@ -313,7 +313,7 @@ impl Instances {
 
     pub(super) fn undefine(&self, uuid: MdevUuid) -> Result<Option<InstanceView>, CoreError> {
         let v = self.view(&uuid)?;
-        self.not_foreign(&v)?;
+        self.may_undefine(&v)?;
         if lock(&self.store).remove_definition(&uuid)?.is_none() {
             // A concurrent Destroy may have removed the whole instance since the view was read.
             if !self.device_exists(&uuid) {
