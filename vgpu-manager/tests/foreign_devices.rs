@@ -394,3 +394,94 @@ async fn mdevctl_define_of_running_devices_and_of_unlisted_types() {
     assert_eq!(s["state"].as_str(), Some("stopped"), "{s}");
     drop(daemon);
 }
+
+/// vgpud killed (SIGKILL) at a random moment of an explicit stop of a foreign device, then started
+/// again, over many rounds on a journaled simulated kernel that outlives it: the device is either gone
+/// (and nothing of it is left in the ledger) or still there, shown as foreign or adopted and never
+/// removed by the start; a repeated stop then removes it. The seed is printed (`VGPU_CRASH_SEED`).
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_during_an_explicit_stop_of_a_foreign_device_leaves_a_state_start_up_reconciles() {
+    use vgpu_client::Manager1Proxy;
+
+    let mut rng = dbus_common::crash::seeded(
+        "kill_9_during_an_explicit_stop_of_a_foreign_device",
+        "the kill moments",
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let journal = tmp.path().join("journal");
+    let state = tmp.path().join("state");
+    let mtty: MdevTypeId = "mtty-1".parse().unwrap();
+    let (mut gone, mut kept, mut adopted) = (0, 0, 0);
+    for round in 0..16u32 {
+        // Someone else makes a device while vgpud is down.
+        let u = format!("f0f0f0f0-0000-4000-8000-{round:012}");
+        {
+            let sim = SimHost::builtin("samples")
+                .unwrap()
+                .with_journal(&journal)
+                .unwrap();
+            sim.write(&paths::mdev_type_dir("mtty", &mtty).join("create"), &u)
+                .unwrap();
+        }
+        let daemon = Daemon::embedded_journaled(tmp.path(), "samples", &journal, &state).await;
+        let conn = dbus_common::client(&daemon.bus).await;
+        let m = Manager1Proxy::new(&conn).await.unwrap();
+        let pid = daemon.pid();
+        let delay = std::time::Duration::from_micros(rng.below(20_000));
+        let killer = tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+        });
+        let _ = m.stop(&u).await;
+        killer.await.unwrap();
+        let _ = daemon.wait();
+        drop(conn);
+
+        let daemon = Daemon::embedded_journaled(tmp.path(), "samples", &journal, &state).await;
+        let present = {
+            let host = SimHost::builtin("samples")
+                .unwrap()
+                .replayed(&journal)
+                .unwrap();
+            host.exists(&paths::mdev_device(&u.parse().unwrap()))
+        };
+        let seen = vgpuctl(&daemon.bus, &["status", &u, "--json"]).await;
+        if present {
+            kept += 1;
+            let s = ok_json(&seen);
+            adopted += usize::from(s["owner"] == "adopted");
+            assert_eq!(s["state"].as_str(), Some("running"), "round {round}: {s}");
+            assert!(
+                matches!(s["owner"].as_str(), Some("foreign" | "adopted")),
+                "round {round}: {s}"
+            );
+            let o = vgpuctl(&daemon.bus, &["stop", &u]).await;
+            assert!(
+                o.status.success(),
+                "round {round}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        } else {
+            gone += 1;
+            assert!(
+                !seen.status.success(),
+                "round {round}: {u} is gone but listed"
+            );
+        }
+        assert!(
+            !vgpuctl(&daemon.bus, &["status", &u, "--json"])
+                .await
+                .status
+                .success(),
+            "round {round}: {u} stopped"
+        );
+        assert!(
+            !ledger_file(&state, &u).exists(),
+            "round {round}: no entry outlives its device"
+        );
+        drop(daemon);
+    }
+    eprintln!(
+        "kill -9 during a foreign stop: {gone} rounds removed it before the kill, {kept} kept it ({adopted} adopted)"
+    );
+}
