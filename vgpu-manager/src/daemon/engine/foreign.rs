@@ -7,7 +7,8 @@
 //! ledger first (`ownership = "adopted"`, durably, under the parent's lock), then removed by the one
 //! executor, which follows the ledger protocol of [`crate::daemon::store`]. A crash after the adoption
 //! leaves an adopted entry with its device: the next start keeps both (an adopted device is never
-//! removed automatically either), and the request can simply be repeated.
+//! removed automatically either), and the request can simply be repeated. A removal the kernel refuses
+//! (a device in use) leaves the device adopted too.
 //!
 //! `define` of a running device keeps the device as it is and persists it, as mdevctl's `define --uuid`
 //! does (mdevctl src/main.rs `define_command_helper`: the running device's parent and type, each
