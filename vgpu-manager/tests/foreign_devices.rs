@@ -88,10 +88,11 @@ fn define_of_a_foreign_device_with_another_type_leaves_it_running_then_undefine_
     let dir = tempfile::tempdir().unwrap();
     let core = open(&host, dir.path());
     let uuid: MdevUuid = FOREIGN.parse().unwrap();
-    // mdevctl's define/uuid-running-diff-type: the definition takes the type given.
-    let v = core
-        .execute(DefineInstance(spec("nvidia-232", T4B, Some(FOREIGN))))
-        .unwrap();
+    // mdevctl's define/uuid-running-diff-type: the definition takes the type given (autostart: the
+    // start-up reconcile still leaves the foreign device alone).
+    let mut auto = spec("nvidia-232", T4B, Some(FOREIGN));
+    auto.autostart = true;
+    let v = core.execute(DefineInstance(auto)).unwrap();
     assert_eq!(
         (v.ownership, v.state, v.defined, v.type_id.as_str()),
         (
@@ -103,10 +104,18 @@ fn define_of_a_foreign_device_with_another_type_leaves_it_running_then_undefine_
         "the device is left as it is: {v:?}"
     );
     core.execute(Reconcile).unwrap();
+    drop(core);
+    let core = open(&host, dir.path());
     assert!(
         host.exists(&paths::mdev_device(&uuid)),
-        "reconcile keeps it"
+        "reconcile and autostart keep it"
     );
+    let v = core.execute(GetInstance { uuid }).unwrap();
+    assert_eq!(
+        (v.ownership, v.type_id.as_str(), v.autostart),
+        (Ownership::Foreign, "nvidia-231", true)
+    );
+    assert!(!ledger_file(dir.path(), FOREIGN).exists(), "never adopted");
     // Undefine removes the definition only; defined again, Destroy removes device and definition.
     let v = core.execute(UndefineInstance { uuid }).unwrap().unwrap();
     assert_eq!((v.ownership, v.defined), (Ownership::Foreign, false));
