@@ -269,6 +269,7 @@ impl Instances {
         self.stop_with(uuid, OnForeign::Refuse)
     }
 
+    /// Stops instance `uuid`; `on_foreign` says what happens to a device vgpud did not create.
     pub(super) fn stop_with(
         &self,
         uuid: MdevUuid,
@@ -290,6 +291,7 @@ impl Instances {
         self.destroy_with(uuid, OnForeign::Refuse)
     }
 
+    /// Destroys instance `uuid`; `on_foreign` says what happens to a device vgpud did not create.
     pub(super) fn destroy_with(
         &self,
         uuid: MdevUuid,
