@@ -1,20 +1,22 @@
 //! `define` of a running device and of a type its parent does not list, as mdevctl does them
 //! (mdevctl src/main.rs `define_command_helper`).
 
+use vgpu_client::NewInstance;
 use vgpu_client::blocking::ManagerCalls;
 
 use super::ops::{find, new_instance};
 use super::{DeviceSpec, bad};
 use crate::cli::CliError;
 
-/// `define --uuid U [--parent P]` without a type: persists running device `u` with its type, on
-/// `P` when given, else on its own parent (mdevctl loads the device from sysfs, then lets `--parent`
-/// replace the parent). vgpud leaves the device as it is.
-pub(super) fn define_running(
+/// `define --uuid U [--parent P]` without a type: the request that persists running device `u` with
+/// its type, on `P` when given, else on its own parent (mdevctl loads the device from sysfs, then lets
+/// `--parent` replace the parent), whether it starts automatically, and that it runs. vgpud leaves the
+/// device as it is.
+pub(super) fn running_request(
     daemon: &mut dyn ManagerCalls,
     u: &str,
     spec: &DeviceSpec,
-) -> Result<vgpu_client::InstanceInfo, CliError> {
+) -> Result<(NewInstance, bool, bool), CliError> {
     let i = find(daemon, u, None)?.ok_or_else(|| {
         bad(format!(
             "no mdev {u} exists: give --parent and --type (or --jsonfile)"
@@ -30,10 +32,11 @@ pub(super) fn define_running(
     }
     let parent = spec.parent.as_deref().unwrap_or(&i.parent);
     let owned = u.to_string();
-    Ok(daemon.define(
-        &new_instance(&i.type_id, parent, Some(&owned), &[]),
+    Ok((
+        new_instance(&i.type_id, parent, Some(&owned), &[]),
         spec.auto,
-    )?)
+        true,
+    ))
 }
 
 /// Logs a warning when `parent` is present and does not list `type_id`: vgpud defines it all the
