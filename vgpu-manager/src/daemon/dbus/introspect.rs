@@ -223,10 +223,10 @@ fn render(
     objects: &[(OwnedObjectPath, Kind)],
     fragments: &HashMap<String, Arc<str>>,
 ) -> Option<String> {
-    let mut root = tree(objects);
-    let mut node = &mut root;
+    let root = tree(objects);
+    let mut node = &root;
     for segment in path.split('/').filter(|s| !s.is_empty()) {
-        node = node.children.get_mut(segment)?;
+        node = node.children.get(segment)?;
     }
     let mut xml = String::from(HEADER);
     write_node(&mut xml, node, 0, fragments);
@@ -335,10 +335,11 @@ async fn install_at(
     if server.interface::<_, Introspectable>(path).await.is_ok() {
         return Ok(false);
     }
-    // Outside an object manager's subtree zbus announces nothing (vgpud announces its objects
-    // itself, `object_manager::announce_added`), so the swap is not seen but by a call made in
-    // between, which zbus answers `UnknownInterface`: only nodes nobody has been told of yet are
-    // swapped (a new object, before it is announced, and the nodes made on the way to it).
+    // zbus announces no interface registered or removed (vgpud announces its objects itself,
+    // `object_manager::register`), so the swap is seen only by a call made in between, which
+    // zbus answers `UnknownInterface`: only nodes nobody has been told of are swapped (a new
+    // object, before it is announced, and the nodes made on the way to it; the nodes down to the
+    // manager before vgpud takes its name).
     let name = InterfaceName::from_static_str_unchecked(INTROSPECTABLE);
     match server.remove_named(path, name).await {
         Ok(_) | Err(zbus::Error::InterfaceNotFound) => {}
