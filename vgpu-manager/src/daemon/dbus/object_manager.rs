@@ -310,7 +310,7 @@ async fn managed_objects(
 
 /// Registers `object` (of `kind`) at `path` below the manager, within `change`: with vgpud's
 /// Introspectable on its node and on the nodes made on the way to it, then announced with
-/// `InterfacesAdded`. An object already registered there is left as it is, unannounced.
+/// `InterfacesAdded`. An object already registered there is left as it is, not announced again.
 pub(super) async fn register<I: Interface>(
     conn: &Connection,
     introspection: &Arc<Introspection>,
@@ -321,11 +321,14 @@ pub(super) async fn register<I: Interface>(
 ) -> zbus::Result<()> {
     let server = conn.object_server();
     introspection.learn(&object);
-    if server.at(path, object).await?.is_some() {
+    let known = server.at(path, object).await?.is_some();
+    if !known {
+        introspect::install(server, path, introspection).await?;
+    }
+    change.added(path, kind);
+    if known {
         return Ok(());
     }
-    introspect::install(server, path, introspection).await?;
-    change.added(path, kind);
     announce_added::<I>(conn, path).await
 }
 
