@@ -8,6 +8,7 @@ use crate::{Host, HostExt, paths};
 use mdev_types::ids::{IommuGroup, MdevTypeId, MdevUuid, PciAddress};
 use mdev_types::model::{MdevInstance, MdevParent, MdevType};
 use mdev_types::parse;
+use tracing::warn;
 
 fn malformed(path: &Path, text: &str, expected: &'static str) -> DiscoverError {
     DiscoverError::Malformed {
@@ -34,10 +35,14 @@ pub(super) fn read_parents(host: &dyn Host) -> Result<Vec<MdevParent>, DiscoverE
             let description = host.read_optional(&tdir.join("description"))?;
             let mut instances = Vec::new();
             for u in host.list_optional(&tdir.join("devices"))? {
-                instances.push(
-                    u.parse::<MdevUuid>()
-                        .map_err(|_| malformed(&tdir.join("devices"), &u, "mdev UUIDs"))?,
-                );
+                // Not a device the kernel made (its names are UUIDs: drivers/vfio/mdev/mdev_sysfs.c
+                // `create_store`): skipped, as mdevctl skips it (src/environment.rs, "Can't determine
+                // uuid for file").
+                let Ok(uuid) = u.parse::<MdevUuid>() else {
+                    warn!(entry = %tdir.join("devices").join(&u).display(), "ignoring an mdev type's devices entry that is not a UUID");
+                    continue;
+                };
+                instances.push(uuid);
             }
             instances.sort();
             types.push(MdevType {
@@ -71,9 +76,13 @@ pub(super) fn read_instances(host: &dyn Host) -> Result<Vec<MdevInstance>, Disco
     let mut out = Vec::new();
     for name in host.list_optional(Path::new(paths::MDEV_DEVICES))? {
         let dir = Path::new(paths::MDEV_DEVICES).join(&name);
-        let uuid: MdevUuid = name
-            .parse()
-            .map_err(|_| malformed(&dir, &name, "an mdev UUID"))?;
+        // The kernel names every mdev by its UUID; anything else here is skipped with a warning, as
+        // mdevctl skips it (src/environment.rs `get_active_devices`), so one stray entry does not
+        // hide every other device.
+        let Ok(uuid) = name.parse::<MdevUuid>() else {
+            warn!(entry = %dir.display(), "ignoring a /sys/bus/mdev/devices entry that is not an mdev UUID");
+            continue;
+        };
         // `mdev_type` resolves to …/<parent>/mdev_supported_types/<type>. An instance being removed
         // while we walk is skipped, like a PCI device that disappears.
         let type_dir = match host.canonicalize(&dir.join("mdev_type")) {

@@ -39,6 +39,7 @@ use super::{CliError, HostArgs};
 
 pub mod callouts;
 mod defined;
+mod foreign;
 mod live;
 mod ops;
 
