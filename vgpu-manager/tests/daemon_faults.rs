@@ -1,0 +1,115 @@
+//! vgpud on a host where one GPU cannot be read: it starts, serves the healthy GPU and creates on it,
+//! and a startup that really fails says what failed.
+//!
+//! Runs the real vgpud on a fake sysfs root whose `create` attributes are FUSE files (as the mdevctl
+//! conformance suite does); needs root and /dev/fuse, and fails without them (or prints SKIPPED under
+//! `VGPU_TESTS_ALLOW_SKIP=1`).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod dbus_common;
+
+use dbus_common::mdevctl::{FakeKernel, FakeRoot};
+use dbus_common::{Daemon, ok, ok_json, vgpuctl};
+
+const FAULTY: &str = "0000:00:03.0";
+const HEALTHY: &str = "0000:00:04.0";
+const UUID: &str = "6a2f6c5e-2b5f-4f7e-9a57-1f0c3a6d9b01";
+
+/// Two PCI GPUs with an mdev parent each; the first one's `vendor` is empty (what the kernel never prints,
+/// and what a driver in a bad state has been seen to leave).
+fn two_gpus_one_faulty(root: &std::path::Path) -> FakeRoot {
+    let r = FakeRoot::new(root);
+    for p in [FAULTY, HEALTHY] {
+        r.parent(p, "mtty-2", 2, "vfio-pci", "Dual port serial", None);
+    }
+    std::fs::write(r.parent_dir(FAULTY).join("vendor"), "").unwrap();
+    r
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn vgpud_starts_with_one_faulty_gpu_and_creates_on_the_healthy_one() {
+    if !dbus_common::fuse_attr::require_fuse("daemon_faults") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let fake = two_gpus_one_faulty(&root);
+    let kernel = FakeKernel::start(&fake.root);
+    let d = Daemon::on_sysfs_root(dir.path(), &fake.root)
+        .await
+        .unwrap_or_else(|log| panic!("vgpud refused a host with one faulty GPU:\n{log}"));
+    let status = ok_json(&vgpuctl(&d.bus, &["status", "--json"]).await);
+    let gpus: Vec<&str> = status["gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|g| g["id"].as_str())
+        .collect();
+    assert!(
+        gpus.contains(&HEALTHY),
+        "the healthy GPU is served: {status}"
+    );
+    let out = ok(&vgpuctl(
+        &d.bus,
+        &[
+            "create", "--type", "mtty-2", "--gpu", HEALTHY, "--uuid", UUID,
+        ],
+    )
+    .await);
+    assert!(out.contains(UUID), "{out}");
+    assert!(
+        root.join("sys/bus/mdev/devices").join(UUID).exists(),
+        "the device was made on the healthy GPU"
+    );
+    assert!(
+        d.log().contains(FAULTY),
+        "the log names the faulted GPU: {}",
+        d.log()
+    );
+    drop(kernel);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn vgpud_starts_when_the_host_cannot_be_read_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let fake = FakeRoot::new(&root);
+    fake.parent(HEALTHY, "mtty-2", 2, "vfio-pci", "Dual port serial", None);
+    // Listing /sys/bus/pci/devices fails (ENOTDIR): no device can be read at all.
+    let pci = root.join("sys/bus/pci/devices");
+    std::fs::remove_dir_all(&pci).unwrap();
+    std::fs::write(&pci, "").unwrap();
+    let mut d = Daemon::on_sysfs_root(dir.path(), &fake.root)
+        .await
+        .unwrap_or_else(|log| panic!("vgpud refused to start on an unreadable host:\n{log}"));
+    let log = d.log();
+    assert!(
+        log.contains("cannot read the host") && !log.contains("cannot open state directory"),
+        "{log}"
+    );
+    // A request that needs the host says what failed; the daemon keeps serving.
+    let o = vgpuctl(&d.bus, &["status"]).await;
+    assert!(!o.status.success());
+    let err = dbus_common::stderr(&o);
+    assert!(
+        err.contains("cannot read the host") && err.contains("/sys/bus/pci/devices"),
+        "{err}"
+    );
+    d.assert_running("after a request on an unreadable host");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unusable_state_directory_is_named_as_such() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let fake = FakeRoot::new(&root);
+    fake.parent(HEALTHY, "mtty-2", 2, "vfio-pci", "Dual port serial", None);
+    // The state directory is a regular file.
+    std::fs::write(dir.path().join("state"), "").unwrap();
+    let log = match Daemon::on_sysfs_root(dir.path(), &fake.root).await {
+        Ok(_) => panic!("vgpud started without a usable state directory"),
+        Err(log) => log,
+    };
+    assert!(log.contains("cannot open state directory"), "{log}");
+    assert!(!log.contains("cannot read the host"), "{log}");
+}
