@@ -14,6 +14,7 @@ use dbus_common::{Daemon, ok, ok_json, vgpuctl};
 const FAULTY: &str = "0000:00:03.0";
 const HEALTHY: &str = "0000:00:04.0";
 const UUID: &str = "6a2f6c5e-2b5f-4f7e-9a57-1f0c3a6d9b01";
+const UUID2: &str = "6a2f6c5e-2b5f-4f7e-9a57-1f0c3a6d9b02";
 
 /// Two PCI GPUs with an mdev parent each; the first one's `vendor` is empty (what the kernel never prints,
 /// and what a driver in a bad state has been seen to leave).
@@ -61,6 +62,16 @@ async fn vgpud_starts_with_one_faulty_gpu_and_creates_on_the_healthy_one() {
         root.join("sys/bus/mdev/devices").join(UUID).exists(),
         "the device was made on the healthy GPU"
     );
+    // Without --gpu the faulted GPU is skipped, though it offers the type with as much room (and
+    // comes first by name).
+    let o = ok_json(
+        &vgpuctl(
+            &d.bus,
+            &["create", "--type", "mtty-2", "--uuid", UUID2, "--json"],
+        )
+        .await,
+    );
+    assert_eq!(o["gpu"], HEALTHY, "{o}");
     assert!(
         d.log().contains(FAULTY),
         "the log names the faulted GPU: {}",
