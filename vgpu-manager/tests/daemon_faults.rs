@@ -72,6 +72,44 @@ async fn vgpud_starts_with_one_faulty_gpu_and_creates_on_the_healthy_one() {
         .await,
     );
     assert_eq!(o["gpu"], HEALTHY, "{o}");
+    // Gpu1.Health: the faulted GPU's object stays and says why; once it reads again (and the GPUs are
+    // re-read: Manager1.Reconcile here, as this fake host sends no uevents) it is ok, announced with
+    // PropertiesChanged (the proxy caches properties and only learns of changes from that signal).
+    let conn = dbus_common::client(&d.bus).await;
+    let gpu = |id: &str| {
+        let path = vgpu_client::gpu_path(id);
+        let conn = conn.clone();
+        async move {
+            vgpu_client::Gpu1Proxy::builder(&conn)
+                .path(path)
+                .build()
+                .await
+                .unwrap()
+        }
+    };
+    let healthy = gpu(HEALTHY).await;
+    assert_eq!(healthy.health().await.unwrap(), "ok");
+    let faulty = gpu(FAULTY).await;
+    let h = faulty.health().await.unwrap();
+    assert!(h.starts_with("faulted: ") && h.contains("vendor"), "{h}");
+    std::fs::write(fake.parent_dir(FAULTY).join("vendor"), "0x1234\n").unwrap();
+    vgpu_client::Manager1Proxy::new(&conn)
+        .await
+        .unwrap()
+        .reconcile()
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        if faulty.health().await.unwrap() == "ok" {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "Health of a recovered GPU never became ok"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     assert!(
         d.log().contains(FAULTY),
         "the log names the faulted GPU: {}",
