@@ -347,7 +347,8 @@ async fn refusals_are_one_clear_line_with_exit_code_2() {
         &vgpuctl(&bus, &["undefine", stranger]).await,
         &["no instance", stranger],
     );
-    // Foreign instances (made outside vgpu-manager) are listed but never touched.
+    // Foreign instances (made outside vgpu-manager) are listed and changed only by a request that
+    // names them: autostart has no definition to change; a stop adopts the device, then removes it.
     let list = ok_json(&vgpuctl(&bus, &["list", "--json"]).await);
     if let Some(f) = list
         .as_array()
@@ -357,13 +358,11 @@ async fn refusals_are_one_clear_line_with_exit_code_2() {
     {
         let u = s(f, "uuid");
         assert_refused(
-            &vgpuctl(&bus, &["destroy", &u]).await,
+            &vgpuctl(&bus, &["autostart", &u]).await,
             &[&u, "not created by vgpu-manager"],
         );
-        assert_refused(
-            &vgpuctl(&bus, &["stop", &u]).await,
-            &[&u, "not created by vgpu-manager"],
-        );
+        ok(&vgpuctl(&bus, &["stop", &u]).await);
+        assert_refused(&vgpuctl(&bus, &["destroy", &u]).await, &["no instance", &u]);
     }
     // A UUID already in use.
     let a = ok_json(&vgpuctl(&bus, &["create", "--profile", "vdi-2g", "--json"]).await);

@@ -34,6 +34,7 @@ use super::daemon_cmds::BusArgs;
 use super::{CliError, HostArgs};
 
 pub mod callouts;
+mod foreign;
 mod live;
 mod ops;
 

@@ -13,6 +13,7 @@ use vgpu_client::{InstanceInfo, NewInstance};
 
 use super::callouts::Callouts;
 use super::callouts::protocol::{Action, Device};
+use super::foreign::running_request;
 use super::{DeviceSpec, ModifyArgs, UuidSpec, as_device, bad, same_uuid};
 use crate::cli::CliError;
 
@@ -75,7 +76,7 @@ fn wanted(spec: &DeviceSpec) -> Result<Option<Wanted>, CliError> {
     }
 }
 
-fn new_instance(
+pub(super) fn new_instance(
     type_id: &str,
     parent: &str,
     uuid: Option<&String>,
@@ -135,6 +136,7 @@ fn define_request(
     };
     let made = match (wanted(spec)?, &spec.parent, uuid) {
         (Some(w), Some(p), _) => {
+            super::foreign::warn_unlisted_type(daemon, p, &w.type_id);
             let active = match uuid {
                 Some(u) if spec.jsonfile.is_none() => running(daemon, u)?,
                 _ => false,
@@ -148,29 +150,7 @@ fn define_request(
         }
         (Some(_), None, _) => return Err(bad("can't provide type without parent: give --parent")),
         // `define --uuid U`: keep a running device across reboots (mdevctl(8) "define").
-        (None, _, Some(u)) => {
-            let i = find(daemon, u, spec.parent.as_deref())?.ok_or_else(|| {
-                bad(format!(
-                    "no mdev {u} exists: give --parent and --type (or --jsonfile)"
-                ))
-            })?;
-            if i.defined {
-                return Err(bad(format!("mdev {u} is already defined on {}", i.parent)));
-            }
-            if i.owner != "foreign" {
-                // vgpud refuses Define for the UUID of its own transient instance (see the report to the
-                // daemon's owners); say so plainly instead of its generic "already exists".
-                return Err(bad(format!(
-                    "mdev {u} is a transient vgpud instance and vgpud cannot define it in place yet: stop it (`mdevctl stop -u {u}`) and define it again with --parent {} --type {}",
-                    i.parent, i.type_id
-                )));
-            }
-            (
-                new_instance(&i.type_id, &i.parent, Some(u), &[]),
-                spec.auto,
-                i.state == "running",
-            )
-        }
+        (None, _, Some(u)) => running_request(daemon, u, spec)?,
         (None, _, None) => {
             return Err(bad(
                 "device is insufficiently specified: give --parent and --type (or --jsonfile), or --uuid of a running device",

@@ -25,9 +25,10 @@ pub enum CoreError {
         /// The UUID asked for.
         uuid: MdevUuid,
     },
-    /// The instance was not made by vgpu-manager.
+    /// The instance was not made by vgpu-manager, and the request is not one that takes it over (only
+    /// a stop, destroy or define that names it does).
     #[error(
-        "instance {uuid} was not created by vgpu-manager (made by mdevctl or by hand): it is never modified here; remove it with the tool that made it"
+        "instance {uuid} was not created by vgpu-manager (made by mdevctl or by hand): only a stop, destroy or define naming it takes it over (`vgpuctl stop {uuid}`); or change it with the tool that made it"
     )]
     Foreign {
         /// The foreign instance's UUID.

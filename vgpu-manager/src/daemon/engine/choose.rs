@@ -1,6 +1,7 @@
 //! Turning a request (profile or type, optional GPU) into a concrete parent and mdev type.
 
 use mdev_types::ids::{MdevTypeId, PciAddress};
+use tracing::warn;
 use vgpu_host::discover::discover;
 use vgpu_host::{HostExt, paths};
 
@@ -74,6 +75,12 @@ impl Instances {
                     .into());
                 }
                 match self.available(&p, type_id) {
+                    // mdevctl defines a type its parent does not list (yet) without a check (mdevctl
+                    // src/main.rs `define_command_helper`); the kernel's error comes at start.
+                    None if !need_capacity => {
+                        warn!(parent = %p, %type_id, "defining a type the parent does not list: starting it fails until the parent offers it");
+                        p
+                    }
                     None => {
                         return Err(RequestError::TypeNotOffered {
                             parent: p,

@@ -8,6 +8,7 @@ use tracing::info;
 use mdev_types::ids::MdevUuid;
 
 use super::choose::Placement;
+use super::foreign::OnForeign;
 use super::instances::Instances;
 use super::lock;
 use super::views::device_identity;
@@ -15,7 +16,7 @@ use crate::daemon::api::{CoreError, InstanceSpec, InstanceView, Ownership, State
 use crate::daemon::store::{Definition, LedgerEntry, LedgerOwnership, unix_now};
 
 /// Releases a UUID reservation when dropped.
-struct Reservation<'a> {
+pub(super) struct Reservation<'a> {
     core: &'a Instances,
     uuid: MdevUuid,
 }
@@ -67,9 +68,9 @@ impl Instances {
     pub(super) fn define(&self, req: InstanceSpec) -> Result<InstanceView, CoreError> {
         if let Some(uuid) = req.uuid
             && self.device_exists(&uuid)
-            && lock(&self.store).get_ledger(&uuid).is_none()
+            && lock(&self.store).get_definition(&uuid).is_none()
         {
-            return self.adopt(uuid, &req);
+            return self.define_running(uuid, &req);
         }
         let place = self.place(&req, false)?;
         let uuid = req.uuid.unwrap_or_else(MdevUuid::new_random);
@@ -91,7 +92,11 @@ impl Instances {
     }
 
     /// Defining the UUID of an existing foreign device takes it over, if parent and type agree.
-    fn adopt(&self, uuid: MdevUuid, req: &InstanceSpec) -> Result<InstanceView, CoreError> {
+    pub(super) fn adopt(
+        &self,
+        uuid: MdevUuid,
+        req: &InstanceSpec,
+    ) -> Result<InstanceView, CoreError> {
         let Some((parent, type_id)) = device_identity(self.host.as_ref(), &uuid) else {
             return Err(StateError::Vanished {
                 uuid,
@@ -134,7 +139,10 @@ impl Instances {
         made(self.refresh_one(&uuid), uuid, "adopted")
     }
 
-    fn reserve_new_for_adoption(&self, uuid: MdevUuid) -> Result<Reservation<'_>, CoreError> {
+    pub(super) fn reserve_new_for_adoption(
+        &self,
+        uuid: MdevUuid,
+    ) -> Result<Reservation<'_>, CoreError> {
         let mut inflight = lock(&self.inflight);
         if !inflight.insert(uuid) {
             return Err(CoreError::Exists { uuid });
@@ -230,13 +238,15 @@ impl Instances {
         })
     }
 
-    /// Removes the running device of instance `uuid` on `parent` if we own it; `what` names the
-    /// command for messages. The parent lock must be held, so that what is read here is current.
+    /// Removes the running device of instance `uuid` on `parent` if we own it (or, with
+    /// [`OnForeign::AdoptFirst`], once adopted); `what` names the command for messages. The parent
+    /// lock must be held, so that what is read here is current.
     fn remove_running_locked(
         &self,
         uuid: &MdevUuid,
         parent: &str,
         what: &'static str,
+        on_foreign: OnForeign,
     ) -> Result<(), CoreError> {
         if !self.device_exists(uuid) {
             return Err(StateError::NotRunning {
@@ -246,17 +256,30 @@ impl Instances {
             .into());
         }
         if lock(&self.store).get_ledger(uuid).is_none() {
-            return Err(CoreError::Foreign { uuid: *uuid });
+            if on_foreign == OnForeign::Refuse {
+                return Err(CoreError::Foreign { uuid: *uuid });
+            }
+            self.adopt_named_locked(uuid, what)?;
         }
         self.remove_device_owned(uuid, parent)
     }
 
+    /// Stops instance `uuid`, refusing a device vgpud did not create (see [`Self::stop_named`]).
     pub(super) fn stop(&self, uuid: MdevUuid) -> Result<Option<InstanceView>, CoreError> {
+        self.stop_with(uuid, OnForeign::Refuse)
+    }
+
+    /// Stops instance `uuid`; `on_foreign` says what happens to a device vgpud did not create.
+    pub(super) fn stop_with(
+        &self,
+        uuid: MdevUuid,
+        on_foreign: OnForeign,
+    ) -> Result<Option<InstanceView>, CoreError> {
         // Existence from the views (which also notice a device made behind our back); ownership is
         // decided under the lock, as the cached view may be older than a concurrent change.
         self.view(&uuid)?;
         self.with_instance_locked(&uuid, |parent| {
-            self.remove_running_locked(&uuid, parent, "stop")?;
+            self.remove_running_locked(&uuid, parent, "stop", on_foreign)?;
             Ok(self.refresh_one(&uuid))
         })
     }
@@ -265,11 +288,20 @@ impl Instances {
     /// exactly one succeeds: each decides under the parent's lock, and the later ones find nothing
     /// (NotFound).
     pub(super) fn destroy(&self, uuid: MdevUuid) -> Result<Option<InstanceView>, CoreError> {
+        self.destroy_with(uuid, OnForeign::Refuse)
+    }
+
+    /// Destroys instance `uuid`; `on_foreign` says what happens to a device vgpud did not create.
+    pub(super) fn destroy_with(
+        &self,
+        uuid: MdevUuid,
+        on_foreign: OnForeign,
+    ) -> Result<Option<InstanceView>, CoreError> {
         self.view(&uuid)?;
         self.with_instance_locked(&uuid, |parent| {
             let running = self.device_exists(&uuid);
             if running {
-                self.remove_running_locked(&uuid, parent, "destroy")?;
+                self.remove_running_locked(&uuid, parent, "destroy", on_foreign)?;
             }
             let defined = lock(&self.store).remove_definition(&uuid)?.is_some();
             if !running && !defined {
@@ -283,7 +315,7 @@ impl Instances {
 
     pub(super) fn undefine(&self, uuid: MdevUuid) -> Result<Option<InstanceView>, CoreError> {
         let v = self.view(&uuid)?;
-        self.not_foreign(&v)?;
+        self.may_undefine(&v)?;
         if lock(&self.store).remove_definition(&uuid)?.is_none() {
             // A concurrent Destroy may have removed the whole instance since the view was read.
             if !self.device_exists(&uuid) {

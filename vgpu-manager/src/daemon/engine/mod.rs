@@ -10,7 +10,8 @@
 //! * `Undefine` deletes the definition; a running device stays, as a transient instance.
 //! * `autostart` definitions are created by reconcile: when the daemon starts and when their parent
 //!   appears (its driver loaded late). A `Stop` is respected until then.
-//! * Devices not in the ownership ledger are foreign: listed, never modified.
+//! * Devices not in the ownership ledger are foreign: listed, never modified by an automatic action;
+//!   a `Stop` or `Destroy` that names one adopts it into the ledger first, then acts (`foreign.rs`).
 
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -25,6 +26,7 @@ use super::store::StateDir;
 use crate::profile::Catalog;
 
 mod choose;
+mod foreign;
 mod gpu_impact;
 mod instances;
 mod lifecycle;

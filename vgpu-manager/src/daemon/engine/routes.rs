@@ -37,10 +37,10 @@ route!(StartInstance, |core, StartInstance { uuid }| core
     .start(uuid));
 route!(StopInstance, |core, StopInstance { uuid }| core
     .instances
-    .stop(uuid));
+    .stop_named(uuid));
 route!(DestroyInstance, |core, DestroyInstance { uuid }| core
     .instances
-    .destroy(uuid));
+    .destroy_named(uuid));
 route!(UndefineInstance, |core, UndefineInstance { uuid }| core
     .instances
     .undefine(uuid));

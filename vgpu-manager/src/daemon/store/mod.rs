@@ -59,7 +59,8 @@
 //!    again (only when the device really does not exist).
 //! 2. **Remove**: write the parent's `remove` attribute, confirm the device is gone, *then* remove the
 //!    ledger entry.
-//! 3. **Adopt**: write the entry with `ownership = "adopted"` before reporting the device as ours.
+//! 3. **Adopt**: write the entry with `ownership = "adopted"` before reporting the device as ours,
+//!    and before removing a foreign device that an explicit stop or destroy names (then step 2).
 //!
 //! A crash between the two halves of any step leaves an entry whose device may or may not exist.
 //! Reconcile on the next start resolves it: entry and device both present → still ours (kept, never
