@@ -6,6 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::fault::{DeviceFault, FaultScope};
 use crate::ids::{IommuGroup, MdevTypeId, MdevUuid, PciAddress, PciId};
 use crate::parse::TypeDescription;
 
@@ -25,6 +26,19 @@ pub struct Inventory {
     /// The GPUs (display controllers, 3D controllers, accelerators, and virtual display parents) with
     /// what each can offer a guest.
     pub gpus: Vec<Gpu>,
+    /// Devices that could not be read, each named with the failing path and cause; every other device
+    /// is listed as usual. Empty on a healthy host.
+    #[serde(default)]
+    pub faults: Vec<DeviceFault>,
+}
+
+impl Inventory {
+    /// The fault of the GPU, PCI device or mdev parent named `id`, if discovery could not read it.
+    pub fn fault_of(&self, id: &str) -> Option<&DeviceFault> {
+        self.faults.iter().find(|f| {
+            f.device == id && matches!(f.scope, FaultScope::PciDevice | FaultScope::MdevParent)
+        })
+    }
 }
 
 /// One PCI function as sysfs describes it.

@@ -148,6 +148,9 @@ pub trait Gpu1 {
     /// The object paths of the instances on the GPU ([`crate::instance_uuid`] reads the UUID back).
     #[zbus(property)]
     fn instances(&self) -> zbus::Result<Vec<OwnedObjectPath>>;
+    /// `ok`, or `faulted: ` and why the GPU could not be read (nothing is placed on it then).
+    #[zbus(property)]
+    fn health(&self) -> zbus::Result<String>;
     /// JSON of a [`crate::SchedulingView`], read from the host on each get.
     #[zbus(property)]
     fn scheduling(&self) -> zbus::Result<String>;

@@ -86,7 +86,9 @@ enum DaemonError {
     #[error("the shipped profiles are broken: {0}")]
     Catalog(String),
     #[error("cannot open state directory {dir}: {source}")]
-    Core { dir: String, source: CoreError },
+    StateDir { dir: String, source: CoreError },
+    #[error("cannot start: {0}")]
+    Startup(CoreError),
     #[error(transparent)]
     EmbeddedBus(#[from] EmbeddedBusError),
     #[error(transparent)]
@@ -237,9 +239,12 @@ async fn run(args: Args) -> Result<(), DaemonError> {
         tokio::task::spawn_blocking(move || Core::open_with(host, &dir, catalog, mdevctl_dir))
             .await
             .map_err(|e| DaemonError::Join(e.to_string()))?
-            .map_err(|source| DaemonError::Core {
-                dir: args.state_dir.display().to_string(),
-                source,
+            .map_err(|source| match source {
+                CoreError::Store(_) => DaemonError::StateDir {
+                    dir: args.state_dir.display().to_string(),
+                    source,
+                },
+                other => DaemonError::Startup(other),
             })?;
     let core = Arc::new(core);
     watch_mdevctl_dir(&core);

@@ -2,6 +2,7 @@
 
 use std::io::Write;
 
+use mdev_types::fault::DeviceFault;
 use mdev_types::ids::PciAddress;
 use mdev_types::model::{Assignability, Capability, Gpu, Inventory, MdevParent, MdevType};
 use mdev_types::parse::TypeDescription;
@@ -105,6 +106,7 @@ pub(super) fn render_inventory(inv: &Inventory) -> String {
         );
         s.push('\n');
     }
+    s.push_str(&render_faults(&inv.faults));
     s.push('\n');
     if inv.mdev_instances.is_empty() {
         s.push_str("no mdev instances\n");
@@ -122,6 +124,34 @@ pub(super) fn render_inventory(inv: &Inventory) -> String {
             ]);
         }
         s.push_str(&t.render());
+    }
+    s
+}
+
+/// The faulted devices of an inventory: a table (device, kind, path, problem) and each known fix below
+/// it; nothing on a healthy host.
+pub(super) fn render_faults(faults: &[DeviceFault]) -> String {
+    if faults.is_empty() {
+        return String::new();
+    }
+    let mut t = Table::new(&["FAULTED", "KIND", "PATH", "PROBLEM"]);
+    for f in faults {
+        t.row(vec![
+            f.device.clone(),
+            f.scope.as_str().to_string(),
+            f.path.display().to_string(),
+            f.cause.to_string(),
+        ]);
+    }
+    let mut s = format!(
+        "\n{} device(s) could not be read and are not managed until they read again:\n",
+        faults.len()
+    );
+    s.push_str(&t.render());
+    for f in faults {
+        if let Some(fix) = &f.fix {
+            s.push_str(&format!("  {}: {fix}\n", f.device));
+        }
     }
     s
 }

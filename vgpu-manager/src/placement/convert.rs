@@ -78,7 +78,8 @@ enum Costing {
     Whole,
 }
 
-/// Builds the planner input for `demands` on the GPUs of `inv` that `allowed` accepts.
+/// Builds the planner input for `demands` on the GPUs of `inv` that `allowed` accepts and that are
+/// not faulted ([`Inventory::fault_of`]).
 pub fn build(
     inv: &Inventory,
     demands: &[DemandInput<'_>],
@@ -92,7 +93,8 @@ pub fn build(
     };
     let mut backends = Vec::new();
     for (i, gpu) in inv.gpus.iter().enumerate() {
-        if !allowed(gpu) {
+        // A GPU discovery could not read whole (its PCI function or its mdev parent) takes nothing.
+        if !allowed(gpu) || inv.fault_of(&gpu.id).is_some() {
             continue;
         }
         let b = capacity_model(gpu, inv, used);

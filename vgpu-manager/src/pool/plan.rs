@@ -7,6 +7,7 @@
 //! not say which guest holds a VF). A slot is kept when its profile still has that index and its GPU
 //! still passes the selectors; other slots of the pool are removed, and their room is reused.
 
+use mdev_types::fault::FaultScope;
 use mdev_types::ids::{MdevUuid, PciAddress};
 use mdev_types::model::Inventory;
 use serde::Serialize;
@@ -374,6 +375,10 @@ pub fn plan_pool(
             } else {
                 "the other profiles of the pool take the room it would need".to_string()
             };
+            let reason = match faulted_gpus(inv) {
+                Some(f) => format!("{reason}; skipped as faulted: {f}"),
+                None => reason,
+            };
             PoolShortfall {
                 profile: s.profile.clone(),
                 wanted,
@@ -411,4 +416,15 @@ pub fn plan_pool(
         gpus,
         proven_optimal: solution.proven_optimal,
     })
+}
+
+/// The GPUs discovery could not read (and placement skipped), each with its cause; `None` when none.
+fn faulted_gpus(inv: &Inventory) -> Option<String> {
+    let list: Vec<String> = inv
+        .faults
+        .iter()
+        .filter(|f| matches!(f.scope, FaultScope::PciDevice | FaultScope::MdevParent))
+        .map(|f| format!("{} ({}: {})", f.device, f.path.display(), f.cause))
+        .collect();
+    (!list.is_empty()).then(|| list.join(", "))
 }

@@ -3,36 +3,65 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use tracing::{debug, warn};
+
 use super::DiscoverError;
+use super::fault::{Outcome, classify};
 use crate::{Host, HostExt, paths};
+use mdev_types::fault::{DeviceFault, FaultScope};
 use mdev_types::ids::{IommuGroup, MdevUuid, PciAddress};
 use mdev_types::model::{Assignability, IommuGroupInfo, PciDevice};
 
-/// Reads `/sys/kernel/iommu_groups/*/devices`.
-pub(super) fn read_groups(host: &dyn Host) -> Result<Vec<IommuGroupInfo>, DiscoverError> {
+/// Reads `/sys/kernel/iommu_groups/*/devices`, each group on its own (see `mdev::read_parents`).
+pub(super) fn read_groups(
+    host: &dyn Host,
+) -> Result<(Vec<IommuGroupInfo>, Vec<DeviceFault>), DiscoverError> {
     let mut out = Vec::new();
+    let mut faults = Vec::new();
     for name in host.list_optional(Path::new(paths::IOMMU_GROUPS))? {
         let Ok(group) = name.parse::<IommuGroup>() else {
             continue;
         };
-        let mut info = IommuGroupInfo {
-            group,
-            pci_devices: Vec::new(),
-            mdevs: Vec::new(),
-        };
-        for member in host.list_optional(&paths::iommu_group_devices(group.0))? {
-            if let Ok(a) = member.parse::<PciAddress>() {
-                info.pci_devices.push(a);
-            } else if let Ok(u) = member.parse::<MdevUuid>() {
-                info.mdevs.push(u);
+        let dir = paths::iommu_group_devices(group.0);
+        match classify(
+            host,
+            FaultScope::IommuGroup,
+            &name,
+            &dir,
+            read_group(host, group, &dir),
+        ) {
+            Outcome::Read(info) => out.push(info),
+            Outcome::Gone => debug!(%group, "IOMMU group disappeared during discovery"),
+            Outcome::Faulted(f) => {
+                warn!(%group, "{f}");
+                faults.push(f);
             }
         }
-        info.pci_devices.sort();
-        info.mdevs.sort();
-        out.push(info);
     }
     out.sort_by_key(|g| g.group);
-    Ok(out)
+    Ok((out, faults))
+}
+
+fn read_group(
+    host: &dyn Host,
+    group: IommuGroup,
+    dir: &Path,
+) -> Result<IommuGroupInfo, DiscoverError> {
+    let mut info = IommuGroupInfo {
+        group,
+        pci_devices: Vec::new(),
+        mdevs: Vec::new(),
+    };
+    for member in host.list_optional(dir)? {
+        if let Ok(a) = member.parse::<PciAddress>() {
+            info.pci_devices.push(a);
+        } else if let Ok(u) = member.parse::<MdevUuid>() {
+            info.mdevs.push(u);
+        }
+    }
+    info.pci_devices.sort();
+    info.mdevs.sort();
+    Ok(info)
 }
 
 /// Drivers that leave a device safely unused by the host (Documentation/driver-api/vfio.rst, "Groups,

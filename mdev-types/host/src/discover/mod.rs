@@ -7,10 +7,13 @@ use thiserror::Error;
 use tracing::{debug, warn};
 
 use crate::{Host, HostError, HostExt, paths};
+use fault::Outcome;
+use mdev_types::fault::FaultScope;
 use mdev_types::ids::PciAddress;
 use mdev_types::model::{Assignability, Capability, Gpu, Inventory, MdevParent, PciDevice, Vendor};
 use mdev_types::parse::{ParseError, TypeDescription};
 
+mod fault;
 mod groups;
 mod mdev;
 mod names;
@@ -33,33 +36,55 @@ pub enum DiscoverError {
         #[source]
         source: ParseError,
     },
+    /// An identity attribute reads back as all ones, as config space does from a device that no longer
+    /// answers on the bus.
+    #[error("{path} reads back {text:?} (all ones): the device no longer answers on the bus", path = path.display())]
+    AllOnes {
+        /// The attribute.
+        path: PathBuf,
+        /// The text read.
+        text: String,
+    },
 }
 
 /// Reads everything vgpu-manager needs to know about `host`.
 ///
-/// Devices that disappear while they are being read (hot unplug, VFs being disabled) are skipped with a
-/// log line instead of failing the whole discovery.
+/// Every device is read on its own. One whose attributes cannot be read or parsed is named in
+/// [`Inventory::faults`] (with the path, the errno or the bad text, and the fix where one is known) and
+/// every other device is listed as usual; one that disappears while it is read (hot unplug, VFs being
+/// disabled, a driver unbinding: `ENOENT`/`ENODEV`) is absent from the result. Only a failure to list
+/// the host's own directories (`/sys/bus/pci/devices`, `/sys/class/mdev_bus`, …) is an error.
 pub fn discover(host: &dyn Host) -> Result<Inventory, DiscoverError> {
     let mut pci_devices = Vec::new();
+    let mut faults = Vec::new();
     for name in host.list_optional(Path::new(paths::PCI_DEVICES))? {
         let Ok(addr) = name.parse::<PciAddress>() else {
             warn!(entry = %name, "ignoring a /sys/bus/pci/devices entry that is not a PCI address");
             continue;
         };
-        match pci::read_pci_device(host, addr) {
-            Ok(d) => pci_devices.push(d),
-            Err(DiscoverError::Host(e))
-                if e.is_not_found() && !host.exists(&paths::pci_device(&addr)) =>
-            {
-                debug!(%addr, "device disappeared during discovery");
+        match fault::classify(
+            host,
+            FaultScope::PciDevice,
+            &name,
+            &paths::pci_device(&addr),
+            pci::read_pci_device(host, addr),
+        ) {
+            Outcome::Read(d) => pci_devices.push(d),
+            Outcome::Gone => debug!(%addr, "device disappeared during discovery"),
+            Outcome::Faulted(f) => {
+                warn!(%addr, "{f}");
+                faults.push(f);
             }
-            Err(e) => return Err(e),
         }
     }
     pci_devices.sort_by_key(|d| d.address);
-    let mdev_parents = mdev::read_parents(host)?;
-    let mdev_instances = mdev::read_instances(host)?;
-    let iommu_groups = groups::read_groups(host)?;
+    let (mdev_parents, parent_faults) = mdev::read_parents(host)?;
+    let (mdev_instances, instance_faults) = mdev::read_instances(host)?;
+    let (iommu_groups, group_faults) = groups::read_groups(host)?;
+    faults.extend(parent_faults);
+    faults.extend(instance_faults);
+    faults.extend(group_faults);
+    faults.sort_by(|a, b| (a.scope, &a.device).cmp(&(b.scope, &b.device)));
     let gpus = assemble_gpus(&pci_devices, &mdev_parents);
     Ok(Inventory {
         host: host.describe(),
@@ -68,6 +93,7 @@ pub fn discover(host: &dyn Host) -> Result<Inventory, DiscoverError> {
         mdev_instances,
         iommu_groups,
         gpus,
+        faults,
     })
 }
 

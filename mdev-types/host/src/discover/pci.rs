@@ -74,9 +74,19 @@ pub(super) fn read_pci_device(
     let driver_override = host
         .read_optional(&a("driver_override"))?
         .filter(|s| s != "(null)" && !s.is_empty());
+    let vendor = attr(host, &a("vendor"), pci_id)?;
+    if vendor.0 == 0xffff {
+        // No PCI vendor has id 0xffff: it is what a config-space read returns from a device that no
+        // longer answers (PCI Local Bus Specification, "Configuration Space": a read of an absent
+        // function returns all ones).
+        return Err(DiscoverError::AllOnes {
+            path: a("vendor"),
+            text: format!("{vendor}"),
+        });
+    }
     Ok(PciDevice {
         address: addr,
-        vendor: attr(host, &a("vendor"), pci_id)?,
+        vendor,
         device: attr(host, &a("device"), pci_id)?,
         subsystem_vendor: attr_opt(host, &a("subsystem_vendor"), pci_id)?,
         subsystem_device: attr_opt(host, &a("subsystem_device"), pci_id)?,

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use mdev_types::fault::DeviceFault;
 use mdev_types::ids::{MdevTypeId, MdevUuid, PciAddress};
 use thiserror::Error;
 use vgpu_host::discover::DiscoverError;
@@ -246,6 +247,14 @@ pub enum RequestError {
         parent: String,
         /// The full type.
         type_id: MdevTypeId,
+    },
+    /// The GPU asked for could not be read (it is faulted): nothing is placed on it until it reads again.
+    #[error("GPU {} is faulted and not used until it reads again: {fault}", clip(.gpu))]
+    Faulted {
+        /// The GPU (or parent) asked for.
+        gpu: String,
+        /// The fault, with its path, cause and fix.
+        fault: Box<DeviceFault>,
     },
     /// No GPU offers the type.
     #[error("no GPU on {host} offers mdev type {type_id}: `vgpuctl types` lists the types")]

@@ -186,6 +186,9 @@ pub struct GpuView {
     pub types: Vec<(MdevTypeId, u32)>,
     /// Instances on it (running).
     pub instances: Vec<MdevUuid>,
+    /// `ok`, or `faulted: ` and the fault (path, cause, fix) when discovery could not read it: nothing
+    /// is placed on it then, and its instances and definitions are kept.
+    pub health: String,
 }
 
 /// Something that changed, for signals and property updates.

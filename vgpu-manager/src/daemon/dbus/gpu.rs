@@ -78,6 +78,9 @@ pub(super) fn changed_properties(
     if old.instances != new.instances {
         m.insert("Instances", Variant::from(instance_paths(new)));
     }
+    if old.health != new.health {
+        m.insert("Health", Variant::from(new.health.clone()));
+    }
     m
 }
 
@@ -203,6 +206,13 @@ impl Gpu1 {
         instance_paths(&self.view)
     }
 
+    /// `ok`, or `faulted: ` and the fault (the path, the errno or text, the fix) when the GPU could not
+    /// be read: nothing is placed on it until it reads again; its instances and definitions are kept.
+    #[zbus(property)]
+    fn health(&self) -> String {
+        self.view.health.clone()
+    }
+
     /// Its time-slice scheduling as programmed now, read back through its vendor backend when the
     /// property is read (no change signal): JSON {gpu, backend, state, reason} as docs/json.md shows.
     #[zbus(property(emits_changed_signal = "false"))]
@@ -228,6 +238,7 @@ mod tests {
             numa_node: None,
             types: vec![("nvidia-231".parse().unwrap(), 4)],
             instances: vec![],
+            health: "ok".into(),
         }
     }
 

@@ -314,6 +314,21 @@ impl Drop for Service {
     }
 }
 
+/// The initial objects, or none when the host cannot be read: the daemon serves anyway (its state
+/// directory is usable) and the objects appear when the host is read again.
+fn unless_host_unreadable<T>(
+    r: Result<Vec<T>, QueryError>,
+    what: &str,
+) -> Result<Vec<T>, QueryError> {
+    match r {
+        Err(QueryError::Core(CoreError::Host(e))) => {
+            tracing::error!(error = %e, "cannot read the host: serving no {what} until it reads");
+            Ok(Vec::new())
+        }
+        other => other,
+    }
+}
+
 /// Registers the manager, ObjectManager, GPU and instance objects on `conn` and starts following the
 /// core's events. Requesting the well-known name is left to the caller, to do after this returns, so
 /// that clients never see the name before the objects.
@@ -339,8 +354,8 @@ async fn serve_objects(
     introspection: introspect::Answered,
 ) -> Result<Service, ServeError> {
     let events = exec.subscribe();
-    let instances = mirror::list_instances(&exec).await?;
-    let gpus = mirror::list_gpus(&exec).await?;
+    let instances = unless_host_unreadable(mirror::list_instances(&exec).await, "instances")?;
+    let gpus = unless_host_unreadable(mirror::list_gpus(&exec).await, "GPUs")?;
     let server = conn.object_server();
     let admission = Arc::new(admission::Admission::default());
     let served = Arc::new(object_manager::Served::default());

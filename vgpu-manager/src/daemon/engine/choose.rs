@@ -104,6 +104,7 @@ impl Instances {
                 let offers: Vec<(u32, String)> = inv
                     .mdev_parents
                     .iter()
+                    .filter(|p| !is_faulted(&inv, p))
                     .filter_map(|p| {
                         p.types
                             .iter()
@@ -154,6 +155,13 @@ impl Instances {
                 known: self.catalog.names().join(", "),
             })?;
         let inv = discover(self.host.as_ref())?;
+        if let Some(fault) = gpu.as_deref().and_then(|want| inv.fault_of(want)) {
+            return Err(RequestError::Faulted {
+                gpu: fault.device.clone(),
+                fault: Box::new(fault.clone()),
+            }
+            .into());
+        }
         let report = match_profile(profile, &inv);
         let candidates: Vec<_> = report
             .gpus
@@ -234,4 +242,12 @@ impl Instances {
         }
         .into())
     }
+}
+
+/// Whether discovery could not read `parent` or its PCI function: nothing is placed on it then.
+fn is_faulted(inv: &mdev_types::model::Inventory, parent: &mdev_types::model::MdevParent) -> bool {
+    inv.fault_of(&parent.name).is_some()
+        || parent
+            .pci
+            .is_some_and(|a| inv.fault_of(&a.to_string()).is_some())
 }

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::broadcast;
 use tracing::{info, warn};
 
+use mdev_types::fault::FaultScope;
 use mdev_types::ids::{MdevTypeId, MdevUuid};
 use vgpu_host::discover::discover;
 use vgpu_host::{Host, HostExt, paths};
@@ -125,7 +126,35 @@ impl Instances {
     pub(super) fn list_gpus(&self) -> Result<Vec<GpuView>, CoreError> {
         let inv = discover(self.host.as_ref())?;
         let views = lock(&self.views);
-        Ok(inv
+        let running_on = |id: &str| -> Vec<MdevUuid> {
+            views
+                .values()
+                .filter(|v| v.gpu == id && v.state == InstanceState::Running)
+                .map(|v| v.uuid)
+                .collect()
+        };
+        // A GPU whose PCI function could not be read is not among `inv.gpus`: it is listed from its
+        // fault, so that its object stays and says why it is not used.
+        let unread = inv
+            .faults
+            .iter()
+            .filter(|f| matches!(f.scope, FaultScope::PciDevice | FaultScope::MdevParent))
+            .filter(|f| !inv.gpus.iter().any(|g| g.id == f.device))
+            .filter(|f| {
+                f.scope == FaultScope::PciDevice
+                    || inv.mdev_parents.iter().all(|p| p.name != f.device)
+            })
+            .map(|f| GpuView {
+                id: f.device.clone(),
+                vendor: "unknown".to_string(),
+                model: format!("unreadable {}", f.scope.as_str()),
+                driver: None,
+                numa_node: None,
+                types: Vec::new(),
+                instances: running_on(&f.device),
+                health: health(Some(f)),
+            });
+        let mut out: Vec<GpuView> = inv
             .gpus
             .iter()
             .map(|g| {
@@ -144,14 +173,13 @@ impl Instances {
                                 .collect()
                         })
                         .unwrap_or_default(),
-                    instances: views
-                        .values()
-                        .filter(|v| v.gpu == g.id && v.state == InstanceState::Running)
-                        .map(|v| v.uuid)
-                        .collect(),
+                    instances: running_on(&g.id),
+                    health: health(inv.fault_of(&g.id)),
                 }
             })
-            .collect())
+            .collect();
+        out.extend(unread);
+        Ok(out)
     }
 
     /// The types' available instances on mdev parent `id` (none when it is not a registered parent, as
@@ -211,5 +239,13 @@ impl Instances {
             .ok()
             .flatten()
             .and_then(|g| g.parse().ok())
+    }
+}
+
+/// The `Health` of a GPU: `ok`, or `faulted: ` and its fault.
+fn health(fault: Option<&mdev_types::fault::DeviceFault>) -> String {
+    match fault {
+        None => "ok".to_string(),
+        Some(f) => format!("faulted: {f}"),
     }
 }

@@ -17,7 +17,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::broadcast;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use vgpu_host::Host;
 
@@ -153,7 +153,15 @@ impl Core {
             vf_slots,
             pools,
         };
-        core.instances.reconcile(ReconcileScope::Startup)?;
+        match core.instances.reconcile(ReconcileScope::Startup) {
+            Ok(_) => {}
+            // The hardware is not a reason not to serve: the state directory is usable, and the host is
+            // read again on every request and uevent.
+            Err(CoreError::Host(e)) => {
+                error!(error = %e, "cannot read the host at startup: serving anyway, but the startup reconcile (autostart instances) did not run; check the path named and restart vgpud once it reads")
+            }
+            Err(e) => return Err(e),
+        }
         core.vf_slots.reconcile(|pool| core.pools.autostart(pool));
         Ok(core)
     }

@@ -83,6 +83,8 @@ impl FakeHost {
                         .collect(),
                 })
                 .collect(),
+            faulted_parents: Vec::new(),
+            unreadable_instances: Vec::new(),
         }
     }
 

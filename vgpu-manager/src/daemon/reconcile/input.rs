@@ -1,5 +1,6 @@
 //! What the planner looks at: desired state from the store and a snapshot of the host.
 
+use mdev_types::fault::FaultScope;
 use mdev_types::ids::{MdevTypeId, MdevUuid};
 use mdev_types::model::Inventory;
 
@@ -47,11 +48,15 @@ pub struct ReconcileInput {
     pub instances: Vec<HostInstance>,
     /// The registered mdev parents and their types.
     pub parents: Vec<HostParent>,
+    /// Parents (and PCI devices) discovery could not read: their devices may exist unseen.
+    pub faulted_parents: Vec<String>,
+    /// mdev devices that exist but could not be read.
+    pub unreadable_instances: Vec<MdevUuid>,
 }
 
 impl ReconcileInput {
-    /// Combines the desired state with a discovery snapshot (`Inventory::mdev_instances` and
-    /// `Inventory::mdev_parents`).
+    /// Combines the desired state with a discovery snapshot (`Inventory::mdev_instances`,
+    /// `Inventory::mdev_parents` and `Inventory::faults`).
     pub fn from_inventory(
         definitions: impl IntoIterator<Item = Definition>,
         ledger: impl IntoIterator<Item = LedgerEntry>,
@@ -83,6 +88,18 @@ impl ReconcileInput {
                         })
                         .collect(),
                 })
+                .collect(),
+            faulted_parents: inventory
+                .faults
+                .iter()
+                .filter(|f| matches!(f.scope, FaultScope::MdevParent | FaultScope::PciDevice))
+                .map(|f| f.device.clone())
+                .collect(),
+            unreadable_instances: inventory
+                .faults
+                .iter()
+                .filter(|f| f.scope == FaultScope::MdevInstance)
+                .filter_map(|f| f.device.parse().ok())
                 .collect(),
         }
     }

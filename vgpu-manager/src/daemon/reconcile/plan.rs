@@ -66,6 +66,14 @@ pub enum ReconcileStep {
         /// Why.
         reason: ConflictReason,
     },
+    /// A UUID whose device or parent could not be read (a faulted GPU): its ledger entry and definition
+    /// are kept and nothing is created, until it reads again.
+    Unreadable {
+        /// The UUID.
+        uuid: MdevUuid,
+        /// The faulted parent, or `None` when the device itself could not be read.
+        parent: Option<String>,
+    },
     /// An autostart definition whose parent is registered but cannot take the device now.
     Blocked {
         /// The UUID.
@@ -84,7 +92,8 @@ impl ReconcileStep {
             | ReconcileStep::Keep { uuid, .. }
             | ReconcileStep::ReportForeign { uuid, .. }
             | ReconcileStep::Conflict { uuid, .. }
-            | ReconcileStep::Blocked { uuid, .. } => uuid,
+            | ReconcileStep::Blocked { uuid, .. }
+            | ReconcileStep::Unreadable { uuid, .. } => uuid,
             ReconcileStep::DropLedger { entry } => &entry.uuid,
         }
     }
@@ -126,6 +135,17 @@ impl fmt::Display for ReconcileStep {
             ),
             ReconcileStep::Conflict { uuid, reason } => write!(f, "{uuid} not applied: {reason}"),
             ReconcileStep::Blocked { uuid, reason } => write!(f, "{uuid} not created: {reason}"),
+            ReconcileStep::Unreadable {
+                uuid,
+                parent: Some(p),
+            } => write!(
+                f,
+                "{uuid} left as it is: its parent {p} is faulted (`vgpuctl discover` names the fault)"
+            ),
+            ReconcileStep::Unreadable { uuid, parent: None } => write!(
+                f,
+                "{uuid} left as it is: its device could not be read (`vgpuctl discover` names the fault)"
+            ),
         }
     }
 }
@@ -238,6 +258,8 @@ fn same_device(parent: &str, type_id: &MdevTypeId, host: &HostInstance) -> bool 
 ///   different device is stale → `DropLedger`.
 /// * No H, D autostart: parent missing → `Wait`; type not offered or full → `Blocked`; else `Create`.
 /// * No H and no `Create`: L is stale → `DropLedger`.
+/// * H could not be read, or no H and the parent of D or L is faulted: → `Unreadable`, nothing
+///   dropped or created (a GPU that fell off the bus does not lose its instances).
 pub fn plan(input: &ReconcileInput) -> Plan {
     let definitions: BTreeMap<&MdevUuid, &Definition> =
         input.definitions.iter().map(|d| (&d.uuid, d)).collect();
@@ -268,7 +290,28 @@ pub fn plan(input: &ReconcileInput) -> Plan {
     for uuid in uuids {
         let def = definitions.get(uuid).copied();
         let entry = ledger.get(uuid).copied();
-        match host.get(uuid).copied() {
+        let present = host.get(uuid).copied();
+        if input.unreadable_instances.contains(uuid) {
+            let parent = entry
+                .map(|e| e.parent.clone())
+                .or(def.map(|d| d.parent.clone()));
+            steps.push(ReconcileStep::Unreadable {
+                uuid: *uuid,
+                parent,
+            });
+            continue;
+        }
+        let wanted_parent = entry.map(|e| &e.parent).or(def.map(|d| &d.parent));
+        if present.is_none()
+            && let Some(p) = wanted_parent.filter(|p| input.faulted_parents.contains(p))
+        {
+            steps.push(ReconcileStep::Unreadable {
+                uuid: *uuid,
+                parent: Some(p.clone()),
+            });
+            continue;
+        }
+        match present {
             Some(dev) => plan_present(uuid, dev, def, entry, &mut steps),
             None => plan_absent(uuid, def, entry, &mut available, &mut steps),
         }

@@ -6,6 +6,7 @@ use mdev_types::ids::MdevTypeId;
 use crate::profile::ProfileTarget;
 
 mod capacity;
+mod faults;
 mod mig;
 mod random;
 mod sim;

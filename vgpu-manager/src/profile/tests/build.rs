@@ -125,6 +125,7 @@ impl InvBuilder {
                 mdev_instances: Vec::new(),
                 iommu_groups: Vec::new(),
                 gpus: Vec::new(),
+                faults: Vec::new(),
             },
         }
     }

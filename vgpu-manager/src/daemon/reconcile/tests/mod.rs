@@ -2,6 +2,7 @@
 
 mod attrs;
 mod exec;
+mod faults;
 mod plan;
 mod props;
 

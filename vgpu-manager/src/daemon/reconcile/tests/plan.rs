@@ -230,6 +230,7 @@ fn input_from_inventory_takes_instances_parents_and_availability() {
         }],
         iommu_groups: vec![],
         gpus: vec![],
+        faults: vec![],
     };
     let input = ReconcileInput::from_inventory([def(1, "mbochs", "mbochs-1", true)], [], &inv);
     assert_eq!(

@@ -1,0 +1,381 @@
+//! Discovery on trees where one device cannot be read: that device is reported as faulted (path, errno
+//! or text, fix) and every other device is listed exactly as on the healthy tree; a device that goes
+//! away while it is read is simply absent.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+use std::path::{Path, PathBuf};
+
+use mdev_types::fault::{DeviceFault, FaultCause, FaultScope};
+use mdev_types::model::Inventory;
+use vgpu_host::discover::discover;
+use vgpu_host::{Errno, Host, HostError, HostOp, SysfsHost};
+use vgpu_sim::SimHost;
+
+/// The demo host (two T4 mdev parents, SR-IOV PFs, a running mdev) written out below a temp dir.
+fn demo_tree() -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    SimHost::builtin("demo")
+        .unwrap()
+        .materialize(tmp.path())
+        .unwrap();
+    tmp
+}
+
+fn read(root: &Path) -> Inventory {
+    discover(&SysfsHost::new(root).unwrap()).expect("the host is read despite one faulty device")
+}
+
+/// The file a kernel path names below `root` (following the tree's links).
+fn real(root: &Path, kernel: &str) -> PathBuf {
+    std::fs::canonicalize(root.join(kernel.trim_start_matches('/'))).unwrap()
+}
+
+/// The first PCI mdev parent of the healthy tree (a T4).
+fn pci_parent(inv: &Inventory) -> String {
+    inv.mdev_parents
+        .iter()
+        .find(|p| p.pci.is_some())
+        .expect("the demo host has PCI mdev parents")
+        .name
+        .clone()
+}
+
+fn only_fault(inv: &Inventory) -> &DeviceFault {
+    assert_eq!(inv.faults.len(), 1, "one fault: {:#?}", inv.faults);
+    &inv.faults[0]
+}
+
+/// Everything but `gpu` (and, when `pci`, its PCI function) is listed as before.
+fn rest_unchanged(before: &Inventory, after: &Inventory, gpu: &str, pci: bool) {
+    let others = |i: &Inventory| -> Vec<String> {
+        i.gpus
+            .iter()
+            .filter(|g| g.id != gpu)
+            .map(|g| format!("{g:?}"))
+            .collect()
+    };
+    assert_eq!(others(after), others(before));
+    assert!(
+        after.gpus.len() >= 2,
+        "the other GPUs are listed: {:?}",
+        after.gpus
+    );
+    if pci {
+        let without: Vec<_> = before
+            .pci_devices
+            .iter()
+            .filter(|d| d.address.to_string() != gpu)
+            .collect();
+        assert_eq!(after.pci_devices.iter().collect::<Vec<_>>(), without);
+    } else {
+        let without: Vec<_> = before
+            .mdev_parents
+            .iter()
+            .filter(|p| p.name != gpu)
+            .collect();
+        assert_eq!(after.mdev_parents.iter().collect::<Vec<_>>(), without);
+        assert_eq!(after.pci_devices, before.pci_devices);
+    }
+    assert!(after.fault_of(gpu).is_some());
+}
+
+#[test]
+fn an_empty_vendor_faults_that_device_only() {
+    let tmp = demo_tree();
+    let before = read(tmp.path());
+    let victim = pci_parent(&before);
+    std::fs::write(
+        real(tmp.path(), &format!("/sys/bus/pci/devices/{victim}/vendor")),
+        "",
+    )
+    .unwrap();
+    let after = read(tmp.path());
+    let f = only_fault(&after);
+    assert_eq!(f.scope, FaultScope::PciDevice);
+    assert_eq!(f.device, victim);
+    assert_eq!(
+        f.path,
+        PathBuf::from(format!("/sys/bus/pci/devices/{victim}/vendor"))
+    );
+    assert!(
+        matches!(&f.cause, FaultCause::Malformed { text: Some(t), .. } if t.is_empty()),
+        "{f}"
+    );
+    assert!(f.fix.is_some());
+    rest_unchanged(&before, &after, &victim, true);
+    // Its mdev parent reads fine and stays listed: its instances are not lost.
+    assert_eq!(after.mdev_parents, before.mdev_parents);
+    assert_eq!(after.mdev_instances, before.mdev_instances);
+}
+
+#[test]
+fn an_all_ones_vendor_is_a_device_off_the_bus() {
+    let tmp = demo_tree();
+    let before = read(tmp.path());
+    let victim = pci_parent(&before);
+    std::fs::write(
+        real(tmp.path(), &format!("/sys/bus/pci/devices/{victim}/vendor")),
+        "0xffff\n",
+    )
+    .unwrap();
+    let after = read(tmp.path());
+    let f = only_fault(&after);
+    assert!(matches!(&f.cause, FaultCause::AllOnes { .. }), "{f}");
+    assert!(f.to_string().contains("no longer answers"), "{f}");
+    rest_unchanged(&before, &after, &victim, true);
+}
+
+fn first_type_dir(root: &Path, parent: &str) -> PathBuf {
+    let dir = real(
+        root,
+        &format!("/sys/class/mdev_bus/{parent}/mdev_supported_types"),
+    );
+    let mut types: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    types.sort();
+    types.remove(0)
+}
+
+#[test]
+fn a_missing_available_instances_faults_that_parent_only() {
+    let tmp = demo_tree();
+    let before = read(tmp.path());
+    let victim = pci_parent(&before);
+    std::fs::remove_file(first_type_dir(tmp.path(), &victim).join("available_instances")).unwrap();
+    let after = read(tmp.path());
+    let f = only_fault(&after);
+    assert_eq!(f.scope, FaultScope::MdevParent);
+    assert_eq!(f.device, victim);
+    assert!(f.path.ends_with("available_instances"), "{f}");
+    assert!(
+        matches!(&f.cause, FaultCause::Errno { errno, code, .. } if errno == "ENOENT" && *code == Errno::ENOENT as i32),
+        "{f}"
+    );
+    assert!(f.fix.is_some());
+    rest_unchanged(&before, &after, &victim, false);
+}
+
+#[test]
+fn an_out_of_range_available_instances_faults_that_parent_only() {
+    for bad in ["-1\n", "4294967296\n", "\u{ff}\u{ff}\n"] {
+        let tmp = demo_tree();
+        let before = read(tmp.path());
+        let victim = pci_parent(&before);
+        std::fs::write(
+            first_type_dir(tmp.path(), &victim).join("available_instances"),
+            bad,
+        )
+        .unwrap();
+        let after = read(tmp.path());
+        let f = only_fault(&after);
+        assert_eq!(
+            (f.scope, f.device.as_str()),
+            (FaultScope::MdevParent, victim.as_str())
+        );
+        assert!(
+            matches!(&f.cause, FaultCause::Malformed { .. }),
+            "{bad:?}: {f}"
+        );
+        rest_unchanged(&before, &after, &victim, false);
+    }
+}
+
+#[test]
+fn a_malformed_sriov_totalvfs_faults_that_pf_only() {
+    let tmp = demo_tree();
+    let before = read(tmp.path());
+    let pf = before
+        .gpus
+        .iter()
+        .find(|g| {
+            before
+                .pci_devices
+                .iter()
+                .any(|d| Some(d.address) == g.pci && d.sriov.is_some())
+        })
+        .expect("the demo host has an SR-IOV GPU")
+        .id
+        .clone();
+    std::fs::write(
+        real(
+            tmp.path(),
+            &format!("/sys/bus/pci/devices/{pf}/sriov_totalvfs"),
+        ),
+        "lots\n",
+    )
+    .unwrap();
+    let after = read(tmp.path());
+    let f = only_fault(&after);
+    assert_eq!(
+        (f.scope, f.device.as_str()),
+        (FaultScope::PciDevice, pf.as_str())
+    );
+    assert!(f.path.ends_with("sriov_totalvfs"), "{f}");
+    assert!(f.to_string().contains("lots"), "{f}");
+    rest_unchanged(&before, &after, &pf, true);
+}
+
+#[test]
+fn a_symlink_loop_under_mdev_bus_faults_that_entry_only() {
+    let tmp = demo_tree();
+    let before = read(tmp.path());
+    let class = tmp.path().join("sys/class/mdev_bus");
+    std::os::unix::fs::symlink("looped", class.join("looped")).unwrap();
+    let after = read(tmp.path());
+    let f = only_fault(&after);
+    assert_eq!(
+        (f.scope, f.device.as_str()),
+        (FaultScope::MdevParent, "looped")
+    );
+    assert!(
+        matches!(&f.cause, FaultCause::Errno { errno, .. } if errno == "ELOOP"),
+        "{f}"
+    );
+    assert!(f.fix.as_deref().is_some_and(|x| x.contains("loop")), "{f}");
+    assert_eq!(after.mdev_parents, before.mdev_parents);
+    assert_eq!(after.gpus, before.gpus);
+    assert_eq!(after.mdev_instances, before.mdev_instances);
+}
+
+/// A host over a real tree where everything below `prefix` fails with `errno` and, when `gone`, no
+/// longer exists (a device unplugged between the listing and the reads).
+#[derive(Debug)]
+struct Failing {
+    inner: SysfsHost,
+    prefix: PathBuf,
+    errno: Errno,
+    gone: bool,
+}
+
+impl Failing {
+    fn check(&self, op: HostOp, path: &Path) -> Result<(), HostError> {
+        if path.starts_with(&self.prefix) && path != self.prefix.parent().unwrap_or(Path::new("/"))
+        {
+            Err(HostError::new(op, path, self.errno))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl Host for Failing {
+    fn read(&self, path: &Path) -> Result<String, HostError> {
+        self.check(HostOp::Read, path)?;
+        self.inner.read(path)
+    }
+    fn write(&self, path: &Path, value: &str) -> Result<(), HostError> {
+        self.inner.write(path, value)
+    }
+    fn list(&self, path: &Path) -> Result<Vec<String>, HostError> {
+        self.check(HostOp::List, path)?;
+        self.inner.list(path)
+    }
+    fn read_link(&self, path: &Path) -> Result<PathBuf, HostError> {
+        self.check(HostOp::ReadLink, path)?;
+        self.inner.read_link(path)
+    }
+    fn canonicalize(&self, path: &Path) -> Result<PathBuf, HostError> {
+        self.check(HostOp::Canonicalize, path)?;
+        self.inner.canonicalize(path)
+    }
+    fn exists(&self, path: &Path) -> bool {
+        if self.gone && path.starts_with(&self.prefix) {
+            return false;
+        }
+        self.inner.exists(path)
+    }
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+}
+
+#[test]
+fn a_parent_that_vanishes_mid_walk_is_absent_not_faulted() {
+    let tmp = demo_tree();
+    let before = read(tmp.path());
+    let victim = pci_parent(&before);
+    let host = Failing {
+        inner: SysfsHost::new(tmp.path()).unwrap(),
+        prefix: PathBuf::from(format!("/sys/class/mdev_bus/{victim}")),
+        errno: Errno::ENODEV,
+        gone: true,
+    };
+    let after = discover(&host).unwrap();
+    assert!(after.faults.is_empty(), "{:#?}", after.faults);
+    let names: Vec<_> = after.mdev_parents.iter().map(|p| p.name.clone()).collect();
+    let expected: Vec<_> = before
+        .mdev_parents
+        .iter()
+        .map(|p| p.name.clone())
+        .filter(|n| *n != victim)
+        .collect();
+    assert_eq!(names, expected);
+}
+
+#[test]
+fn a_pci_device_that_vanishes_with_enodev_is_absent_not_faulted() {
+    let tmp = demo_tree();
+    let before = read(tmp.path());
+    let victim = pci_parent(&before);
+    let host = Failing {
+        inner: SysfsHost::new(tmp.path()).unwrap(),
+        prefix: PathBuf::from(format!("/sys/bus/pci/devices/{victim}")),
+        errno: Errno::ENODEV,
+        gone: true,
+    };
+    let after = discover(&host).unwrap();
+    assert!(after.faults.is_empty(), "{:#?}", after.faults);
+    assert!(
+        after
+            .pci_devices
+            .iter()
+            .all(|d| d.address.to_string() != victim)
+    );
+    assert_eq!(after.pci_devices.len(), before.pci_devices.len() - 1);
+}
+
+#[test]
+fn an_eio_device_is_faulted_with_its_errno_and_a_fix() {
+    let tmp = demo_tree();
+    let before = read(tmp.path());
+    let victim = pci_parent(&before);
+    let host = Failing {
+        inner: SysfsHost::new(tmp.path()).unwrap(),
+        prefix: PathBuf::from(format!("/sys/bus/pci/devices/{victim}")),
+        errno: Errno::EIO,
+        gone: false,
+    };
+    let after = discover(&host).unwrap();
+    let f = only_fault(&after);
+    assert_eq!(
+        (f.scope, f.device.as_str()),
+        (FaultScope::PciDevice, victim.as_str())
+    );
+    assert!(
+        matches!(&f.cause, FaultCause::Errno { errno, .. } if errno == "EIO"),
+        "{f}"
+    );
+    assert!(f.fix.as_deref().is_some_and(|x| x.contains("dmesg")), "{f}");
+    rest_unchanged(&before, &after, &victim, true);
+}
+
+#[test]
+fn the_inventory_json_has_a_faults_list() {
+    let tmp = demo_tree();
+    let healthy = serde_json::to_value(read(tmp.path())).unwrap();
+    assert_eq!(healthy["faults"], serde_json::json!([]));
+    let class = tmp.path().join("sys/class/mdev_bus");
+    std::os::unix::fs::symlink("looped", class.join("looped")).unwrap();
+    let v = serde_json::to_value(read(tmp.path())).unwrap();
+    let f = &v["faults"][0];
+    assert_eq!(f["scope"], "mdev-parent");
+    assert_eq!(f["device"], "looped");
+    assert_eq!(f["cause"]["kind"], "errno");
+    assert_eq!(f["cause"]["errno"], "ELOOP");
+    // An inventory written before faults existed still reads.
+    let mut old = healthy.clone();
+    old.as_object_mut().unwrap().remove("faults");
+    let back: Inventory = serde_json::from_value(old).unwrap();
+    assert!(back.faults.is_empty());
+}
