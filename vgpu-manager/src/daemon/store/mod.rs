@@ -82,6 +82,7 @@
 
 mod applied_pool;
 mod batch;
+pub mod codec;
 mod error;
 mod fsio;
 mod load;
