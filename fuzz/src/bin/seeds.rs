@@ -1,7 +1,8 @@
 //! Regenerates `fuzz/seeds/<target>/` from what the repository holds: the shipped profiles and pools,
 //! the sysfs trees of every builtin simulated host (`vgpu_sim::SimHost::materialize`), the real capture
 //! in `tests/fixtures/h200-passthrough`, the mdevctl and libvirt fixtures of `vgpu-manager/tests`, and
-//! records written by the store's own encoders. Each file name says where its seed came from.
+//! records written by the store's own encoders. Each file name says where its seed came from; files named
+//! `regression-*` are inputs that once failed a check, kept as they are.
 //!
 //!     cargo run --no-default-features --features sim --bin seeds     (from fuzz/; rewrites seeds/)
 
@@ -32,10 +33,14 @@ struct Seeds {
 impl Seeds {
     fn new(root: &Path, target: &str) -> Res<Seeds> {
         let dir = root.join(target);
-        if dir.exists() {
-            fs::remove_dir_all(&dir)?;
-        }
         fs::create_dir_all(&dir)?;
+        // Inputs that once failed a check (`regression-*`, kept by hand) stay; the rest is made anew.
+        for e in fs::read_dir(&dir)? {
+            let e = e?;
+            if !e.file_name().to_string_lossy().starts_with("regression-") {
+                fs::remove_file(e.path())?;
+            }
+        }
         Ok(Seeds {
             dir,
             seen: BTreeSet::new(),
