@@ -88,7 +88,7 @@ fn parse_cases(text: &str) -> Vec<Case> {
                         .iter()
                         .cloned(),
                 ),
-                "parent" | "active" | "defined" | "callout" | "device-attr" => {
+                "parent" | "active" | "defined" | "callout" | "notifier" | "device-attr" => {
                     c.setup.push(l.clone())
                 }
                 "run" => c.argv = rest.split_whitespace().map(str::to_string).collect(),
@@ -148,6 +148,8 @@ fn script(name: &str) -> String {
                 caps(all)
             )
         }
+        // A script that changes any running device live (s390-tools' ap-check does for vfio_ap).
+        "live-any" => format!("{}exit 0\n", caps(live)),
         _ => panic!("no call-out script {name}"),
     };
     format!("{head}{body}")
@@ -179,6 +181,7 @@ fn build(root: &FakeRoot, setup: &[String]) -> Vec<String> {
                 root.callout(dest, &script(w[0]), w.contains(&"old"));
             }
             "device-attr" => device_attrs.push(w[0].to_string()),
+            "notifier" => root.notifier(w[0]),
             _ => unreachable!(),
         }
     }
@@ -284,6 +287,9 @@ fn check(c: &Case, ran: &Ran, root: &FakeRoot) -> Result<(), String> {
         {
             kernel_check(chk, ran, "")?;
         }
+        for chk in c.checks.iter().filter(|l| l.starts_with("notified ")) {
+            notified_check(chk, root)?;
+        }
         return Ok(());
     }
     let printed = stdout.trim().to_string();
@@ -386,10 +392,23 @@ fn check(c: &Case, ran: &Ran, root: &FakeRoot) -> Result<(), String> {
                 }
             }
             "stdout-empty" => {}
+            "notified" => notified_check(chk, root)?,
             other => panic!("{}: unknown check {other}", c.name),
         }
     }
     Ok(())
+}
+
+/// A `notified ARGS…` check: a notifier was called with exactly these arguments.
+fn notified_check(chk: &str, root: &FakeRoot) -> Result<(), String> {
+    let want = chk.trim_start_matches("notified ").trim();
+    let seen = root.notified();
+    if seen.iter().any(|l| l.trim() == want) {
+        return Ok(());
+    }
+    Err(format!(
+        "no notifier call with {want:?} (calls seen: {seen:?})"
+    ))
 }
 
 /// A `created PARENT TYPE UUID` or `removed UUID` check against the kernel writes seen (`printed`: the

@@ -48,6 +48,9 @@ pub enum CliError {
     /// Writing the output failed (e.g. a closed pipe).
     #[error("cannot write output: {0}")]
     Output(#[from] std::io::Error),
+    /// An mdevctl call-out script refused the command or could not be run.
+    #[error(transparent)]
+    Callout(#[from] mdevctl::callouts::CalloutError),
 }
 
 /// vgpuctl — manage virtual GPUs on this host.

@@ -172,6 +172,30 @@ impl FakeRoot {
     }
 }
 
+impl FakeRoot {
+    /// An executable notifier script `name` in `/usr/lib/mdevctl/scripts.d/notifiers` that appends its
+    /// arguments, one call a line, to `notified.log` at the root ([`FakeRoot::notified`]).
+    pub fn notifier(&self, name: &str) {
+        let path = self
+            .root
+            .join("usr/lib/mdevctl/scripts.d/notifiers")
+            .join(name);
+        let script =
+            "#!/bin/sh\necho \"$*\" >> \"$(dirname \"$0\")/../../../../../notified.log\"\n";
+        fs::write(&path, script).unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    /// The calls the notifiers of [`FakeRoot::notifier`] saw, one argument line each.
+    pub fn notified(&self) -> Vec<String> {
+        fs::read_to_string(self.root.join("notified.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+}
+
 /// A relative symbolic link at `at` to `target` (both inside the root), as sysfs makes them.
 fn link(target: &Path, at: &Path) -> std::io::Result<()> {
     let from = at.parent().expect("link has a directory");

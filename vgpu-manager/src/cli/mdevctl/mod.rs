@@ -13,8 +13,8 @@
 //! `types --dumpjson` (read from the kernel's sysfs, as mdevctl reads it) and mdevctl's own forms (`-u`,
 //! `-p`, `-t`, `--type`). Output follows mdevctl's
 //! shapes ([`qemu_glue::mdevctl`]). A definition's attributes (`attrs`, `--addattr`, `--delattr`) are
-//! vgpud's (written in order after each create). What vgpud cannot do is refused with a one-line
-//! reason: `--live` changes of a running device.
+//! vgpud's (written in order after each create). mdevctl's call-out scripts and notifiers run around
+//! each command in this process, as mdevctl runs them ([`callouts`]); `modify --live` is theirs.
 //!
 //! Two vgpu-manager extensions move definitions between the two tools: `export` writes vgpud's
 //! definitions as `/etc/mdevctl.d/<parent>/<uuid>` files, `import` defines mdevctl's files in vgpud.
@@ -33,6 +33,8 @@ use vgpu_client::{BusAddress, InstanceInfo};
 use super::daemon_cmds::BusArgs;
 use super::{CliError, HostArgs};
 
+pub mod callouts;
+mod live;
 mod ops;
 
 /// The `vgpuctl mdevctl` subcommands, named and spelled as mdevctl's.
@@ -125,7 +127,7 @@ pub struct DeviceSpec {
     /// Start automatically when the parent appears (define).
     #[arg(short, long, conflicts_with = "jsonfile")]
     auto: bool,
-    /// Accepted for compatibility; vgpud runs no call-out scripts.
+    /// Go on when a call-out script refuses the command (its `pre` call-out).
     #[arg(short, long)]
     force: bool,
 }
@@ -139,7 +141,7 @@ pub struct UuidSpec {
     /// Its parent device (its sysfs name), checked against the device when given.
     #[arg(short, long, value_name = "PARENT")]
     parent: Option<String>,
-    /// Accepted for compatibility; vgpud runs no call-out scripts.
+    /// Go on when a call-out script refuses the command (its `pre` call-out).
     #[arg(short, long)]
     force: bool,
 }
@@ -175,7 +177,7 @@ pub struct ModifyArgs {
     /// Change the definition (the default).
     #[arg(short, long)]
     defined: bool,
-    /// Change the running device (not supported by vgpud).
+    /// Change the running device, through a call-out script that supports the `live` event.
     #[arg(short, long, conflicts_with_all = ["mdev_type", "index", "value"], requires = "jsonfile")]
     live: bool,
     /// Add an attribute NAME (with --value; at --index, else at the end).
@@ -190,7 +192,7 @@ pub struct ModifyArgs {
     /// Attribute value.
     #[arg(long, conflicts_with = "delattr", requires = "addattr")]
     value: Option<String>,
-    /// Accepted for compatibility; vgpud runs no call-out scripts.
+    /// Go on when a call-out script refuses the command (its `pre` call-out).
     #[arg(short, long)]
     force: bool,
 }
@@ -307,26 +309,49 @@ pub fn run(
     }
     let bus: BusAddress = bus.bus.parse()?;
     let mut daemon = blocking::Client::connect_unchecked(&bus)?;
-    run_with(cmd, &mut daemon, out)
+    run_with_callouts(cmd, &mut daemon, &mut host_callouts(host), out)
 }
 
-/// Runs one mdevctl command against `daemon`.
+/// The call-out scripts of the host the front end runs on: those below the sysfs root (`/` on the
+/// live host, as mdevctl's below its root), none for a simulated host.
+fn host_callouts(host: &HostArgs) -> callouts::Callouts {
+    match (&host.sim, &host.sysfs_root) {
+        (Some(_), _) => callouts::Callouts::none(),
+        (None, Some(root)) => callouts::Callouts::below(root),
+        (None, None) => callouts::Callouts::below(Path::new("/")),
+    }
+}
+
+/// Runs one mdevctl command against `daemon`, without call-out scripts.
+#[cfg(test)]
 pub fn run_with(
     cmd: &MdevctlCommand,
     daemon: &mut dyn ManagerCalls,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
+    run_with_callouts(cmd, daemon, &mut callouts::Callouts::none(), out)
+}
+
+/// Runs one mdevctl command against `daemon`, with the call-out scripts of `co` around it as mdevctl
+/// runs them (see [`callouts`]).
+pub fn run_with_callouts(
+    cmd: &MdevctlCommand,
+    daemon: &mut dyn ManagerCalls,
+    co: &mut callouts::Callouts,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
     match cmd {
-        MdevctlCommand::List(a) => list(daemon, a, out),
+        MdevctlCommand::List(a) => list(daemon, a, co, out),
         MdevctlCommand::Types { parent, dumpjson } => {
             print_types(&daemon_types(daemon, parent.as_deref())?, *dumpjson, out)
         }
-        MdevctlCommand::Define(s) => ops::define(daemon, s, out),
-        MdevctlCommand::Undefine(s) => ops::undefine(daemon, s),
-        MdevctlCommand::Start(s) => ops::start(daemon, s, out),
-        MdevctlCommand::Stop(s) => ops::stop(daemon, s),
-        MdevctlCommand::Modify(m) => ops::modify(daemon, m),
-        MdevctlCommand::StartParentMdevs { parent } => ops::start_parent_mdevs(daemon, parent),
+        MdevctlCommand::Define(s) => ops::define(daemon, s, co, out),
+        MdevctlCommand::Undefine(s) => ops::undefine(daemon, s, co),
+        MdevctlCommand::Start(s) => ops::start(daemon, s, co, out),
+        MdevctlCommand::Stop(s) => ops::stop(daemon, s, co),
+        MdevctlCommand::Modify(m) if m.live => live::modify(daemon, m, co),
+        MdevctlCommand::Modify(m) => ops::modify(daemon, m, co),
+        MdevctlCommand::StartParentMdevs { parent } => ops::start_parent_mdevs(daemon, parent, co),
         MdevctlCommand::Export { dir } => ops::export(daemon, dir, out),
         MdevctlCommand::Import { dir, dry_run } => ops::import(daemon, dir, *dry_run, out),
     }
@@ -359,7 +384,12 @@ fn same_uuid(a: &str, b: &str) -> bool {
     a.eq_ignore_ascii_case(b)
 }
 
-fn list(daemon: &mut dyn ManagerCalls, a: &ListArgs, out: &mut dyn Write) -> Result<(), CliError> {
+fn list(
+    daemon: &mut dyn ManagerCalls,
+    a: &ListArgs,
+    co: &mut callouts::Callouts,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
     if let Some(u) = &a.uuid {
         u.parse::<mdev_types::ids::MdevUuid>()
             .map_err(|_| bad(format!("'{u}' is not a UUID")))?;
@@ -379,11 +409,22 @@ fn list(daemon: &mut dyn ManagerCalls, a: &ListArgs, out: &mut dyn Write) -> Res
         .filter(|(_, d)| a.parent.as_deref().is_none_or(|p| p == d.parent))
         .collect();
     // A definition's attributes, as mdevctl lists a defined device's (mdevctl src/main.rs
-    // list_command); a running device's are not read back from sysfs, as mdevctl without call-outs
-    // does not (its active list shows `"attrs": []`).
+    // list_command); a running device's are not read back from sysfs, as mdevctl's are not.
     if a.defined {
         for (i, d) in &mut chosen {
             d.config.attrs = daemon.instance_attrs(&i.uuid)?;
+        }
+    } else {
+        // A running device's attributes are what its call-out script's `get attributes` reports; an
+        // answer that cannot be read is left out (mdevctl src/environment.rs get_active_devices).
+        for (_, d) in &mut chosen {
+            match co.attributes(&callouts::protocol::Device::from(&*d)) {
+                Ok(Some(attrs)) => d.config.attrs = attrs,
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::info!(uuid = %d.uuid, error = %e, "attributes of a running device not shown")
+                }
+            }
         }
     }
     if a.dumpjson {
@@ -534,5 +575,7 @@ fn print_types(
     Ok(())
 }
 
+#[cfg(test)]
+mod callout_tests;
 #[cfg(test)]
 mod tests;

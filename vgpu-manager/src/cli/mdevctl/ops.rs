@@ -11,17 +11,19 @@ use qemu_glue::mdevctl::{MdevctlConfig, MdevctlDevice, StartMode, read_config_di
 use vgpu_client::blocking::ManagerCalls;
 use vgpu_client::{InstanceInfo, NewInstance};
 
+use super::callouts::Callouts;
+use super::callouts::protocol::{Action, Device};
 use super::{DeviceSpec, ModifyArgs, UuidSpec, as_device, bad, same_uuid};
 use crate::cli::CliError;
 
-fn check_uuid(u: &str) -> Result<String, CliError> {
+pub(super) fn check_uuid(u: &str) -> Result<String, CliError> {
     u.parse::<MdevUuid>()
         .map(|u| u.to_string())
         .map_err(|_| bad(format!("'{u}' is not a UUID")))
 }
 
 /// Reads a JSON configuration from `path` (`-` or `/dev/stdin` for standard input).
-fn read_config(path: &Path) -> Result<MdevctlConfig, CliError> {
+pub(super) fn read_config(path: &Path) -> Result<MdevctlConfig, CliError> {
     let mut text = String::new();
     let origin = path.display().to_string();
     let read = if origin == "-" {
@@ -34,7 +36,7 @@ fn read_config(path: &Path) -> Result<MdevctlConfig, CliError> {
 }
 
 /// The instance `uuid`, checking `parent` when given.
-fn find(
+pub(super) fn find(
     daemon: &mut dyn ManagerCalls,
     uuid: &str,
     parent: Option<&str>,
@@ -87,17 +89,63 @@ fn new_instance(
     }
 }
 
+/// A new UUID when none is given: mdevctl makes it before its call-outs, so the scripts see the
+/// device that is made (mdevctl src/main.rs define_command_helper, start_command_helper).
+fn uuid_or_new(uuid: Option<&String>) -> String {
+    uuid.cloned()
+        .unwrap_or_else(|| uuid::Uuid::new_v4().hyphenated().to_string())
+}
+
 pub(super) fn define(
     daemon: &mut dyn ManagerCalls,
     spec: &DeviceSpec,
+    co: &mut Callouts,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
     let uuid = spec.uuid.as_deref().map(check_uuid).transpose()?;
-    let made = match (wanted(spec)?, &spec.parent, &uuid) {
-        (Some(w), Some(p), _) => daemon.define(
-            &new_instance(&w.type_id, p, uuid.as_ref(), &w.attrs),
-            w.start.is_auto(),
-        )?,
+    let (req, autostart, running) = define_request(daemon, spec, uuid.as_ref())?;
+    let parent = req.gpu.clone().unwrap_or_default();
+    let dev = Device::of_request(&req, &parent, autostart);
+    let made = co.invoke(Action::Define, &dev, spec.force, |co| {
+        let mut req = req;
+        // A running device's call-out script reports its attributes, which the definition keeps
+        // (mdevctl src/main.rs define_command).
+        if running && let Some(attrs) = co.attributes(&dev)? {
+            req.attrs.extend(attrs);
+        }
+        daemon.define(&req, autostart).map_err(CliError::from)
+    })?;
+    if uuid.is_none() {
+        writeln!(out, "{}", made.uuid)?;
+    }
+    Ok(())
+}
+
+/// What `define` asks vgpud for: the request, whether it starts automatically, and whether a device
+/// of that UUID runs (mdevctl looks at sysfs when a UUID is given without a JSON file).
+fn define_request(
+    daemon: &mut dyn ManagerCalls,
+    spec: &DeviceSpec,
+    uuid: Option<&String>,
+) -> Result<(NewInstance, bool, bool), CliError> {
+    let running = |daemon: &mut dyn ManagerCalls, u: &str| -> Result<bool, CliError> {
+        Ok(daemon
+            .get_instance(u)?
+            .is_some_and(|i| i.state == "running"))
+    };
+    let made = match (wanted(spec)?, &spec.parent, uuid) {
+        (Some(w), Some(p), _) => {
+            let active = match uuid {
+                Some(u) if spec.jsonfile.is_none() => running(daemon, u)?,
+                _ => false,
+            };
+            let new = uuid_or_new(uuid);
+            (
+                new_instance(&w.type_id, p, Some(&new), &w.attrs),
+                w.start.is_auto(),
+                active,
+            )
+        }
         (Some(_), None, _) => return Err(bad("can't provide type without parent: give --parent")),
         // `define --uuid U`: keep a running device across reboots (mdevctl(8) "define").
         (None, _, Some(u)) => {
@@ -117,10 +165,11 @@ pub(super) fn define(
                     i.parent, i.type_id
                 )));
             }
-            daemon.define(
-                &new_instance(&i.type_id, &i.parent, Some(u), &[]),
+            (
+                new_instance(&i.type_id, &i.parent, Some(u), &[]),
                 spec.auto,
-            )?
+                i.state == "running",
+            )
         }
         (None, _, None) => {
             return Err(bad(
@@ -128,10 +177,7 @@ pub(super) fn define(
             ));
         }
     };
-    if uuid.is_none() {
-        writeln!(out, "{}", made.uuid)?;
-    }
-    Ok(())
+    Ok(made)
 }
 
 /// `start` of a new device. A parent vgpud does not list is refused with mdevctl's words (mdevctl
@@ -140,6 +186,7 @@ pub(super) fn define(
 pub(super) fn start(
     daemon: &mut dyn ManagerCalls,
     spec: &DeviceSpec,
+    co: &mut Callouts,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
     let uuid = spec.uuid.as_deref().map(check_uuid).transpose()?;
@@ -161,8 +208,10 @@ pub(super) fn start(
         if !i.defined {
             return Err(bad(format!("mdev {u} is neither running nor defined")));
         }
-        daemon.start(u)?;
-        return Ok(());
+        let dev = Device::of_instance(&i, daemon.instance_attrs(u)?);
+        return co.invoke(Action::Start, &dev, spec.force, |_| {
+            daemon.start(u).map_err(CliError::from)
+        });
     }
     let (Some(w), Some(p)) = (wanted, &spec.parent) else {
         return Err(bad(
@@ -176,49 +225,64 @@ pub(super) fn start(
             "Unable to find parent device '{p}'. Did you mean '{k}'?"
         )));
     }
-    let made = daemon
-        .create(&new_instance(&w.type_id, p, uuid.as_ref(), &w.attrs))
-        .map_err(|e| match known {
+    let req = new_instance(&w.type_id, p, Some(&uuid_or_new(uuid.as_ref())), &w.attrs);
+    let dev = Device::of_request(&req, p, w.start.is_auto());
+    let made = co.invoke(Action::Start, &dev, spec.force, |_| {
+        daemon.create(&req).map_err(|e| match known {
             true => CliError::from(e),
             false => bad(format!("Unable to find parent device '{p}' ({e})")),
-        })?;
+        })
+    })?;
     if uuid.is_none() {
         writeln!(out, "{}", made.uuid)?;
     }
     Ok(())
 }
 
-pub(super) fn stop(daemon: &mut dyn ManagerCalls, spec: &UuidSpec) -> Result<(), CliError> {
+pub(super) fn stop(
+    daemon: &mut dyn ManagerCalls,
+    spec: &UuidSpec,
+    co: &mut Callouts,
+) -> Result<(), CliError> {
     let u = check_uuid(&spec.uuid)?;
     match find(daemon, &u, spec.parent.as_deref())? {
-        Some(i) if i.state == "running" => Ok(daemon.stop(&u)?),
+        Some(i) if i.state == "running" => {
+            // mdevctl describes the device to stop from sysfs alone: manual, no attributes.
+            let dev = Device {
+                start: StartMode::Manual,
+                ..Device::of_instance(&i, Vec::new())
+            };
+            co.invoke(Action::Stop, &dev, spec.force, |_| {
+                daemon.stop(&u).map_err(CliError::from)
+            })
+        }
         _ => Err(bad(format!("mdev {u} is not running"))),
     }
 }
 
-pub(super) fn undefine(daemon: &mut dyn ManagerCalls, spec: &UuidSpec) -> Result<(), CliError> {
+pub(super) fn undefine(
+    daemon: &mut dyn ManagerCalls,
+    spec: &UuidSpec,
+    co: &mut Callouts,
+) -> Result<(), CliError> {
     let u = check_uuid(&spec.uuid)?;
     match find(daemon, &u, spec.parent.as_deref())? {
-        Some(i) if i.defined => Ok(daemon.undefine(&u)?),
+        Some(i) if i.defined => {
+            let dev = Device::of_instance(&i, daemon.instance_attrs(&u)?);
+            co.invoke(Action::Undefine, &dev, spec.force, |_| {
+                daemon.undefine(&u).map_err(CliError::from)
+            })
+        }
         _ => Err(bad(format!("no definition of mdev {u}"))),
     }
 }
 
-pub(super) fn modify(daemon: &mut dyn ManagerCalls, m: &ModifyArgs) -> Result<(), CliError> {
+pub(super) fn modify(
+    daemon: &mut dyn ManagerCalls,
+    m: &ModifyArgs,
+    co: &mut Callouts,
+) -> Result<(), CliError> {
     let u = check_uuid(&m.uuid)?;
-    // mdevctl src/main.rs modify_command: what cannot change on a running device is named first.
-    if m.live {
-        for (given, what) in [(m.auto, "auto"), (m.manual, "manual")] {
-            if given {
-                return Err(bad(format!("'{what}' cannot be changed on active mdev")));
-            }
-        }
-    }
-    if m.live {
-        return Err(bad(format!(
-            "mdev {u}: vgpud cannot change a running device (--live); change the definition and restart it"
-        )));
-    }
     if m.jsonfile.is_some() && m.parent.is_none() {
         return Err(bad("Parent device required to modify device via json file"));
     }
@@ -236,14 +300,22 @@ pub(super) fn modify(daemon: &mut dyn ManagerCalls, m: &ModifyArgs) -> Result<()
     };
     let autostart = start.map_or(i.autostart, StartMode::is_auto);
     let new_type = new_type.filter(|t| *t != i.type_id);
-    if new_type.is_some() || attrs != old_attrs {
-        let t = new_type.unwrap_or_else(|| i.type_id.clone());
-        return redefine(daemon, &i, &old_attrs, &t, autostart, &attrs);
-    }
-    if autostart != i.autostart {
-        daemon.set_autostart(&u, autostart)?;
-    }
-    Ok(())
+    // The call-outs see the definition as it will be (mdevctl src/main.rs modify_command).
+    let dev = Device {
+        mdev_type: new_type.clone().unwrap_or_else(|| i.type_id.clone()),
+        start: StartMode::from_autostart(autostart),
+        ..Device::of_instance(&i, attrs.clone())
+    };
+    co.invoke(Action::Modify, &dev, m.force, |_| {
+        if new_type.is_some() || attrs != old_attrs {
+            let t = new_type.unwrap_or_else(|| i.type_id.clone());
+            return redefine(daemon, &i, &old_attrs, &t, autostart, &attrs);
+        }
+        if autostart != i.autostart {
+            daemon.set_autostart(&u, autostart)?;
+        }
+        Ok(())
+    })
 }
 
 /// The attributes after `--addattr NAME --value V [--index N]` (inserted at N, else appended) or
@@ -285,17 +357,28 @@ fn changed_attrs(m: &ModifyArgs, u: &str, old: &[(String, String)]) -> Result<At
 pub(super) fn start_parent_mdevs(
     daemon: &mut dyn ManagerCalls,
     parent: &str,
+    co: &mut Callouts,
 ) -> Result<(), CliError> {
-    let due: Vec<String> = daemon
+    let due: Vec<InstanceInfo> = daemon
         .list_instances()?
         .into_iter()
         .filter(|i| i.defined && i.autostart && i.state != "running")
         .filter(|i| i.parent == parent || (i.parent.is_empty() && i.gpu == parent))
-        .map(|i| i.uuid)
         .collect();
-    for u in due {
-        if let Err(e) = daemon.start(&u) {
-            tracing::warn!(uuid = %u, %parent, error = %e, "autostart of a definition failed");
+    for i in due {
+        // Each start runs its call-outs, without --force (mdevctl src/main.rs
+        // start_parent_mdevs_command).
+        let started = daemon
+            .instance_attrs(&i.uuid)
+            .map_err(CliError::from)
+            .and_then(|attrs| {
+                let dev = Device::of_instance(&i, attrs);
+                co.invoke(Action::Start, &dev, false, |_| {
+                    daemon.start(&i.uuid).map_err(CliError::from)
+                })
+            });
+        if let Err(e) = started {
+            tracing::warn!(uuid = %i.uuid, %parent, error = %e, "autostart of a definition failed");
         }
     }
     Ok(())
@@ -317,6 +400,19 @@ fn redefine(
             i.uuid
         )));
     }
+    replace_definition(daemon, i, old_attrs, t, autostart, attrs)
+}
+
+/// Replaces the definition of instance `i` (with attributes `old_attrs`) by one of type `t` with
+/// `attrs`, the same UUID and parent, restoring the old one if the new one is refused.
+pub(super) fn replace_definition(
+    daemon: &mut dyn ManagerCalls,
+    i: &InstanceInfo,
+    old_attrs: &[(String, String)],
+    t: &str,
+    autostart: bool,
+    attrs: &[(String, String)],
+) -> Result<(), CliError> {
     daemon.undefine(&i.uuid)?;
     if let Err(e) = daemon.define(&new_instance(t, &i.parent, Some(&i.uuid), attrs), autostart) {
         let restored = daemon.define(
