@@ -140,3 +140,51 @@ async fn shipped_introspection_matches_the_running_service() {
     );
     drop(daemon);
 }
+
+/// `gdbus introspect --recurse` (GLib's client, what `busctl tree` and D-Feet do alike: Introspect
+/// at `/`, then at each child node it lists) walks vgpud's whole tree: every node answers and lists
+/// its children, down to the GPU and instance objects with their interfaces. Needs `gdbus` (Debian:
+/// libglib2.0-bin); fails without it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_recursive_introspection_client_walks_every_object() {
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    let daemon = Daemon::embedded(tmp.path(), &state).await;
+    let inst = ok_json(&vgpuctl(&daemon.bus, &["create", "--profile", "vdi-2g", "--json"]).await);
+    let status = ok_json(&vgpuctl(&daemon.bus, &["status", "--json"]).await);
+    let bus = daemon.bus.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("gdbus")
+            .args(["introspect", "--address", &bus, "--dest", SERVICE])
+            .args(["--object-path", "/", "--recurse"])
+            .output()
+    })
+    .await
+    .unwrap()
+    .expect("gdbus (Debian package libglib2.0-bin) runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "gdbus introspect failed: {}\n{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut want = vec![
+        format!("node {MANAGER_PATH} {{"),
+        format!("node {MANAGER_PATH}/gpu {{"),
+        format!("node {} {{", inst["path"].as_str().unwrap()),
+        format!("interface {MANAGER_INTERFACE} {{"),
+        format!("interface {GPU_INTERFACE} {{"),
+        format!("interface {INSTANCE_INTERFACE} {{"),
+        "interface org.freedesktop.DBus.ObjectManager {".to_string(),
+    ];
+    for g in status["gpus"].as_array().unwrap() {
+        want.push(format!("node {} {{", g["path"].as_str().unwrap()));
+    }
+    for w in &want {
+        assert!(
+            text.lines().any(|l| l.trim() == w),
+            "missing `{w}` in:\n{text}"
+        );
+    }
+    drop(daemon);
+}

@@ -56,6 +56,17 @@ impl ApiError {
         )
     }
 
+    /// The answer to a call at a path where vgpud serves no object: the D-Bus specification's
+    /// `org.freedesktop.DBus.Error.UnknownObject`, as zbus answers it.
+    pub fn unknown_object(path: &str) -> ApiError {
+        ApiError {
+            name: OwnedErrorName::from(ErrorName::from_static_str_unchecked(
+                "org.freedesktop.DBus.Error.UnknownObject",
+            )),
+            message: bounded(format!("Unknown object '{path}'")),
+        }
+    }
+
     /// The full error name, e.g. `org.vgpumanager.Error.NotFound`.
     pub fn error_name(&self) -> &str {
         self.name.as_str()

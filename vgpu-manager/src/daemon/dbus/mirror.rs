@@ -21,8 +21,9 @@ use super::admission::Admission;
 use super::gpu::{self, GpuObject};
 use super::gpu_work::{GpuWork, Work};
 use super::instance::{self, InstanceObject};
+use super::introspect::Introspection;
 use super::manager::Manager;
-use super::object_manager::{Kind, Served};
+use super::object_manager::{self, Kind, Served};
 use super::{Executor, QueryError, call};
 use crate::daemon::api::{
     Event, GetGpuCapacity, GpuCapacity, GpuView, InstanceView, ListGpus, ListInstances,
@@ -77,6 +78,8 @@ pub(super) struct Objects {
     pub(super) admission: Arc<Admission>,
     /// Tells the callers' shares.
     pub(super) auth: super::Authorizer,
+    /// The Introspectable every object's node gets.
+    pub(super) introspection: Arc<Introspection>,
 }
 
 /// The instance objects.
@@ -86,6 +89,7 @@ struct Instances {
     known: HashMap<MdevUuid, InstanceView>,
     gpus: Arc<GpuWork>,
     served: Arc<Served>,
+    introspection: Arc<Introspection>,
 }
 
 impl Instances {
@@ -98,8 +102,10 @@ impl Instances {
             None => {
                 self.known.insert(view.uuid, view.clone());
                 let change = self.served.change();
-                server.at(&path, InstanceObject::new(view)).await?;
-                change.added(&path, Kind::Instance);
+                let object = InstanceObject::new(view);
+                let intro = &self.introspection;
+                object_manager::register(&self.conn, intro, &change, &path, object, Kind::Instance)
+                    .await?;
                 drop(change);
                 Manager::instance_added(&manager_emitter(&self.conn)?, path.as_ref(), &uuid_text)
                     .await?;
@@ -148,11 +154,7 @@ impl Instances {
         let uuid_text = uuid.to_string();
         let path = instance_path(&uuid_text);
         let change = self.served.change();
-        self.conn
-            .object_server()
-            .remove::<InstanceObject, _>(&path)
-            .await?;
-        change.removed(&path);
+        object_manager::unregister::<InstanceObject>(&self.conn, &change, &path).await?;
         drop(change);
         Manager::instance_removed(&manager_emitter(&self.conn)?, path.as_ref(), &uuid_text).await?;
         self.gpus.gpu(&old.gpu);
@@ -249,15 +251,15 @@ pub(super) async fn start(
         known: HashMap::new(),
         gpus: Arc::clone(&work),
         served: Arc::clone(&objects.served),
+        introspection: Arc::clone(&objects.introspection),
     };
     for v in instances {
         let path = instance_path(&v.uuid.to_string());
         mirror.known.insert(v.uuid, v.clone());
         let change = objects.served.change();
-        conn.object_server()
-            .at(&path, InstanceObject::new(v))
-            .await?;
-        change.added(&path, Kind::Instance);
+        let object = InstanceObject::new(v);
+        let intro = &objects.introspection;
+        object_manager::register(conn, intro, &change, &path, object, Kind::Instance).await?;
     }
     let (barrier_tx, mut barrier_rx) = mpsc::channel::<oneshot::Sender<()>>(64);
     let instances_task = tokio::spawn(async move {
@@ -324,7 +326,6 @@ impl Gpus {
                 return Ok(());
             }
         };
-        let server = self.conn.object_server();
         let ids: std::collections::HashSet<&str> = now.iter().map(|g| g.id.as_str()).collect();
         let gone: Vec<String> = self
             .known
@@ -336,8 +337,7 @@ impl Gpus {
             self.known.remove(&id);
             let path = gpu_path(&id);
             let change = self.objects.served.change();
-            server.remove::<GpuObject, _>(&path).await?;
-            change.removed(&path);
+            object_manager::unregister::<GpuObject>(&self.conn, &change, &path).await?;
         }
         for g in now {
             self.apply(g).await?;
@@ -388,8 +388,9 @@ impl Gpus {
                     self.objects.auth.clone(),
                 );
                 let change = self.objects.served.change();
-                server.at(&path, object).await?;
-                change.added(&path, Kind::Gpu);
+                let intro = &self.objects.introspection;
+                object_manager::register(&self.conn, intro, &change, &path, object, Kind::Gpu)
+                    .await?;
             }
             Some(old) if *old == g => {}
             Some(old) => {

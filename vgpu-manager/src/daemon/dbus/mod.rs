@@ -5,7 +5,8 @@
 //! Objects: `/org/vgpumanager/Manager1` (`org.vgpumanager.Manager1` and the standard ObjectManager,
 //! served by vgpud itself, `object_manager.rs`),
 //! `/org/vgpumanager/Manager1/gpu/<id>` (`org.vgpumanager.Gpu1`), `/org/vgpumanager/Manager1/instance/<uuid>`
-//! (`org.vgpumanager.Instance1`); zbus adds Properties, Introspectable and Peer to each.
+//! (`org.vgpumanager.Instance1`); zbus adds Properties and Peer to each, and vgpud its own
+//! Introspectable (`introspect.rs`) to each node, these and the ones above them.
 //! `data/org.vgpumanager.Manager1.xml` is their introspection.
 
 mod admission;
@@ -18,6 +19,7 @@ pub mod errors;
 mod gpu;
 mod gpu_work;
 mod instance;
+mod introspect;
 mod manager;
 mod mirror;
 mod object_manager;
@@ -323,19 +325,42 @@ pub async fn serve_with(
     exec: Arc<dyn Executor>,
     auth: Authorizer,
 ) -> Result<Service, ServeError> {
+    serve_objects(conn, exec, auth, introspect::Answered::ByVgpud).await
+}
+
+/// [`serve_with`], with Introspect answered as `introspection` says (by zbus only in the tests'
+/// reference service).
+async fn serve_objects(
+    conn: &Connection,
+    exec: Arc<dyn Executor>,
+    auth: Authorizer,
+    introspection: introspect::Answered,
+) -> Result<Service, ServeError> {
     let events = exec.subscribe();
     let instances = mirror::list_instances(&exec).await?;
     let gpus = mirror::list_gpus(&exec).await?;
     let server = conn.object_server();
     let admission = Arc::new(admission::Admission::default());
     let served = Arc::new(object_manager::Served::default());
-    // The ObjectManager goes first so that later objects below it are announced with InterfacesAdded.
+    let introspection = Arc::new(introspect::Introspection::new(
+        Arc::clone(&served),
+        Arc::clone(&admission),
+        auth.clone(),
+        introspection,
+    ));
     let om = object_manager::ObjectManager::new(
         Arc::clone(&served),
         Arc::clone(&admission),
         auth.clone(),
     );
+    introspection.learn(&om);
     server.at(MANAGER_PATH, om).await?;
+    introspect::install(
+        server,
+        &zbus::ObjectPath::from_static_str_unchecked(MANAGER_PATH),
+        &introspection,
+    )
+    .await?;
     let (handle, mut tasks) = mirror::start(
         conn,
         Arc::clone(&exec),
@@ -343,6 +368,7 @@ pub async fn serve_with(
             served: Arc::clone(&served),
             admission: Arc::clone(&admission),
             auth: auth.clone(),
+            introspection: Arc::clone(&introspection),
         },
         events,
         instances,
@@ -365,6 +391,7 @@ pub async fn serve_with(
         instance_list: std::sync::Mutex::new(None),
     });
     let manager = strict::Strict::wrap(manager::Manager { shared });
+    introspection.learn(&manager);
     server.at(MANAGER_PATH, manager).await?;
     Ok(Service {
         tasks,

@@ -13,10 +13,16 @@
 //! The answer is the one zbus's would be (D-Bus specification, "org.freedesktop.DBus.ObjectManager"):
 //! every object below the manager's path with each interface's `GetAll` properties, and, as zbus
 //! lists every node of its tree below the manager, the intermediate nodes (`…/gpu`, `…/instance`)
-//! with no interface. The interface's name is what makes zbus announce objects added and removed
-//! below the manager with `InterfacesAdded` and `InterfacesRemoved` (zbus's object server looks an
-//! object manager up by that name), so those signals keep coming from zbus itself.
+//! with no interface.
+//!
+//! vgpud also announces the objects it adds and removes below the manager itself ([`register`],
+//! [`unregister`]: `InterfacesAdded` with the interface's `GetAll` properties, `InterfacesRemoved`
+//! with its name), as zbus's object server announces each interface registered below an object
+//! manager. zbus's own announcing (its `object-manager` feature, off here) would also announce the
+//! Introspectable vgpud puts in place of zbus's on each node (`introspect.rs`), which no client
+//! should see as an interface of an object.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -33,6 +39,7 @@ use super::admission::{self, Admission};
 use super::errors::ApiError;
 use super::gpu::GpuObject;
 use super::instance::InstanceObject;
+use super::introspect::{self, Introspection};
 use super::{Authorizer, admit_call};
 use vgpu_client::MANAGER_PATH;
 
@@ -120,14 +127,14 @@ impl Served {
     }
 
     /// The current generation, if no change is under way.
-    fn stable_generation(&self) -> Option<u64> {
+    pub(super) fn stable_generation(&self) -> Option<u64> {
         let s = self.lock();
         (s.changing == 0).then_some(s.generation)
     }
 
     /// The generation (if no change is under way) and the objects as of then (or newer: the
     /// objects may change before they are read).
-    fn snapshot(&self) -> (Option<u64>, Vec<(OwnedObjectPath, Kind)>) {
+    pub(super) fn snapshot(&self) -> (Option<u64>, Vec<(OwnedObjectPath, Kind)>) {
         let s = self.lock();
         let objects = s.objects.iter().map(|(p, k)| (p.clone(), *k)).collect();
         ((s.changing == 0).then_some(s.generation), objects)
@@ -301,6 +308,65 @@ async fn managed_objects(
     Ok(answer)
 }
 
+/// Registers `object` (of `kind`) at `path` below the manager, within `change`: with vgpud's
+/// Introspectable on its node and on the nodes made on the way to it, then announced with
+/// `InterfacesAdded`. An object already registered there is left as it is, not announced again.
+pub(super) async fn register<I: Interface>(
+    conn: &Connection,
+    introspection: &Arc<Introspection>,
+    change: &Change<'_>,
+    path: &ObjectPath<'_>,
+    object: I,
+    kind: Kind,
+) -> zbus::Result<()> {
+    let server = conn.object_server();
+    introspection.learn(&object);
+    let known = server.at(path, object).await?.is_some();
+    if !known {
+        introspect::install(server, path, introspection).await?;
+    }
+    change.added(path, kind);
+    if known {
+        return Ok(());
+    }
+    announce_added::<I>(conn, path).await
+}
+
+/// Removes the object `path` serving `I` within `change`, and announces it with
+/// `InterfacesRemoved` (zbus prunes its node, and the nodes above that then hold nothing).
+pub(super) async fn unregister<I: Interface>(
+    conn: &Connection,
+    change: &Change<'_>,
+    path: &ObjectPath<'_>,
+) -> zbus::Result<()> {
+    conn.object_server().remove::<I, _>(path).await?;
+    change.removed(path);
+    let emitter = SignalEmitter::new(conn, MANAGER_PATH)?;
+    ObjectManager::interfaces_removed(&emitter, path.clone(), Cow::Owned(vec![I::name()])).await
+}
+
+/// `InterfacesAdded` of the interface `I` just registered at `path`, with its `GetAll` properties
+/// read as zbus's object server reads them for the signal (no caller).
+async fn announce_added<I: Interface>(
+    conn: &Connection,
+    path: &ObjectPath<'_>,
+) -> zbus::Result<()> {
+    let server = conn.object_server();
+    let iface = server.interface::<_, I>(path).await?;
+    let props = iface
+        .get()
+        .await
+        .get_all(server, conn, None, iface.signal_emitter())
+        .await?;
+    let props = props
+        .iter()
+        .map(|(k, v)| Ok((k.as_str(), Variant::try_from(v)?)))
+        .collect::<zbus::Result<HashMap<&str, Variant<'_>>>>()?;
+    let emitter = SignalEmitter::new(conn, MANAGER_PATH)?;
+    ObjectManager::interfaces_added(&emitter, path.clone(), HashMap::from([(I::name(), props)]))
+        .await
+}
+
 /// The standard ObjectManager (D-Bus specification, "org.freedesktop.DBus.ObjectManager").
 #[interface(
     name = "org.freedesktop.DBus.ObjectManager",
@@ -323,7 +389,7 @@ impl ObjectManager {
         })
     }
 
-    /// An object appeared below the manager, or gained interfaces (emitted by zbus).
+    /// An object appeared below the manager, or gained interfaces ([`register`]).
     #[zbus(signal)]
     async fn interfaces_added(
         emitter: &SignalEmitter<'_>,
@@ -331,12 +397,12 @@ impl ObjectManager {
         interfaces_and_properties: HashMap<InterfaceName<'_>, HashMap<&str, Variant<'_>>>,
     ) -> zbus::Result<()>;
 
-    /// An object below the manager went, or lost interfaces (emitted by zbus).
+    /// An object below the manager went, or lost interfaces ([`unregister`]).
     #[zbus(signal)]
     async fn interfaces_removed(
         emitter: &SignalEmitter<'_>,
         object_path: ObjectPath<'_>,
-        interfaces: std::borrow::Cow<'_, [InterfaceName<'_>]>,
+        interfaces: Cow<'_, [InterfaceName<'_>]>,
     ) -> zbus::Result<()>;
 }
 
