@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use thiserror::Error;
 
-use crate::escape::escape;
+use crate::escape::{escape, escape_attr};
 use crate::hostdev::Hostdev;
 use crate::metadata::{VgpuRequest, metadata_xml};
 
@@ -103,13 +103,13 @@ impl DomainSpec {
         if let Some(disk) = &self.disk {
             s.push_str(&format!(
                 "    <disk type='file' device='disk'>\n      <driver name='qemu' type='qcow2'/>\n      <source file='{}'/>\n      <target dev='vda' bus='virtio'/>\n    </disk>\n",
-                escape(&disk.to_string_lossy())
+                escape_attr(&disk.to_string_lossy())
             ));
         }
         if let Some(net) = &self.network {
             s.push_str(&format!(
                 "    <interface type='network'>\n      <source network='{}'/>\n      <model type='virtio'/>\n    </interface>\n",
-                escape(net)
+                escape_attr(net)
             ));
         }
         s.push_str("    <input type='tablet' bus='usb'/>\n");
@@ -204,6 +204,28 @@ mod tests {
         assert!(x.contains("<name>a&lt;b&gt;&amp;&apos;c</name>"), "{x}");
         assert!(x.contains("file='/var/lib/x&apos;y.qcow2'"), "{x}");
         assert!(x.contains("<model type='virtio'/>"), "{x}");
+    }
+
+    // Found by the fuzz target domain_xml: the writer put a carriage return and a tab in raw, which a
+    // reader turns into a newline (element text) and a space (attribute value).
+    #[test]
+    fn whitespace_in_names_reads_back_unchanged() {
+        let mut d = DomainSpec::desktop(
+            "desk\r07",
+            vec![Hostdev::Mdev {
+                uuid: uuid(),
+                display: MdevDisplay::default(),
+            }],
+        );
+        d.vgpus.push(VgpuRequest {
+            uuid: uuid(),
+            target: VgpuTarget::Profile("vdi\t2g".into()),
+            gpu: Some("gpu\n0".into()),
+        });
+        let x = d.to_xml().unwrap_or_else(|e| panic!("{e}"));
+        let read = crate::parse_domain(&x).unwrap_or_else(|e| panic!("{e}: {x}"));
+        assert_eq!(read.name, "desk\r07", "{x}");
+        assert_eq!(read.vgpus, d.vgpus, "{x}");
     }
 
     #[test]

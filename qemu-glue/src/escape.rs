@@ -5,15 +5,30 @@
 
 use std::borrow::Cow;
 
-/// Escapes `s` for use inside a single- or double-quoted attribute value or as element text.
+/// Escapes `s` for use as element text (and, without tabs or line ends, inside a single- or double-quoted
+/// attribute value; [`escape_attr`] handles those).
 ///
 /// Control characters other than tab, newline and carriage return are not allowed in XML 1.0 at all
-/// (§2.2 "Characters"); they are dropped rather than emitted as an invalid document.
+/// (§2.2 "Characters"); they are dropped rather than emitted as an invalid document. A carriage return is
+/// written as `&#13;`: a parser turns a raw one into a newline (§2.11 "End-of-Line Handling").
 pub fn escape(s: &str) -> Cow<'_, str> {
-    let needs = s
-        .chars()
-        .any(|c| matches!(c, '&' | '<' | '>' | '\'' | '"') || is_forbidden(c));
-    if !needs {
+    escape_with(s, false)
+}
+
+/// Escapes `s` for use inside a single- or double-quoted attribute value: as [`escape`], and tabs and
+/// newlines too are written as character references (`&#9;`, `&#10;`), because a parser turns raw ones
+/// into spaces (§3.3.3 "Attribute-Value Normalization").
+pub fn escape_attr(s: &str) -> Cow<'_, str> {
+    escape_with(s, true)
+}
+
+fn escape_with(s: &str, attr: bool) -> Cow<'_, str> {
+    let special = |c: char| {
+        matches!(c, '&' | '<' | '>' | '\'' | '"' | '\r')
+            || (attr && matches!(c, '\t' | '\n'))
+            || is_forbidden(c)
+    };
+    if !s.chars().any(special) {
         return Cow::Borrowed(s);
     }
     let mut out = String::with_capacity(s.len() + 16);
@@ -24,6 +39,9 @@ pub fn escape(s: &str) -> Cow<'_, str> {
             '>' => out.push_str("&gt;"),
             '\'' => out.push_str("&apos;"),
             '"' => out.push_str("&quot;"),
+            '\r' => out.push_str("&#13;"),
+            '\t' if attr => out.push_str("&#9;"),
+            '\n' if attr => out.push_str("&#10;"),
             c if is_forbidden(c) => {}
             c => out.push(c),
         }
@@ -64,5 +82,17 @@ mod tests {
         let root = parsed.root_element();
         assert_eq!(root.attribute("v"), Some(nasty));
         assert_eq!(root.text(), Some(nasty));
+    }
+
+    // Found by the fuzz target domain_xml: a domain name with a carriage return read back with a
+    // newline, a profile name with a tab read back with a space.
+    #[test]
+    fn whitespace_round_trips_through_a_parser() {
+        let ws = "a\tb\nc\rd\r\ne";
+        let doc = format!("<a v='{}'>{}</a>", escape_attr(ws), escape(ws));
+        let parsed = roxmltree::Document::parse(&doc).unwrap_or_else(|e| panic!("{e}: {doc}"));
+        let root = parsed.root_element();
+        assert_eq!(root.attribute("v"), Some(ws), "{doc}");
+        assert_eq!(root.text(), Some(ws), "{doc}");
     }
 }

@@ -20,7 +20,7 @@
 
 use mdev_types::ids::{MdevTypeId, MdevUuid};
 
-use crate::escape::escape;
+use crate::escape::escape_attr;
 
 /// The XML namespace of vgpu-manager's domain metadata.
 pub const METADATA_NS: &str = "https://vgpumanager.org/xmlns/libvirt/1";
@@ -61,13 +61,13 @@ pub fn metadata_xml(requests: &[VgpuRequest], indent: usize) -> String {
     let mut s = format!("{pad}<{p}:{METADATA_ROOT} xmlns:{p}='{METADATA_NS}'>\n");
     for r in requests {
         let target = match &r.target {
-            VgpuTarget::Profile(name) => format!("profile='{}'", escape(name)),
-            VgpuTarget::Type(t) => format!("type='{}'", escape(t.as_str())),
+            VgpuTarget::Profile(name) => format!("profile='{}'", escape_attr(name)),
+            VgpuTarget::Type(t) => format!("type='{}'", escape_attr(t.as_str())),
         };
         let gpu = r
             .gpu
             .as_deref()
-            .map(|g| format!(" gpu='{}'", escape(g)))
+            .map(|g| format!(" gpu='{}'", escape_attr(g)))
             .unwrap_or_default();
         s.push_str(&format!(
             "{pad}  <{p}:{METADATA_MDEV} uuid='{}' {target}{gpu}/>\n",

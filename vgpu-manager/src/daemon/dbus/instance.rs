@@ -25,7 +25,7 @@ type OpenDeviceReply = (zbus::OwnedFd, zbus::OwnedFd, String, u32, u32);
 
 /// The options of `OpenDevice`: `backend` (s: auto, type1, iommufd; default auto) and `bind` (b,
 /// default true).
-fn parse_open_options(
+pub(super) fn parse_open_options(
     options: &HashMap<String, OwnedVariant>,
 ) -> Result<(Option<VfioBackend>, bool), ApiError> {
     let known = "backend (s: auto, type1, iommufd), bind (b)";

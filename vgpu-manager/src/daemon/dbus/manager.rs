@@ -43,12 +43,12 @@ fn id_error(e: IdError) -> ApiError {
     )
 }
 
-fn parse_uuid(uuid: &str) -> Result<MdevUuid, ApiError> {
+pub(super) fn parse_uuid(uuid: &str) -> Result<MdevUuid, ApiError> {
     uuid.parse().map_err(id_error)
 }
 
 /// Builds the request of `Create`/`Define` from the D-Bus arguments.
-fn parse_request(
+pub(super) fn parse_request(
     method: &str,
     target_kind: &str,
     target: &str,

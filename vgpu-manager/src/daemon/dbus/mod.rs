@@ -13,6 +13,7 @@ mod admission;
 pub mod auth;
 pub mod bus_name;
 mod callers;
+pub mod decode;
 pub mod embedded_bus;
 pub mod errors;
 mod gpu;

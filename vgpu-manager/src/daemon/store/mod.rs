@@ -83,6 +83,7 @@
 
 mod applied_pool;
 mod batch;
+pub mod codec;
 mod error;
 pub(crate) mod fsio;
 mod load;
