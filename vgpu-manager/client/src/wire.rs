@@ -27,8 +27,9 @@ pub struct InstanceInfo {
     pub defined: bool,
     /// Started automatically (definitions only).
     pub autostart: bool,
-    /// Who owns it: `daemon` (created by vgpud), `adopted` (existed, taken over by a definition) or
-    /// `foreign` (made by mdevctl or by hand; never touched).
+    /// Who owns it: `daemon` (created by vgpud), `adopted` (existed, taken over by a definition or an
+    /// explicit stop/destroy) or `foreign` (made by mdevctl or by hand: vgpud's automatic actions never
+    /// touch it; an explicit, authorized stop/destroy naming it adopts it first).
     pub owner: String,
     /// Free-form label given at creation (a VM name, a pool slot); `""` when none.
     pub label: String,

@@ -239,7 +239,8 @@ impl Instance1 {
         self.view.autostart
     }
 
-    /// daemon (created by vgpud), adopted (taken over by a definition) or foreign (never touched).
+    /// daemon (created by vgpud), adopted (taken over by a definition or an explicit Stop/Destroy) or
+    /// foreign (not vgpud's: automatic actions never touch it; an explicit Stop/Destroy adopts it first).
     #[zbus(property)]
     fn owner(&self) -> String {
         self.view.ownership.to_string()
