@@ -519,8 +519,9 @@ fn text(b: &[u8]) -> String {
 }
 
 /// `vgpuctl` against the daemon on the real kernel: create by type prints the instance as JSON and
-/// the device exists; `list --json` shows it and a foreign device; destroying the foreign one is
-/// refused in one line with exit code 2 (README, "vgpud, the daemon"); destroying ours removes it.
+/// the device exists; `list --json` shows it and a foreign device; starting the foreign one is
+/// refused in one line with exit code 2 (README, "vgpud, the daemon"); an explicit destroy of the
+/// foreign one adopts and removes it; destroying ours removes it.
 fn vgpuctl_on_real_kernel(g: &Guest) -> TestResult {
     let before = availability(g)?;
     let mut mdevs = Mdevs::new(&g.host);
@@ -596,7 +597,8 @@ fn vgpuctl_on_real_kernel(g: &Guest) -> TestResult {
         (Some("daemon".to_string()), Some("foreign".to_string())),
     )?;
 
-    let out = vgpuctl(&d, &["destroy", &foreign.to_string()])?;
+    // A refusal is one line naming the device, exit 2: `start` of a running foreign device.
+    let out = vgpuctl(&d, &["start", &foreign.to_string()])?;
     let err = text(&out.stderr);
     ensure(
         out.status.code() == Some(2)
@@ -605,13 +607,26 @@ fn vgpuctl_on_real_kernel(g: &Guest) -> TestResult {
             && err.contains(&foreign.to_string()),
         || {
             format!(
-                "vgpuctl destroy of a foreign device: expected exit 2 and one line naming it, got {} with {err:?}",
+                "vgpuctl start of a foreign device: expected exit 2 and one line naming it, got {} with {err:?}",
                 out.status
             )
         },
     )?;
     ensure(device_exists(g, &foreign), || {
-        format!("foreign {foreign} vanished after a refused vgpuctl destroy")
+        format!("foreign {foreign} vanished after a refused vgpuctl start")
+    })?;
+    // An explicit destroy naming the foreign device adopts it, then removes it.
+    let out = vgpuctl(&d, &["destroy", &foreign.to_string()])?;
+    ensure(out.status.success(), || {
+        format!(
+            "vgpuctl destroy of foreign {foreign} failed ({}): {}",
+            out.status,
+            text(&out.stderr)
+        )
+    })?;
+    mdevs.forget(&foreign);
+    ensure(!device_exists(g, &foreign), || {
+        format!("foreign {foreign} still in sysfs after vgpuctl destroy")
     })?;
 
     let out = vgpuctl(&d, &["destroy", &u])?;

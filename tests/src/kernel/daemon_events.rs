@@ -17,8 +17,9 @@ use super::runner::{Outcome, TestError, TestResult, ensure, ensure_eq};
 use super::samples::{Mdevs, available, test_uuid};
 use super::vgpud::{TargetKind, Vgpud, Workdir, find};
 
-/// Devices made through sysfs (before and after the daemon started) are listed as foreign, and every
-/// change to them is refused; the daemon notices their removal.
+/// Devices made through sysfs (before and after the daemon started) are listed as foreign; a start
+/// or a create with their UUID is refused; the daemon notices their removal; an explicit Stop naming
+/// one adopts it, then removes it from the kernel.
 pub(super) fn foreign_untouched(g: &Guest) -> TestResult {
     let before = availability(g)?;
     let mut mdevs = Mdevs::new(&g.host);
@@ -42,18 +43,6 @@ pub(super) fn foreign_untouched(g: &Guest) -> TestResult {
             (parent, ty),
         )?;
         let u = uuid.to_string();
-        ensure_refused(
-            "Stop of a foreign device",
-            d.stop_instance(&uuid),
-            &["Foreign"],
-            &[&u],
-        )?;
-        ensure_refused(
-            "Destroy of a foreign device",
-            d.destroy(&uuid),
-            &["Foreign"],
-            &[&u],
-        )?;
         ensure_refused(
             "Start of a foreign device",
             d.start(&uuid),
@@ -79,6 +68,16 @@ pub(super) fn foreign_untouched(g: &Guest) -> TestResult {
         not_listed(d, &late)
     })?;
     gpu_object_follows(g, &d, "mdpy", "mdpy-vga")?;
+    // An explicit, authorized request naming a foreign device may act on it: adopted, then removed.
+    d.stop_instance(&early)
+        .map_err(|e| TestError::Check(format!("explicit Stop of foreign {early} failed: {e}")))?;
+    mdevs.forget(&early);
+    ensure(!device_exists(g, &early), || {
+        format!("foreign {early} still in sysfs after an explicit Stop")
+    })?;
+    d.wait_until("a stopped foreign device is unlisted", EVENT_WITHIN, |d| {
+        not_listed(d, &early)
+    })?;
     d.stop()?;
     mdevs.remove_all()?;
     ensure_restored(g, &before)?;
