@@ -114,6 +114,16 @@ async fn a_definition_made_through_dbus_is_in_the_directory_when_the_call_return
     let i = c.find_instance(OWN).await.unwrap().unwrap();
     assert_eq!((i.state.as_str(), i.autostart), ("running", true));
     assert_eq!(c.instance_attrs(OWN).await.unwrap(), attrs);
+    // A Redefine that changes nothing writes nothing (each write renames a new file into place).
+    let inode = |p: &Path| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p).unwrap());
+    let before = inode(&path);
+    c.redefine(OWN, &ty, true, &attrs).await.unwrap();
+    assert_eq!(
+        inode(&path),
+        before,
+        "an unchanged Redefine rewrote {}",
+        path.display()
+    );
     c.stop(OWN).await.unwrap();
 
     c.undefine(OWN).await.unwrap();

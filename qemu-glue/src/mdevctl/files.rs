@@ -32,47 +32,14 @@ pub fn config_path(dir: &Path, parent: &str, uuid: &MdevUuid) -> Result<PathBuf,
 /// Reads every definition under `dir` (normally [`CONFIG_DIR`]), sorted by parent then UUID. A missing
 /// `dir` means no definitions. Entries mdevctl itself ignores (non-directories at the top, `scripts.d`,
 /// files whose name is not a UUID) are skipped; a definition file that does not parse is an error naming
-/// it, because silently dropping a vGPU definition is worse than stopping.
+/// it (the first that [`scan_config_dir`] reports), because silently dropping a vGPU definition is worse
+/// than stopping.
 pub fn read_config_dir(dir: &Path) -> Result<Vec<MdevctlDevice>, MdevctlError> {
-    let entries = match fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(io(dir)(e)),
-    };
-    let mut out = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(io(dir))?;
-        let ppath = entry.path();
-        let Some(parent) = entry.file_name().to_str().map(str::to_string) else {
-            continue;
-        };
-        if parent == SCRIPTS_DIR || !ppath.is_dir() {
-            continue;
-        }
-        for child in fs::read_dir(&ppath).map_err(io(&ppath))? {
-            let child = child.map_err(io(&ppath))?;
-            let path = child.path();
-            let Some(uuid) = child
-                .file_name()
-                .to_str()
-                .and_then(|n| n.parse::<MdevUuid>().ok())
-            else {
-                continue;
-            };
-            if !path.is_file() {
-                continue;
-            }
-            let text = fs::read_to_string(&path).map_err(io(&path))?;
-            let config = MdevctlConfig::from_json(&text, &path.display().to_string())?;
-            out.push(MdevctlDevice {
-                parent: parent.clone(),
-                uuid,
-                config,
-            });
-        }
+    let scan = scan_config_dir(dir);
+    match scan.unreadable.into_iter().next() {
+        Some(e) => Err(e),
+        None => Ok(scan.devices),
     }
-    out.sort_by(|a, b| (&a.parent, a.uuid).cmp(&(&b.parent, b.uuid)));
-    Ok(out)
 }
 
 /// What [`scan_config_dir`] found: every definition that parses, and each file that does not.

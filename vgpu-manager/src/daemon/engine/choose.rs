@@ -1,12 +1,13 @@
 //! Turning a request (profile or type, optional GPU) into a concrete parent and mdev type.
 
-use mdev_types::ids::{MdevTypeId, PciAddress};
+use mdev_types::ids::{MdevTypeId, MdevUuid, PciAddress};
 use tracing::warn;
 use vgpu_host::discover::discover;
 use vgpu_host::{HostExt, paths};
 
 use super::instances::Instances;
 use crate::daemon::api::{CoreError, InstanceSpec, InstanceTarget, RequestError};
+use crate::daemon::store::{Definition, unix_now};
 use crate::profile::{ProfileTarget, match_profile};
 
 /// Where an instance goes.
@@ -20,6 +21,24 @@ pub(super) struct Placement {
     pub type_id: MdevTypeId,
     /// The profile it came from.
     pub profile: Option<String>,
+}
+
+impl Placement {
+    /// The persistent definition of instance `uuid` placed here, as `req` asks for it (start mode,
+    /// label, attributes), defined now.
+    pub(super) fn definition(&self, uuid: MdevUuid, req: &InstanceSpec) -> Definition {
+        Definition {
+            uuid,
+            parent: self.parent.clone(),
+            gpu: self.gpu.clone(),
+            type_id: self.type_id.clone(),
+            profile: self.profile.clone(),
+            autostart: req.autostart,
+            label: req.label.clone(),
+            created_at: unix_now(),
+            attrs: req.attrs.clone(),
+        }
+    }
 }
 
 /// Accepts `3b:00.0` for `0000:3b:00.0`; other names (virtual parents) unchanged.

@@ -24,7 +24,7 @@ use super::instances::Instances;
 use super::lock;
 use super::views::device_identity;
 use crate::daemon::api::{CoreError, InstanceSpec, InstanceView, Ownership, StateError};
-use crate::daemon::store::{Definition, LedgerEntry, LedgerOwnership, unix_now};
+use crate::daemon::store::{LedgerEntry, LedgerOwnership, unix_now};
 
 /// What removing a running device does when the ledger does not list it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -123,17 +123,7 @@ impl Instances {
                     // Defined meanwhile by a concurrent request.
                     return Err(CoreError::Exists { uuid });
                 }
-                store.put_definition(&Definition {
-                    uuid,
-                    parent: place.parent.clone(),
-                    gpu: place.gpu.clone(),
-                    type_id: place.type_id.clone(),
-                    profile: place.profile.clone(),
-                    autostart: req.autostart,
-                    label: req.label.clone(),
-                    created_at: unix_now(),
-                    attrs: req.attrs.clone(),
-                })?;
+                store.put_definition(&place.definition(uuid, req))?;
                 Ok(())
             })?;
         if same {

@@ -13,7 +13,7 @@ use super::instances::Instances;
 use super::lock;
 use super::views::device_identity;
 use crate::daemon::api::{CoreError, InstanceSpec, InstanceView, Ownership, StateError};
-use crate::daemon::store::{Definition, LedgerEntry, LedgerOwnership, unix_now};
+use crate::daemon::store::{LedgerEntry, LedgerOwnership, unix_now};
 
 /// Releases a UUID reservation when dropped.
 pub(super) struct Reservation<'a> {
@@ -75,17 +75,7 @@ impl Instances {
         let place = self.place(&req, false)?;
         let uuid = req.uuid.unwrap_or_else(MdevUuid::new_random);
         let _reserved = self.reserve_new(uuid)?;
-        let def = Definition {
-            uuid,
-            parent: place.parent,
-            gpu: place.gpu,
-            type_id: place.type_id,
-            profile: place.profile,
-            autostart: req.autostart,
-            label: req.label,
-            created_at: unix_now(),
-            attrs: req.attrs,
-        };
+        let def = place.definition(uuid, &req);
         lock(&self.store).put_definition(&def)?;
         info!(%uuid, parent = %def.parent, type_id = %def.type_id, "instance defined");
         made(self.refresh_one(&uuid), uuid, "defined")
@@ -122,17 +112,7 @@ impl Instances {
                     profile: place.profile.clone(),
                     label: req.label.clone(),
                 })?;
-                store.put_definition(&Definition {
-                    uuid,
-                    parent: parent.clone(),
-                    gpu: place.gpu.clone(),
-                    type_id: type_id.clone(),
-                    profile: place.profile.clone(),
-                    autostart: req.autostart,
-                    label: req.label.clone(),
-                    created_at: unix_now(),
-                    attrs: req.attrs.clone(),
-                })?;
+                store.put_definition(&place.definition(uuid, req))?;
                 Ok(())
             })?;
         info!(%uuid, %parent, %type_id, "foreign instance adopted by an explicit definition");
@@ -364,6 +344,15 @@ impl Instances {
                 }
                 return Err(StateError::NotDefined { uuid }.into());
             };
+            if def.type_id == change.type_id
+                && def.autostart == change.autostart
+                && def.attrs == change.attrs
+            {
+                // Nothing changes: nothing is written (the mdevctl front end's capability check
+                // redefines a definition as it is). The store is unlocked before the view is read.
+                drop(store);
+                return Ok(self.refresh_one(&uuid));
+            }
             if def.type_id != change.type_id {
                 def.type_id = change.type_id;
                 // The profile chose the old type.
