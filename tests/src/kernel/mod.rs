@@ -28,6 +28,7 @@ pub mod guest;
 pub mod handoff;
 pub mod harness;
 pub mod iommu;
+pub mod libvirt;
 pub mod lifecycle;
 pub mod mdev;
 pub mod qemu_attach;
@@ -54,6 +55,7 @@ pub fn all_tests() -> Vec<Test<Guest>> {
     tests.extend(handoff::tests());
     tests.extend(daemon::tests());
     tests.extend(qemu_attach::tests());
+    tests.extend(libvirt::tests());
     tests
 }
 

@@ -167,6 +167,25 @@ impl Vgpud {
         Vgpud::launch(work, state, "--bus", bus.to_string(), &[])
     }
 
+    /// A `vgpud` started elsewhere (e.g. chrooted, on a system bus: `super::libvirt`) as `child`,
+    /// logging to `log`, reached at `bus`: waits until it owns its name, then drives it like one this
+    /// module started (killed when dropped).
+    pub fn adopt(child: Child, bus: String, log: PathBuf) -> Result<Vgpud, TestError> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| TestError::Check(format!("cannot start a tokio runtime: {e}")))?;
+        let mut d = Vgpud {
+            child: Some(child),
+            bus,
+            log,
+            client: None,
+            rt,
+        };
+        d.wait_ready()?;
+        Ok(d)
+    }
+
     /// Starts vgpud with `<bus_flag> <bus>` (`--listen` for its own bus, `--bus` for a running one).
     fn launch(
         work: &Path,

@@ -41,6 +41,7 @@ pub mod callouts;
 mod defined;
 mod foreign;
 mod live;
+mod offline;
 mod ops;
 
 /// The `vgpuctl mdevctl` subcommands, named and spelled as mdevctl's.
@@ -314,8 +315,21 @@ pub fn run(
         return print_types(&parents, *dumpjson, out);
     }
     let bus: BusAddress = bus.bus.parse()?;
-    let mut daemon = blocking::Client::connect_unchecked(&bus)?;
-    run_with_callouts(cmd, &mut daemon, &mut host_callouts(host), out)
+    let result = blocking::Client::connect_unchecked(&bus)
+        .map_err(CliError::from)
+        .and_then(|mut daemon| run_with_callouts(cmd, &mut daemon, &mut host_callouts(host), out));
+    match (cmd, result) {
+        (MdevctlCommand::List(a), Err(e))
+            if a.defined && host.sim.is_none() && offline::daemon_absent(&e) =>
+        {
+            let root = host
+                .sysfs_root
+                .clone()
+                .unwrap_or_else(|| PathBuf::from("/"));
+            offline::list_defined(&root, a, out)
+        }
+        (_, result) => result,
+    }
 }
 
 /// The call-out scripts of the host the front end runs on: those below the sysfs root (`/` on the

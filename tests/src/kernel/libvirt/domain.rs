@@ -1,0 +1,232 @@
+//! A libvirt domain that boots with our vGPU: the domain XML `vgpuctl xml --domain` makes for an mdev
+//! that vgpud created, defined and started by libvirtd (QEMU started by libvirt), the device checked in
+//! QEMU's own `info pci`, and `virsh destroy` releasing it (vgpud can remove it afterwards).
+
+use std::time::{Duration, Instant};
+
+use mdev_types::ids::MdevUuid;
+
+use super::super::guest::Guest;
+use super::super::runner::{Outcome, TestError, TestResult, ensure};
+use super::super::samples::{Mdevs, test_uuid};
+use super::super::vgpud::TargetKind;
+use super::stack::Stack;
+use super::sysroot::kernel_lacks_overlay;
+
+/// How long QEMU may take to answer its monitor after `virsh start` (nested KVM in the TCG guest; the
+/// first start also probes QEMU's capabilities).
+const RUNNING_WITHIN: Duration = Duration::from_secs(120);
+
+/// The `info pci` line of the mbochs sample's display device (mbochs.c: vendor 0x1234, device 0x1111,
+/// class display; the same line `qemu_attach_mbochs_mdev` checks).
+const MBOCHS_INFO_PCI: &str = "PCI device 1234:1111";
+
+/// What accelerator the domain gets: KVM when the guest has /dev/kvm (`kvm_amd` nested in TCG).
+fn domain_type() -> &'static str {
+    if std::path::Path::new("/dev/kvm").exists() {
+        "kvm"
+    } else {
+        "qemu"
+    }
+}
+
+/// Step 4: `virsh define` + `start` of `vgpuctl xml --domain`'s domain with an mbochs mdev.
+pub fn boots_with_mdev(g: &Guest) -> TestResult {
+    if let Some(reason) = kernel_lacks_overlay() {
+        return Ok(Outcome::Skipped(reason));
+    }
+    let s = Stack::up("libvirt-domain")?;
+    let mut mdevs = Mdevs::new(&g.host);
+    let u = test_uuid("libvirt-domain", 0);
+    mdevs.adopt(u);
+    s.vgpud()?
+        .create(TargetKind::Type, "mbochs-small", "mbochs", Some(&u))?;
+    let name = "vgpu-libvirt-test";
+    let xml = domain_xml(&s, &u, name)?;
+    let ty = domain_type();
+    println!(
+        "libvirt: domain type {ty} (/dev/kvm {})",
+        if ty == "kvm" {
+            "present"
+        } else {
+            "absent: TCG"
+        }
+    );
+    ensure(
+        xml.contains("type='mdev'") && xml.contains(&u.to_string()),
+        || format!("vgpuctl xml --domain made no mdev hostdev for {u}: {xml}"),
+    )?;
+    let file = s.file("domain.xml", &xml)?;
+    s.virsh(&["define", &file])?;
+    let t = Instant::now();
+    let started = s.virsh(&["start", name]);
+    if let Err(e) = started {
+        let _ = s.virsh(&["undefine", name]);
+        return Err(e);
+    }
+    let result = (|| {
+        let pci = loop {
+            match s.virsh(&["qemu-monitor-command", "--hmp", name, "info pci"]) {
+                Ok(out) => break out,
+                Err(e) if t.elapsed() > RUNNING_WITHIN => return Err(e),
+                Err(_) => std::thread::sleep(Duration::from_millis(200)),
+            }
+        };
+        println!(
+            "libvirt: domain started and answered its monitor in {:?}",
+            t.elapsed()
+        );
+        let lines = pci.lines().filter(|l| l.contains(MBOCHS_INFO_PCI)).count();
+        ensure(lines == 1, || {
+            format!(
+                "QEMU's info pci shows {lines} lines with {MBOCHS_INFO_PCI}, expected 1:\n{pci}"
+            )
+        })?;
+        Ok(())
+    })();
+    let destroyed = s.virsh(&["destroy", name]);
+    let undefined = s.virsh(&["undefine", name]);
+    result?;
+    destroyed?;
+    undefined?;
+    // Released: vgpud removes the device, which the kernel refuses while QEMU holds it open.
+    s.vgpud()?.destroy(&u)?;
+    ensure(
+        !std::path::Path::new("/sys/bus/mdev/devices")
+            .join(u.to_string())
+            .exists(),
+        || format!("mdev {u} is still in sysfs after virsh destroy and vgpud Destroy"),
+    )?;
+    mdevs.forget(&u);
+    let left = s.virsh(&["list", "--all", "--name"])?;
+    ensure(left.trim().is_empty(), || format!("domains left: {left}"))
+        .map_err(|e| TestError::Check(e.to_string()))?;
+    Ok(Outcome::Passed)
+}
+
+/// `vgpuctl xml --domain` for instance `u`, named `name`, small enough for the guest.
+fn domain_xml(s: &Stack, u: &MdevUuid, name: &str) -> Result<String, TestError> {
+    let xml = s.root.run(
+        "vgpuctl",
+        &[
+            "xml",
+            "--domain",
+            "--name",
+            name,
+            "--memory",
+            "128",
+            "--vcpus",
+            "1",
+            &u.to_string(),
+        ],
+    )?;
+    Ok(if domain_type() == "kvm" {
+        xml
+    } else {
+        xml.replacen("type='kvm'", "type='qemu'", 1)
+    })
+}
+
+fn mdev_in_sysfs(u: &MdevUuid) -> bool {
+    std::path::Path::new("/sys/bus/mdev/devices")
+        .join(u.to_string())
+        .exists()
+}
+
+/// Step 5: with vgpu-libvirt-hook installed as libvirt's qemu hook, a domain whose metadata names
+/// its vGPU gets it created at start and removed at stop; a full parent makes the start fail with the
+/// hook's message and leaves nothing behind.
+pub fn hook_creates_and_removes(g: &Guest) -> TestResult {
+    if let Some(reason) = kernel_lacks_overlay() {
+        return Ok(Outcome::Skipped(reason));
+    }
+    let s = Stack::up("libvirt-hook")?;
+    let mut mdevs = Mdevs::new(&g.host);
+    let u = test_uuid("libvirt-hook", 0);
+    mdevs.adopt(u);
+    // The XML (with vgpu-manager's metadata for the device) is made while the instance exists, then
+    // the instance goes: the hook must bring it back.
+    s.vgpud()?
+        .create(TargetKind::Type, "mbochs-small", "mbochs", Some(&u))?;
+    let name = "vgpu-hook-test";
+    let xml = domain_xml(&s, &u, name)?;
+    ensure(xml.contains("vgpu:vgpus"), || {
+        format!("vgpuctl xml --domain wrote no vgpu-manager metadata: {xml}")
+    })?;
+    s.vgpud()?.destroy(&u)?;
+    ensure(!mdev_in_sysfs(&u), || {
+        format!("{u} still exists after Destroy")
+    })?;
+    let file = s.file("hook-domain.xml", &xml)?;
+    s.virsh(&["define", &file])?;
+    let outcome = (|| {
+        s.virsh(&["start", name])?;
+        ensure(mdev_in_sysfs(&u), || {
+            format!("the hook did not create {u} at start")
+        })?;
+        let info = s.vgpud()?.get_instance(&u)?;
+        ensure(info.label == format!("libvirt:{name}"), || {
+            format!(
+                "the hook's instance is labelled {:?}, expected libvirt:{name}",
+                info.label
+            )
+        })?;
+        let t = Instant::now();
+        let pci = loop {
+            match s.virsh(&["qemu-monitor-command", "--hmp", name, "info pci"]) {
+                Ok(out) => break out,
+                Err(e) if t.elapsed() > RUNNING_WITHIN => return Err(e),
+                Err(_) => std::thread::sleep(Duration::from_millis(200)),
+            }
+        };
+        ensure(pci.contains(MBOCHS_INFO_PCI), || {
+            format!("QEMU's info pci lacks the vGPU:\n{pci}")
+        })?;
+        s.virsh(&["destroy", name])?;
+        s.wait_until(
+            "the hook removes the vGPU at stop",
+            Duration::from_secs(30),
+            |_| Ok(!mdev_in_sysfs(&u)),
+        )?;
+        let left = s.vgpud()?.list_instances()?;
+        ensure(left.is_empty(), || {
+            format!("vgpud still lists {left:?} after the domain stopped")
+        })?;
+
+        // A full parent: mbochs-large takes the whole 256 MB pool (4 x 64 MB), so mbochs-small has room
+        // for none.
+        let fillers: Vec<MdevUuid> = (1..=4).map(|n| test_uuid("libvirt-hook", n)).collect();
+        for f in &fillers {
+            s.vgpud()?
+                .create(TargetKind::Type, "mbochs-large", "mbochs", Some(f))?;
+            mdevs.adopt(*f);
+        }
+        let err = s.virsh_fails(&["start", name])?;
+        println!("libvirt: start on a full parent refused: {}", err.trim());
+        ensure(err.contains("vgpu-manager") || err.contains("hook"), || {
+            format!("the failed start does not show the hook's message: {err}")
+        })?;
+        ensure(!mdev_in_sysfs(&u), || {
+            format!("{u} was left behind by the failed start")
+        })?;
+        let state = s.virsh(&["domstate", name])?;
+        ensure(state.trim() == "shut off", || {
+            format!("domain is {state:?} after a failed start")
+        })?;
+        for f in &fillers {
+            s.vgpud()?.destroy(f)?;
+            mdevs.forget(f);
+        }
+        let left = s.vgpud()?.list_instances()?;
+        ensure(left.is_empty(), || {
+            format!("vgpud lists {left:?} after the failed start")
+        })?;
+        Ok(())
+    })();
+    let _ = s.virsh(&["destroy", name]);
+    let undefined = s.virsh(&["undefine", name]);
+    outcome?;
+    undefined?;
+    mdevs.forget(&u);
+    Ok(Outcome::Passed)
+}

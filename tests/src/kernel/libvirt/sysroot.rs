@@ -1,0 +1,282 @@
+//! A writable root for the host's own programs in the guest: the host's root (9p, read-only, at
+//! [`HOSTROOT`]) under an overlay whose upper layer is a fresh tmpfs, with the guest's `/proc`, `/sys`,
+//! `/dev` and `/tmp` bound in and a tmpfs on `/run`. Every program a host runs for libvirt (udevd, the
+//! system bus, vgpud, libvirtd, virsh, QEMU) runs chrooted into it, so whatever they write (`/etc/libvirt`,
+//! `/etc/mdevctl.d`, `/var/lib/libvirt`, `/var/lib/vgpu-manager`, `/run/…`) lands in tmpfs and is gone
+//! with the [`Sysroot`]; each test starts from the host's pristine tree.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::super::qemu_attach::HOSTROOT;
+use super::super::runner::TestError;
+
+/// `PATH` inside the sysroot: `/usr/local/sbin` first, where [`install_vgpu_manager`] puts `mdevctl`.
+pub const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Why the guest cannot build a sysroot: a kernel without overlayfs (the custom kernel has
+/// `CONFIG_OVERLAY_FS` unset), read from `/proc/filesystems`. `None` when it can.
+pub fn kernel_lacks_overlay() -> Option<String> {
+    let fs = std::fs::read_to_string("/proc/filesystems").unwrap_or_default();
+    if fs
+        .lines()
+        .any(|l| l.split_whitespace().last() == Some("overlay"))
+    {
+        None
+    } else {
+        Some(
+            "kernel has no overlayfs (CONFIG_OVERLAY_FS unset): no writable host root for libvirt"
+                .into(),
+        )
+    }
+}
+
+/// The mounted sysroot; unmounted (lazily, innermost first) when dropped.
+#[derive(Debug)]
+pub struct Sysroot {
+    root: PathBuf,
+    /// Mount points, in mount order.
+    mounts: Vec<PathBuf>,
+    /// The test share's path inside the sysroot (its host path: `vmtest.share=`).
+    share: PathBuf,
+}
+
+fn run(cmd: &mut Command, what: &str) -> Result<(), TestError> {
+    let out = cmd
+        .output()
+        .map_err(|e| TestError::Check(format!("cannot run {what}: {e}")))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(TestError::Check(format!(
+            "{what} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
+    }
+}
+
+impl Sysroot {
+    /// Mounts a new sysroot at `/sysroot-N` (the guest's root is the initramfs, writable).
+    pub fn mount() -> Result<Sysroot, TestError> {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        let cmdline = std::fs::read_to_string("/proc/cmdline")
+            .map_err(|e| TestError::Check(format!("cannot read /proc/cmdline: {e}")))?;
+        let share = cmdline
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("vmtest.share="))
+            .map(PathBuf::from)
+            .ok_or_else(|| {
+                TestError::Check("no vmtest.share= on the kernel command line".into())
+            })?;
+        let layers = PathBuf::from(format!("/run/sysroot-layers-{n}"));
+        let root = PathBuf::from(format!("/sysroot-{n}"));
+        let mut s = Sysroot {
+            root: root.clone(),
+            mounts: Vec::new(),
+            share,
+        };
+        for d in [&layers, &root] {
+            std::fs::create_dir_all(d)
+                .map_err(|e| TestError::Check(format!("cannot create {}: {e}", d.display())))?;
+        }
+        s.mount_one(&["-t", "tmpfs", "tmpfs"], &layers)?;
+        for d in ["upper", "work"] {
+            std::fs::create_dir_all(layers.join(d)).map_err(|e| {
+                TestError::Check(format!("cannot create {d} in {}: {e}", layers.display()))
+            })?;
+        }
+        let opts = format!(
+            "lowerdir={HOSTROOT},upperdir={0}/upper,workdir={0}/work",
+            layers.display()
+        );
+        s.mount_one(&["-t", "overlay", "overlay", "-o", &opts], &root)?;
+        for d in ["proc", "sys", "dev", "tmp"] {
+            let from = format!("/{d}");
+            s.mount_one(&["--bind", &from], &root.join(d))?;
+        }
+        s.mount_one(&["-t", "tmpfs", "tmpfs"], &root.join("run"))?;
+        Ok(s)
+    }
+
+    fn mount_one(&mut self, args: &[&str], on: &Path) -> Result<(), TestError> {
+        run(
+            Command::new("mount").args(args).arg(on),
+            &format!("mount {} {}", args.join(" "), on.display()),
+        )?;
+        self.mounts.push(on.to_path_buf());
+        Ok(())
+    }
+
+    /// Its root, as the guest sees it.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Where `path` (absolute, as the chrooted programs see it) is, as the guest sees it.
+    pub fn path(&self, path: &str) -> PathBuf {
+        self.root.join(path.trim_start_matches('/'))
+    }
+
+    /// The test share (the static binaries and `data/`), as the chrooted programs see it.
+    pub fn share(&self) -> &Path {
+        &self.share
+    }
+
+    /// `program args…` chrooted into the sysroot, with a clean environment: [`PATH`], `LANG=C` and
+    /// `SYSTEMD_IGNORE_CHROOT=1` (udevd and udevadm otherwise refuse to act in a chroot).
+    pub fn command(&self, program: &str) -> Command {
+        let mut c = Command::new("chroot");
+        c.arg(&self.root)
+            .arg(program)
+            .env_clear()
+            .env("PATH", PATH)
+            .env("LANG", "C")
+            .env("HOME", "/root")
+            .env("SYSTEMD_IGNORE_CHROOT", "1");
+        c
+    }
+
+    /// Runs `program args…` in the sysroot to completion; its stdout, or an error quoting stderr.
+    pub fn run(&self, program: &str, args: &[&str]) -> Result<String, TestError> {
+        let out =
+            self.command(program).args(args).output().map_err(|e| {
+                TestError::Check(format!("cannot run {program} in the sysroot: {e}"))
+            })?;
+        if !out.status.success() {
+            return Err(TestError::Check(format!(
+                "`{program} {}` failed ({}): {}",
+                args.join(" "),
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Writes `text` to `path` (as the chrooted programs see it), creating its directory.
+    pub fn write(&self, path: &str, text: &str) -> Result<(), TestError> {
+        let p = self.path(path);
+        if let Some(dir) = p.parent() {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| TestError::Check(format!("cannot create {}: {e}", dir.display())))?;
+        }
+        std::fs::write(&p, text)
+            .map_err(|e| TestError::Check(format!("cannot write {}: {e}", p.display())))
+    }
+
+    /// A symlink `path` → `target` (both as the chrooted programs see them), replacing what was there.
+    pub fn symlink(&self, target: &Path, path: &str) -> Result<(), TestError> {
+        let p = self.path(path);
+        if let Some(dir) = p.parent() {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| TestError::Check(format!("cannot create {}: {e}", dir.display())))?;
+        }
+        let _ = std::fs::remove_file(&p);
+        std::os::unix::fs::symlink(target, &p).map_err(|e| {
+            TestError::Check(format!(
+                "cannot link {} to {}: {e}",
+                p.display(),
+                target.display()
+            ))
+        })
+    }
+
+    /// What a booted Debian host has that the busybox guest lacks, for the host's programs:
+    /// `/dev/fd` and `/dev/std{in,out,err}` (systemd makes them at boot; libvirt hands mdevctl its JSON
+    /// as `--jsonfile /dev/stdin`), the accounts `libvirt-daemon-system` adds (`libvirt-qemu`, groups
+    /// `libvirt` and `kvm`: libvirtd resolves its default QEMU user before reading qemu.conf), a
+    /// `qemu.conf` running QEMU as root with logs in files (no virtlogd in the guest) and no
+    /// confinement (no AppArmor in the guest).
+    pub fn prepare_host(&self) -> Result<(), TestError> {
+        for (name, target) in [
+            ("fd", "/proc/self/fd"),
+            ("stdin", "/proc/self/fd/0"),
+            ("stdout", "/proc/self/fd/1"),
+            ("stderr", "/proc/self/fd/2"),
+        ] {
+            let link = Path::new("/dev").join(name);
+            if std::fs::symlink_metadata(&link).is_err() {
+                std::os::unix::fs::symlink(target, &link).map_err(|e| {
+                    TestError::Check(format!("cannot link {} to {target}: {e}", link.display()))
+                })?;
+            }
+        }
+        for group in ["libvirt", "kvm", "libvirt-qemu"] {
+            self.run("groupadd", &["-f", "-r", group])?;
+        }
+        self.run(
+            "sh",
+            &[
+                "-c",
+                "id -u libvirt-qemu >/dev/null 2>&1 || useradd -r -g libvirt-qemu -d /var/lib/libvirt -s /usr/sbin/nologin libvirt-qemu",
+            ],
+        )?;
+        self.write(
+            "/etc/libvirt/qemu.conf",
+            "user = \"root\"\ngroup = \"root\"\nstdio_handler = \"file\"\nsecurity_driver = \"none\"\n",
+        )?;
+        for d in [
+            "/var/lib/libvirt",
+            "/var/cache/libvirt",
+            "/var/log/libvirt",
+            "/run/dbus",
+        ] {
+            std::fs::create_dir_all(self.path(d))
+                .map_err(|e| TestError::Check(format!("cannot create {d} in the sysroot: {e}")))?;
+        }
+        Ok(())
+    }
+}
+
+/// Places vgpu-manager in the sysroot as a package would install it: the ONE place that knows where
+/// our files go on a host, so that moving to the install script changes only this function.
+///
+/// * `vgpud`, `vgpuctl` in `/usr/local/sbin` (links to the static binaries in the share);
+/// * `mdevctl` → `vgpuctl` in `/usr/local/sbin`, ahead of `/usr/sbin` on [`PATH`]: Debian's libvirt
+///   runs the bare name `mdevctl` (its node-device driver was built without an mdevctl path), found
+///   on its `PATH`; `/usr/sbin/mdevctl` of a real mdevctl package stays usable under its full path;
+/// * the bus policy `data/org.vgpumanager.Manager1.conf` in `/usr/share/dbus-1/system.d/` and its
+///   group `vgpu-admin`;
+/// * `vgpu-libvirt-hook` as `/etc/libvirt/hooks/qemu.d/vgpu-manager` (data/README.md);
+/// * mdevctl's definition directory `/etc/mdevctl.d` (libvirt watches it from its start).
+pub fn install_vgpu_manager(root: &Sysroot) -> Result<(), TestError> {
+    let share = root.share().to_path_buf();
+    for bin in ["vgpud", "vgpuctl"] {
+        root.symlink(&share.join(bin), &format!("/usr/local/sbin/{bin}"))?;
+    }
+    root.symlink(&share.join("vgpuctl"), "/usr/local/sbin/mdevctl")?;
+    root.symlink(
+        &share.join("vgpu-libvirt-hook"),
+        "/etc/libvirt/hooks/qemu.d/vgpu-manager",
+    )?;
+    let policy = root.path(&format!(
+        "{}/data/org.vgpumanager.Manager1.conf",
+        share.display()
+    ));
+    let text = std::fs::read_to_string(&policy).map_err(|e| {
+        TestError::Check(format!(
+            "cannot read the bus policy {} (scripts/vm-test copies data/ into the share): {e}",
+            policy.display()
+        ))
+    })?;
+    root.write(
+        "/usr/share/dbus-1/system.d/org.vgpumanager.Manager1.conf",
+        &text,
+    )?;
+    root.run("groupadd", &["-f", "-r", "vgpu-admin"])?;
+    std::fs::create_dir_all(root.path("/etc/mdevctl.d")).map_err(|e| {
+        TestError::Check(format!("cannot create /etc/mdevctl.d in the sysroot: {e}"))
+    })?;
+    Ok(())
+}
+
+impl Drop for Sysroot {
+    fn drop(&mut self) {
+        for m in self.mounts.iter().rev() {
+            let _ = Command::new("umount").arg("-l").arg(m).output();
+        }
+    }
+}
