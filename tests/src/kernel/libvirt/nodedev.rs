@@ -425,8 +425,11 @@ pub fn view_follows_vgpud(g: &Guest) -> TestResult {
         SEEN_WITHIN,
         |s| Ok(!listed(s, &["--cap", "mdev", "--all"], &na)?),
     )?;
+    let t = Instant::now();
+    nodedev_list(&s, &["--cap", "mdev"])?;
+    let one_virsh = t.elapsed();
     println!(
-        "libvirt: latency to virsh (poll every 20 ms, each virsh run included): create {created:?}, define {defined:?}, destroy {removed:?}"
+        "libvirt: one virsh nodedev-list run takes {one_virsh:?}; latency to virsh (poll every 20 ms, each virsh run included): create {created:?}, define {defined:?}, destroy {removed:?}"
     );
     for (what, d) in [
         ("create", created),
