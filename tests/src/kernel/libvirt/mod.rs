@@ -31,5 +31,10 @@ pub fn tests() -> Vec<Test<Guest>> {
             "libvirt90_nodedev_view_follows_vgpud",
             nodedev::view_follows_vgpud,
         ),
+        Test::new("libvirt90_domain_boots_with_mdev", domain::boots_with_mdev),
+        Test::new(
+            "libvirt90_hook_creates_and_removes",
+            domain::hook_creates_and_removes,
+        ),
     ]
 }
