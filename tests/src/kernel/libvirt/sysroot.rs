@@ -189,7 +189,9 @@ impl Sysroot {
     /// as `--jsonfile /dev/stdin`), the accounts `libvirt-daemon-system` adds (`libvirt-qemu`, groups
     /// `libvirt` and `kvm`: libvirtd resolves its default QEMU user before reading qemu.conf), a
     /// `qemu.conf` running QEMU as root with logs in files (no virtlogd in the guest) and no
-    /// confinement (no AppArmor in the guest).
+    /// confinement (no AppArmor in the guest), and no private `/dev` for QEMU (libvirt's
+    /// mount namespace cannot rebuild `/dev` inside the chroot: QEMU then finds neither /dev/null nor
+    /// /dev/kvm).
     pub fn prepare_host(&self) -> Result<(), TestError> {
         for (name, target) in [
             ("fd", "/proc/self/fd"),
@@ -216,12 +218,12 @@ impl Sysroot {
         )?;
         self.write(
             "/etc/libvirt/qemu.conf",
-            "user = \"root\"\ngroup = \"root\"\nstdio_handler = \"file\"\nsecurity_driver = \"none\"\n",
+            "user = \"root\"\ngroup = \"root\"\nstdio_handler = \"file\"\nsecurity_driver = \"none\"\nnamespaces = [ ]\n",
         )?;
         for d in [
             "/var/lib/libvirt",
             "/var/cache/libvirt",
-            "/var/log/libvirt",
+            "/var/log/libvirt/qemu",
             "/run/dbus",
         ] {
             std::fs::create_dir_all(self.path(d))
