@@ -14,6 +14,7 @@ mod attrs;
 mod command;
 mod definitions;
 mod error;
+mod faults;
 pub mod limits;
 
 pub use attrs::{
@@ -24,6 +25,7 @@ pub use definitions::{
     AdoptDefinition, DefinitionOwner, DefinitionView, ListDefinitions, RedefineInstance,
 };
 pub use error::{CoreError, RequestError, StateError, UndoFailure, VfInUse};
+pub use faults::ListFaults;
 
 /// Who created an instance, which decides whether the daemon may ever remove it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

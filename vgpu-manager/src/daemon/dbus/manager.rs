@@ -16,7 +16,7 @@ use crate::daemon::api::limits::{self, ClientText, clip};
 use crate::daemon::api::*;
 use mdev_types::ids::{IdError, MdevUuid};
 use vgpu_client::{
-    DefinitionInfo, GpuInfo, InstanceInfo, TARGET_PROFILE, TARGET_TYPE, instance_path,
+    DefinitionInfo, FaultInfo, GpuInfo, InstanceInfo, TARGET_PROFILE, TARGET_TYPE, instance_path,
 };
 
 /// The manager object.
@@ -234,6 +234,21 @@ impl Manager {
                 attrs: d.attrs,
             })
             .collect())
+    }
+
+    /// Every device the host's discovery cannot read now (none on a healthy host): such a device is not
+    /// managed (nothing is placed on it; its instances and definitions are kept) until it reads again.
+    /// Each row: scope (pci-device, mdev-parent, mdev-instance, iommu-group), device (PCI address,
+    /// parent name, UUID or group number), the kernel path whose read failed, the problem, and the
+    /// fix ("" when none is known).
+    #[zbus(out_args("faults"))]
+    async fn list_faults(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<Vec<FaultInfo>, ApiError> {
+        let faults = self.shared.run(conn, &hdr, ListFaults).await?;
+        Ok(faults.iter().map(super::faults::info).collect())
     }
 
     /// Takes the foreign definition of uuid on parent (its file in /etc/mdevctl.d) into vgpud, as a

@@ -123,6 +123,11 @@ impl Instances {
             .collect()
     }
 
+    /// The devices discovery cannot read now (a fresh read of the host).
+    pub(super) fn list_faults(&self) -> Result<Vec<mdev_types::fault::DeviceFault>, CoreError> {
+        Ok(discover(self.host.as_ref())?.faults)
+    }
+
     pub(super) fn list_gpus(&self) -> Result<Vec<GpuView>, CoreError> {
         let inv = discover(self.host.as_ref())?;
         let views = lock(&self.views);
