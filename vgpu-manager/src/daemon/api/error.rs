@@ -189,6 +189,7 @@ impl CoreError {
             CoreError::NotFound { .. } => "NotFound",
             CoreError::Foreign { .. } => "Foreign",
             CoreError::Exists { .. } => "Exists",
+            CoreError::Invalid(RequestError::Faulted { .. }) => "Faulted",
             CoreError::Invalid(_) | CoreError::Pool(_) => "Invalid",
             CoreError::State(_) => "State",
             CoreError::Lifecycle(e) => lifecycle_kind(e),
@@ -249,7 +250,11 @@ pub enum RequestError {
         type_id: MdevTypeId,
     },
     /// The GPU asked for could not be read (it is faulted): nothing is placed on it until it reads again.
-    #[error("GPU {} is faulted and not used until it reads again: {fault}", clip(.gpu))]
+    #[error(
+        "GPU {} is faulted and not used until it reads again: {fault}{}; nothing was changed (`vgpuctl status` shows when it reads again)",
+        clip(.gpu),
+        fallback_fix(.fault)
+    )]
     Faulted {
         /// The GPU (or parent) asked for.
         gpu: String,
@@ -505,6 +510,15 @@ pub enum VfInUse {
     /// Bound to a driver.
     #[error("it is bound to {0}, so the host or another guest uses it")]
     BoundTo(String),
+}
+
+/// The fix of a fault discovery knows none for (its message already carries a known one).
+fn fallback_fix(fault: &DeviceFault) -> &'static str {
+    if fault.fix.is_some() {
+        ""
+    } else {
+        " (check `dmesg` for the device, then reload its driver or reset it)"
+    }
 }
 
 #[cfg(test)]

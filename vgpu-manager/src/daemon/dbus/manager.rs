@@ -153,7 +153,7 @@ impl Manager {
 
 /// The vgpu-manager daemon: GPUs, mdev instances and their lifecycle. Mutating methods need root or
 /// membership in group vgpu-admin (and, where polkit runs, action org.vgpumanager.manage). Errors are
-/// org.vgpumanager.Error.KIND (NotFound, Foreign, Exists, Invalid, State, TypeFull, Kernel, Host,
+/// org.vgpumanager.Error.KIND (NotFound, Foreign, Exists, Invalid, Faulted, State, TypeFull, Kernel, Host,
 /// Store, AccessDenied, Shortfall, NotSupported, LimitsExceeded, Internal) with a one-line message that
 /// says what to do. LimitsExceeded: the caller's connection already has 64 calls pending at vgpud
 /// (Manager1, Instance1, GetManagedObjects and Gpu1.Scheduling reads together); retry once replies
