@@ -89,6 +89,19 @@ pub enum CoreError {
         /// Whether the placement is proven the most possible.
         proven_optimal: bool,
     },
+    /// vgpud is shutting down: a pool apply stopped at a step boundary, keeping the steps it ran; the
+    /// next start of vgpud finishes it.
+    #[error(
+        "pool {pool}: vgpud is shutting down: the apply stopped after step {done} of {total} (between two steps); the next start of vgpud finishes it (or apply the pool again then)"
+    )]
+    Interrupted {
+        /// The pool.
+        pool: String,
+        /// Steps that ran.
+        done: usize,
+        /// Steps the apply had.
+        total: usize,
+    },
     /// The request needs something vgpud does not do. Nothing was changed.
     #[error(
         "{step}: vgpud does not assign whole GPUs to pool slots; use the passthrough profile outside pools"
@@ -204,6 +217,7 @@ impl CoreError {
             CoreError::Host(_) => "Host",
             CoreError::Store(_) | CoreError::MdevctlDir(_) => "Store",
             CoreError::Shortfall { .. } => "Shortfall",
+            CoreError::Interrupted { .. } => "State",
             CoreError::WholeGpuSlot { .. } => "NotSupported",
             CoreError::PoolStep { cause, .. } => cause.kind(),
         }

@@ -39,6 +39,7 @@ mod pool_exec;
 #[cfg(test)]
 mod pool_exec_tests;
 mod pool_record;
+mod pool_stop;
 mod reconcile;
 mod routes;
 mod sched;
@@ -49,6 +50,7 @@ mod vfio;
 mod views;
 
 pub use gpu_impact::GpuImpact;
+pub use pool_stop::FinishedApply;
 pub use reconcile::ReconcileScope;
 pub use startup::{STARTUP_RETRY_FIRST, STARTUP_RETRY_MAX, StartupRetry, next_retry_delay};
 
