@@ -69,6 +69,7 @@ pub trait Executor:
     + Handle<PlanScheduling>
     + Handle<ApplyScheduling>
     + Handle<Preflight>
+    + Handle<MigrationInfo>
     + Handle<OpenDevice>
     + Send
     + Sync
