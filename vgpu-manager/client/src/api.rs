@@ -15,8 +15,8 @@ use crate::bus::{connect, connect_daemon};
 use crate::paths::{gpu_path, instance_path, instance_uuid};
 use crate::proxy::{Gpu1Proxy, Instance1Proxy, Manager1Proxy};
 use crate::{
-    BusAddress, ClientError, DefinitionInfo, GpuInfo, InstanceInfo, PoolStatus, PoolSummary,
-    TARGET_PROFILE, TARGET_TYPE,
+    BusAddress, ClientError, DefinitionInfo, FaultInfo, GpuInfo, InstanceInfo, PoolStatus,
+    PoolSummary, TARGET_PROFILE, TARGET_TYPE,
 };
 
 /// What `Create`/`Define` make an instance of: a profile or an exact mdev type.
@@ -293,6 +293,11 @@ impl Client {
     pub async fn list_definitions(&self) -> Result<Vec<DefinitionInfo>, ClientError> {
         self.call("ListDefinitions", self.manager.list_definitions())
             .await
+    }
+
+    /// Every device vgpud's discovery could not read (`ListFaults`): none on a healthy host.
+    pub async fn list_faults(&self) -> Result<Vec<FaultInfo>, ClientError> {
+        self.call("ListFaults", self.manager.list_faults()).await
     }
 
     /// Takes the foreign definition of `uuid` on `parent` into vgpud (`AdoptDefinition`), then

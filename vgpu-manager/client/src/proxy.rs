@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use zbus::{ObjectPath, OwnedObjectPath, Variant, proxy};
 
-use crate::wire::{DefinitionInfo, GpuInfo, InstanceInfo, TypeSlot};
+use crate::wire::{DefinitionInfo, FaultInfo, GpuInfo, InstanceInfo, TypeSlot};
 
 /// `org.vgpumanager.Manager1` at `/org/vgpumanager/Manager1`: lists, lifecycle and signals.
 #[proxy(
@@ -27,6 +27,9 @@ pub trait Manager1 {
 
     /// Every definition by parent and UUID: vgpud's and the foreign files of `/etc/mdevctl.d`.
     fn list_definitions(&self) -> zbus::Result<Vec<DefinitionInfo>>;
+
+    /// Every device discovery could not read (none on a healthy host).
+    fn list_faults(&self) -> zbus::Result<Vec<FaultInfo>>;
 
     /// Replaces a definition's type, start mode and attributes in place (a running device stays).
     fn redefine(

@@ -18,7 +18,9 @@ use vgpu_manager::daemon::api::CoreError;
 use vgpu_manager::daemon::dbus::bus_name::{self, NameError};
 use vgpu_manager::daemon::dbus::embedded_bus::{self, EmbeddedBus, EmbeddedBusError};
 use vgpu_manager::daemon::dbus::{self, Executor, ServeError};
-use vgpu_manager::daemon::engine::{Core, GpuImpact};
+use vgpu_manager::daemon::engine::{
+    Core, FinishedApply, GpuImpact, STARTUP_RETRY_FIRST, StartupRetry, next_retry_delay,
+};
 use vgpu_manager::daemon::mdevctl_dir::{MdevctlDir, watch};
 use vgpu_manager::daemon::pool_files::{PoolFileOutcome, apply_pool_files};
 use vgpu_manager::profile::Catalog;
@@ -166,6 +168,54 @@ fn forward_uevents(
     }
 }
 
+/// Finishes, on the blocking pool, the pool applies the last shutdown (or a crash) stopped, logging
+/// each outcome. Runs before the pool files are applied; both take the one apply lock in turn.
+fn finish_interrupted_applies(core: &Arc<Core>) {
+    let core = core.clone();
+    tokio::task::spawn_blocking(move || {
+        for f in core.finish_interrupted_applies() {
+            match f {
+                FinishedApply::Applied { pool, steps } => {
+                    info!(%pool, steps, "the pool apply the last shutdown stopped is finished")
+                }
+                FinishedApply::Failed { pool, error } => {
+                    error!(%pool, %error, "the pool apply the last shutdown stopped could not be finished; apply the pool again")
+                }
+            }
+        }
+    });
+}
+
+/// Retries the startup reconcile while it is owed (the host could not be read at start), waiting
+/// `STARTUP_RETRY_FIRST`, then twice as long after each failed try, at most `STARTUP_RETRY_MAX`; every
+/// GPU object is read again once it ran. Kernel events retry it too (`Core::handle_uevent`).
+fn retry_startup_with_back_off(core: &Arc<Core>, gpus: dbus::GpuRefresher) {
+    if !core.startup_owed() {
+        return;
+    }
+    let core = Arc::downgrade(core);
+    tokio::spawn(async move {
+        let mut delay = STARTUP_RETRY_FIRST;
+        loop {
+            tokio::time::sleep(delay).await;
+            let Some(core) = core.upgrade() else { break };
+            match tokio::task::spawn_blocking(move || core.retry_startup()).await {
+                Ok(StartupRetry::Done) => {
+                    gpus.gpus_changed();
+                    break;
+                }
+                // A kernel event ran it meanwhile (and had the GPUs read again).
+                Ok(StartupRetry::NotOwed) => break,
+                Ok(StartupRetry::StillOwed) => delay = next_retry_delay(delay),
+                Err(e) => {
+                    error!(error = %e, "the startup reconcile retry failed; restart vgpud");
+                    break;
+                }
+            }
+        }
+    });
+}
+
 /// Follows changes others make in the mdevctl definition directory (an edit of one of vgpud's
 /// files, a removed one), on a thread of its own.
 fn watch_mdevctl_dir(core: &Arc<Core>) {
@@ -266,6 +316,7 @@ async fn run(args: Args) -> Result<(), DaemonError> {
     if let Some(rx) = uevents {
         forward_uevents(&core, rx, service.gpu_refresher());
     }
+    retry_startup_with_back_off(&core, service.gpu_refresher());
     // Exclusively: not replaceable, not queued, never taken from another owner.
     let mut name = bus_name::own(&conn, SERVICE, &bus.to_string()).await?;
     info!(name = SERVICE, "ready on {bus}");
@@ -280,6 +331,7 @@ async fn run(args: Args) -> Result<(), DaemonError> {
         catalog: Arc::new(pool_catalog),
         dir: args.pools_dir.clone(),
     };
+    finish_interrupted_applies(&core);
     pools.apply_in_background("start");
     let outcome = {
         // One watch for the whole run (not re-created per loop turn), so that a loss being checked
@@ -288,8 +340,8 @@ async fn run(args: Args) -> Result<(), DaemonError> {
         tokio::pin!(lost);
         loop {
             tokio::select! {
-                _ = term.recv() => { info!("SIGTERM: shutting down"); break Ok(()); }
-                _ = int.recv() => { info!("SIGINT: shutting down"); break Ok(()); }
+                _ = term.recv() => { info!("SIGTERM: shutting down"); core.begin_shutdown(); break Ok(()); }
+                _ = int.recv() => { info!("SIGINT: shutting down"); core.begin_shutdown(); break Ok(()); }
                 _ = hup.recv() => pools.apply_in_background("SIGHUP"),
                 // The name taken away, or the bus connection gone with it. Running on without the
                 // name would leave clients unanswered (or answered by a new owner): exit non-zero

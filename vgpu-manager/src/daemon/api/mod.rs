@@ -14,6 +14,7 @@ mod attrs;
 mod command;
 mod definitions;
 mod error;
+mod faults;
 pub mod limits;
 mod migration;
 
@@ -25,6 +26,7 @@ pub use definitions::{
     AdoptDefinition, DefinitionOwner, DefinitionView, ListDefinitions, RedefineInstance,
 };
 pub use error::{CoreError, RequestError, StateError, UndoFailure, VfInUse};
+pub use faults::ListFaults;
 pub use migration::{
     AbortIncoming, CompleteIncoming, DEFAULT_INCOMING_TIMEOUT, IncomingView, MAX_INCOMING_TIMEOUT,
     PrepareIncoming,

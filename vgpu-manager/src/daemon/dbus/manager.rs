@@ -16,7 +16,7 @@ use crate::daemon::api::limits::{self, ClientText, clip};
 use crate::daemon::api::*;
 use mdev_types::ids::{IdError, MdevUuid};
 use vgpu_client::{
-    DefinitionInfo, GpuInfo, InstanceInfo, TARGET_PROFILE, TARGET_TYPE, instance_path,
+    DefinitionInfo, FaultInfo, GpuInfo, InstanceInfo, TARGET_PROFILE, TARGET_TYPE, instance_path,
 };
 
 /// The manager object.
@@ -153,7 +153,7 @@ impl Manager {
 
 /// The vgpu-manager daemon: GPUs, mdev instances and their lifecycle. Mutating methods need root or
 /// membership in group vgpu-admin (and, where polkit runs, action org.vgpumanager.manage). Errors are
-/// org.vgpumanager.Error.KIND (NotFound, Foreign, Exists, Invalid, State, TypeFull, Kernel, Host,
+/// org.vgpumanager.Error.KIND (NotFound, Foreign, Exists, Invalid, Faulted, State, TypeFull, Kernel, Host,
 /// Store, AccessDenied, Shortfall, NotSupported, LimitsExceeded, Internal) with a one-line message that
 /// says what to do. LimitsExceeded: the caller's connection already has 64 calls pending at vgpud
 /// (Manager1, Instance1, GetManagedObjects and Gpu1.Scheduling reads together); retry once replies
@@ -234,6 +234,21 @@ impl Manager {
                 attrs: d.attrs,
             })
             .collect())
+    }
+
+    /// Every device the host's discovery cannot read now (none on a healthy host): such a device is not
+    /// managed (nothing is placed on it; its instances and definitions are kept) until it reads again.
+    /// Each row: scope (pci-device, mdev-parent, mdev-instance, iommu-group), device (PCI address,
+    /// parent name, UUID or group number), the kernel path whose read failed, the problem, and the
+    /// fix ("" when none is known).
+    #[zbus(out_args("faults"))]
+    async fn list_faults(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<Vec<FaultInfo>, ApiError> {
+        let faults = self.shared.run(conn, &hdr, ListFaults).await?;
+        Ok(faults.iter().map(super::faults::info).collect())
     }
 
     /// Makes the definition of uuid on parent the one later calls naming the UUID act on: a foreign

@@ -16,6 +16,7 @@ mod callers;
 pub mod decode;
 pub mod embedded_bus;
 pub mod errors;
+mod faults;
 mod gpu;
 mod gpu_work;
 mod instance;
@@ -58,6 +59,7 @@ pub trait Executor:
     + Handle<UndefineInstance>
     + Handle<SetAutostart>
     + Handle<ListDefinitions>
+    + Handle<ListFaults>
     + Handle<AdoptDefinition>
     + Handle<RedefineInstance>
     + Handle<Reconcile>

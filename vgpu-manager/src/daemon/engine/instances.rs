@@ -33,6 +33,8 @@ pub(super) struct Instances {
     pub(super) events: broadcast::Sender<Event>,
     /// Bumped after every change of `views` (see [`super::Core::views_generation`]).
     pub(super) views_generation: std::sync::atomic::AtomicU64,
+    /// Whether a startup-scope reconcile has succeeded (see [`super::Core::startup_owed`]).
+    pub(super) startup_done: std::sync::atomic::AtomicBool,
 }
 
 impl Instances {
@@ -53,6 +55,7 @@ impl Instances {
             known_parents: Mutex::new(BTreeSet::new()),
             events,
             views_generation: std::sync::atomic::AtomicU64::new(0),
+            startup_done: std::sync::atomic::AtomicBool::new(false),
         };
         *lock(&i.known_parents) = i.parents_now();
         i
@@ -121,6 +124,11 @@ impl Instances {
             .unwrap_or_default()
             .into_iter()
             .collect()
+    }
+
+    /// The devices discovery cannot read now (a fresh read of the host).
+    pub(super) fn list_faults(&self) -> Result<Vec<mdev_types::fault::DeviceFault>, CoreError> {
+        Ok(discover(self.host.as_ref())?.faults)
     }
 
     pub(super) fn list_gpus(&self) -> Result<Vec<GpuView>, CoreError> {

@@ -237,6 +237,10 @@ impl Instances {
             warn!(step = %e.step, error = %e.error, "rollback incomplete; the next reconcile sees what is left");
         }
         self.refresh_all();
+        if scope == ReconcileScope::Startup {
+            self.startup_done
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+        }
         Ok(report)
     }
 }

@@ -50,6 +50,7 @@ route!(SetAutostart, |core, SetAutostart { uuid, autostart }| core
 route!(ListDefinitions, |core, ListDefinitions| Ok(core
     .instances
     .list_definitions()));
+route!(ListFaults, |core, ListFaults| core.instances.list_faults());
 route!(AdoptDefinition, |core, AdoptDefinition { parent, uuid }| {
     core.instances.adopt_definition(parent, uuid)
 });

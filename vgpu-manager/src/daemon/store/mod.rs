@@ -12,6 +12,9 @@
 //!   ledger/<uuid>.toml            one file per device the daemon created or adopted
 //!   ledger/batch-<n>.toml         entries of many devices written at once (see `batch`)
 //!   pools/<name>.toml             the text of each pool vgpud applied (see `applied_pool`)
+//!   applying/<name>.toml          the text of a pool apply in progress (an applied pool's format):
+//!                                 left by an apply that vgpud's shutdown or a crash stopped, and
+//!                                 finished by the next start
 //!   vf-slots/<uuid>.toml          one file per pool slot held by an SR-IOV VF (see `vf_slot`)
 //!   incoming/<uuid>.toml          one file per incoming live-migration target (see `incoming`)
 //!   corrupt/<name>.<unix-ts>      files that could not be loaded, moved aside
@@ -126,6 +129,8 @@ const DEFINITIONS: &str = "definitions";
 const LEDGER: &str = "ledger";
 /// Subdirectory of applied pools.
 const POOLS: &str = "pools";
+/// Subdirectory of pool applies in progress.
+const APPLYING: &str = "applying";
 /// Subdirectory of VF slot records.
 const VF_SLOTS: &str = "vf-slots";
 /// Subdirectory of incoming instance records.
@@ -150,6 +155,7 @@ pub struct StateDir {
     /// Ledger entries that have their own file (which overrides any batch copy).
     own_files: BTreeSet<MdevUuid>,
     pools: BTreeMap<String, AppliedPool>,
+    applying: BTreeMap<String, AppliedPool>,
     vf_slots: BTreeMap<MdevUuid, VfSlotRecord>,
     incoming: BTreeMap<MdevUuid, IncomingRecord>,
     _lock: DirLock,
@@ -162,7 +168,15 @@ impl StateDir {
         let root = path.as_ref().to_path_buf();
         ensure_dir(&root)?;
         let lock = lock_dir(&root)?;
-        for sub in [DEFINITIONS, LEDGER, POOLS, VF_SLOTS, INCOMING, CORRUPT] {
+        for sub in [
+            DEFINITIONS,
+            LEDGER,
+            POOLS,
+            APPLYING,
+            VF_SLOTS,
+            INCOMING,
+            CORRUPT,
+        ] {
             ensure_dir(&root.join(sub))?;
         }
         let corrupt = root.join(CORRUPT);
@@ -195,6 +209,8 @@ impl StateDir {
         }
         let pools: BTreeMap<String, AppliedPool> =
             load_dir(&root.join(POOLS), &corrupt, &mut report, |_| false)?;
+        let applying: BTreeMap<String, AppliedPool> =
+            load_dir(&root.join(APPLYING), &corrupt, &mut report, |_| false)?;
         let vf_slots: BTreeMap<MdevUuid, VfSlotRecord> =
             load_dir(&root.join(VF_SLOTS), &corrupt, &mut report, |_| false)?;
         let incoming: BTreeMap<MdevUuid, IncomingRecord> =
@@ -212,6 +228,7 @@ impl StateDir {
                 batches,
                 own_files,
                 pools,
+                applying,
                 vf_slots,
                 incoming,
                 _lock: lock,
@@ -484,6 +501,29 @@ impl StateDir {
     /// All applied pools, by name.
     pub fn pools(&self) -> impl ExactSizeIterator<Item = &AppliedPool> + '_ {
         self.pools.values()
+    }
+
+    /// Durably records that pool `pool.name` is being applied with `pool.text`. Call before the
+    /// apply's first change; [`StateDir::remove_applying`] once it is applied or undone.
+    pub fn put_applying(&mut self, pool: &AppliedPool) -> Result<(), StoreError> {
+        put(&self.root.join(APPLYING), pool)?;
+        self.applying.insert(pool.name.clone(), pool.clone());
+        Ok(())
+    }
+
+    /// Durably deletes the record of pool `name`'s apply in progress; returns it if there was one.
+    pub fn remove_applying(&mut self, name: &str) -> Result<Option<AppliedPool>, StoreError> {
+        let Some(key) = AppliedPool::key_of_file_name(&format!("{name}.toml")) else {
+            return Ok(None);
+        };
+        remove_durable(&self.root.join(APPLYING), &AppliedPool::file_name(&key))?;
+        Ok(self.applying.remove(name))
+    }
+
+    /// The pool applies in progress (left by a shutdown or a crash when the directory was opened),
+    /// by name.
+    pub fn applying(&self) -> impl ExactSizeIterator<Item = &AppliedPool> + '_ {
+        self.applying.values()
     }
 
     /// The file that holds (or would hold) applied pool `name`, for messages.
