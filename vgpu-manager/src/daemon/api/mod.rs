@@ -15,6 +15,7 @@ mod command;
 mod definitions;
 mod error;
 pub mod limits;
+mod metrics;
 
 pub use attrs::{
     AttrError, MAX_ATTR_NAME_BYTES, MAX_ATTR_VALUE_BYTES, MAX_ATTRS, MdevAttr, parse_attrs,
@@ -24,6 +25,7 @@ pub use definitions::{
     AdoptDefinition, DefinitionOwner, DefinitionView, ListDefinitions, RedefineInstance,
 };
 pub use error::{CoreError, RequestError, StateError, UndoFailure, VfInUse};
+pub use metrics::GetMetrics;
 
 /// Who created an instance, which decides whether the daemon may ever remove it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

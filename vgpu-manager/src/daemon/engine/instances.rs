@@ -33,6 +33,8 @@ pub(super) struct Instances {
     pub(super) events: broadcast::Sender<Event>,
     /// Bumped after every change of `views` (see [`super::Core::views_generation`]).
     pub(super) views_generation: std::sync::atomic::AtomicU64,
+    /// Operation records and the metrics snapshot (`metrics_source.rs`).
+    pub(super) metrics: Arc<crate::daemon::metrics::Registry>,
 }
 
 impl Instances {
@@ -53,6 +55,7 @@ impl Instances {
             known_parents: Mutex::new(BTreeSet::new()),
             events,
             views_generation: std::sync::atomic::AtomicU64::new(0),
+            metrics: Arc::default(),
         };
         *lock(&i.known_parents) = i.parents_now();
         i
@@ -77,6 +80,7 @@ impl Instances {
     /// device's `bind` and a module's `add` only after the probe or init that registered the parent.
     /// Returns whether every GPU must be re-read, beyond the instance events sent ([`GpuImpact`]).
     pub(super) fn handle_uevent(&self, ev: &vgpu_host::uevent::Uevent) -> GpuImpact {
+        self.metrics.ops().uevent();
         let impact = gpu_impact::gpu_impact(self.host.as_ref(), ev);
         if !ev.is_relevant() {
             return impact;

@@ -33,6 +33,7 @@ mod gpu_impact;
 mod instances;
 mod lifecycle;
 mod locks;
+mod metrics_source;
 pub(crate) mod persist;
 mod pool;
 mod pool_exec;
