@@ -68,6 +68,7 @@ pub trait Executor:
     + Handle<ApplyScheduling>
     + Handle<Preflight>
     + Handle<OpenDevice>
+    + Handle<GetMetrics>
     + Send
     + Sync
     + 'static
