@@ -132,6 +132,14 @@ fn values_follow_creates_destroys_and_operations() {
         value(&now, "vgpu_operation_duration_seconds_count{op=\"create\"}"),
         1.0
     );
+    // A kernel event is counted, and a snapshot built after it.
+    core.handle_uevent(&vgpu_host::uevent::Uevent::new(
+        "change",
+        "/devices/pci0000:00/0000:00:02.0",
+        Some("pci"),
+    ));
+    let now = metrics(&core, Format::Prometheus);
+    assert_eq!(value(&now, "vgpu_uevents_total"), 1.0);
     // Nothing changed since: the snapshot is not rebuilt (the same text but for the process).
     assert_eq!(stable(&now), stable(&metrics(&core, Format::Prometheus)));
 }
