@@ -147,6 +147,14 @@ impl Prometheus {
 
     /// The value of instant query `q` (one series), or `None` while it has none.
     fn query(&self, q: &str) -> Option<f64> {
+        let v = self.api(q)?;
+        let result = v["data"]["result"].as_array()?;
+        assert!(result.len() <= 1, "{q}: more than one series: {v}");
+        result.first()?["value"][1].as_str()?.parse().ok()
+    }
+
+    /// The JSON answer of instant query `q`, or `None` when Prometheus did not answer.
+    fn api(&self, q: &str) -> Option<serde_json::Value> {
         let encoded: String = q
             .bytes()
             .map(|b| match b {
@@ -172,10 +180,7 @@ impl Prometheus {
         let body = raw.split_once("\r\n\r\n")?.1;
         // Go's server may answer chunked; the JSON object is between the first '{' and last '}'.
         let json = &body[body.find('{')?..=body.rfind('}')?];
-        let v: serde_json::Value = serde_json::from_str(json).ok()?;
-        let result = v["data"]["result"].as_array()?;
-        assert!(result.len() <= 1, "{q}: more than one series: {v}");
-        result.first()?["value"][1].as_str()?.parse().ok()
+        serde_json::from_str(json).ok()
     }
 
     /// Waits until `q` satisfies `pred`, returning its value; fails after a generous time.
@@ -244,6 +249,34 @@ async fn prometheus_scrapes_vgpud_during_a_pool_apply() {
             ),
             Some(0.0)
         );
+        // Every query of the shipped Grafana dashboard is valid PromQL with data behind it.
+        let dash: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../data/grafana-vgpu.json"
+            ))
+            .unwrap(),
+        )
+        .unwrap();
+        for panel in dash["panels"].as_array().unwrap() {
+            for target in panel["targets"].as_array().into_iter().flatten() {
+                let expr = target["expr"]
+                    .as_str()
+                    .unwrap()
+                    .replace("$job", ".*")
+                    .replace("$__rate_interval", "1m");
+                let v = prom.api(&expr).unwrap();
+                assert_eq!(v["status"], "success", "{}: {expr}: {v}", panel["title"]);
+                assert!(
+                    !v["data"]["result"].as_array().unwrap().is_empty()
+                        || expr.contains("result!=\"ok\"")
+                        || expr.contains("scheduling_share")
+                        || expr.contains("histogram_quantile"),
+                    "{}: {expr} has no data: {v}",
+                    panel["title"]
+                );
+            }
+        }
     })
     .await
     .unwrap();

@@ -238,3 +238,111 @@ fn promtool_accepts_the_exposition_of_every_simulated_host() {
         );
     }
 }
+
+/// Every sample and family name of the demo host's exposition with a pool applied.
+fn exposed_names() -> std::collections::BTreeSet<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let core = open("demo", dir.path());
+    let toml = std::fs::read_to_string("tests/fixtures/pools/vdi-mixed.toml").unwrap();
+    core.execute(ApplyPool { toml }).unwrap();
+    let text = metrics(&core, Format::Prometheus);
+    let mut names = std::collections::BTreeSet::new();
+    for l in text.lines() {
+        if let Some(t) = l.strip_prefix("# TYPE ") {
+            let mut parts = t.split(' ');
+            let (name, kind) = (parts.next().unwrap(), parts.next().unwrap());
+            names.insert(name.to_string());
+            if kind == "histogram" {
+                for s in ["_bucket", "_sum", "_count"] {
+                    names.insert(format!("{name}{s}"));
+                }
+            }
+        } else if !l.starts_with('#') {
+            names.insert(l.split(['{', ' ']).next().unwrap().to_string());
+        }
+    }
+    names
+}
+
+/// The metric names a PromQL expression uses (ours: `vgpu_`, `vgpud_`, `process_`).
+fn metric_names(expr: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut in_string = false;
+    let mut word = String::new();
+    for c in expr.chars().chain(std::iter::once(' ')) {
+        if c == '"' {
+            in_string = !in_string;
+        }
+        if !in_string && (c.is_ascii_alphanumeric() || c == '_' || c == ':') {
+            word.push(c);
+            continue;
+        }
+        if ["vgpu_", "vgpud_", "process_"]
+            .iter()
+            .any(|p| word.starts_with(p))
+        {
+            out.push(std::mem::take(&mut word));
+        }
+        word.clear();
+    }
+    out
+}
+
+#[test]
+fn the_grafana_dashboard_queries_only_metrics_that_exist() {
+    let names = exposed_names();
+    let text = std::fs::read_to_string("../data/grafana-vgpu.json").unwrap();
+    let dash: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let mut queried = 0;
+    for panel in dash["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            let expr = target["expr"].as_str().unwrap();
+            let used = metric_names(expr);
+            assert!(
+                !used.is_empty(),
+                "{}: {expr} queries none of our metrics",
+                panel["title"]
+            );
+            for m in used {
+                assert!(
+                    names.contains(&m),
+                    "{}: {expr}: no metric {m} is exposed",
+                    panel["title"]
+                );
+                queried += 1;
+            }
+        }
+    }
+    assert!(queried >= 20, "only {queried} metrics queried");
+    // The capacity, pool, type and operation views the dashboard is for.
+    for m in [
+        "vgpu_profile_capacity",
+        "vgpu_type_available_instances",
+        "vgpu_pool_slots",
+        "vgpu_operations_total",
+        "vgpu_operation_duration_seconds_bucket",
+    ] {
+        assert!(text.contains(m), "the dashboard does not show {m}");
+    }
+}
+
+#[test]
+fn docs_metrics_md_lists_every_family() {
+    let doc = std::fs::read_to_string("../docs/metrics.md").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let core = open("demo", dir.path());
+    let text = metrics(&core, Format::Prometheus);
+    for l in text.lines() {
+        if let Some(t) = l.strip_prefix("# TYPE ") {
+            let name = t.split(' ').next().unwrap();
+            assert!(
+                doc.contains(&format!("| `{name}` |")),
+                "docs/metrics.md has no row for {name}"
+            );
+        }
+    }
+    assert_eq!(
+        metric_names("sum by (op) (rate(vgpu_operations_total{result!=\"vgpu_x\"}[5m]))"),
+        ["vgpu_operations_total"]
+    );
+}
