@@ -6,6 +6,7 @@ pub mod backend;
 pub mod cli;
 pub mod daemon;
 pub mod hook;
+pub mod migration;
 pub mod placement;
 pub mod pool;
 pub mod profile;

@@ -276,6 +276,22 @@ async fn daemon_refuses_by_itself(bus: &str) {
             && err.contains("may not call Preflight"),
         "{err}"
     );
+    // MigrationInfo opens the device as Preflight does: the same rights.
+    let path = vgpu_client::instance_path(&running);
+    let r = dbus_send_as(
+        Some(NOBODY),
+        bus,
+        path.as_str(),
+        "org.vgpumanager.Instance1.MigrationInfo",
+    )
+    .await;
+    assert!(!r.status.success());
+    let err = stderr(&r);
+    assert!(
+        err.contains("org.vgpumanager.Error.AccessDenied")
+            && err.contains("may not call MigrationInfo"),
+        "{err}"
+    );
     unchanged(bus, &running, &defined, count).await;
     root_may_change(bus, &running, &defined).await;
 }

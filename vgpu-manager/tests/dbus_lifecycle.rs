@@ -524,3 +524,45 @@ async fn definitions_persist_across_a_restart() {
     );
     drop(daemon);
 }
+
+/// `define --type` of a type the GPU does not list (yet) is kept, as mdevctl keeps it, with a warning
+/// that names the parent, the type and what to do; a listed type defines without one.
+#[tokio::test(flavor = "multi_thread")]
+async fn defining_a_type_the_gpu_does_not_list_warns_and_keeps_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = Daemon::embedded(dir.path(), &dir.path().join("state")).await;
+    let bus = daemon.bus.clone();
+    let listed = ok_json(&vgpuctl(&bus, &["status", "--json"]).await);
+    let g = &listed["gpus"][0];
+    let gpu = s(g, "id");
+    let ty = s(&g["types"][0], "type");
+    let u = "2f0c6d1e-8a9b-4c3d-9e2f-1a2b3c4d5e6f";
+    let o = vgpuctl(
+        &bus,
+        &[
+            "define",
+            "--type",
+            "nosuch-type",
+            "--gpu",
+            &gpu,
+            "--uuid",
+            u,
+        ],
+    )
+    .await;
+    let out = ok(&o);
+    assert!(out.contains(&format!("defined {u}")), "{out}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("does not list mdev type nosuch-type")
+            && err.contains("starting it fails until the parent offers that type"),
+        "{err}"
+    );
+    let o = vgpuctl(&bus, &["define", "--type", &ty, "--gpu", &gpu]).await;
+    ok(&o);
+    assert!(
+        !String::from_utf8_lossy(&o.stderr).contains("does not list"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

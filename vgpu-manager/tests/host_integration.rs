@@ -405,6 +405,22 @@ fn the_unit_is_dbus_activated_under_the_daemons_bus_name() {
         get(&unit, "Service", "ExecStart")
             .is_some_and(|e| e.contains("--pools-dir /etc/vgpu-manager/pools.d"))
     );
+    // Started before libvirt's daemons (monolithic and modular), ordering only.
+    let before: Vec<&str> = get(&unit, "Unit", "Before")
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    for d in [
+        "libvirtd.service",
+        "virtnodedevd.service",
+        "virtqemud.service",
+    ] {
+        assert!(before.contains(&d), "Before= lacks {d}: {before:?}");
+    }
+    assert!(
+        get(&unit, "Unit", "Wants").is_none(),
+        "ordering only: no Wants="
+    );
     let alias = get(&unit, "Install", "Alias").unwrap();
     let activation = ini(&read("org.vgpumanager.Manager1.service"));
     assert_eq!(get(&activation, "D-BUS Service", "Name"), Some(SERVICE));

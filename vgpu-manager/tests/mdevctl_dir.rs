@@ -177,6 +177,32 @@ async fn files_written_by_others_are_listed_never_started_and_adopted_on_request
         listed.contains("foreign definitions") && listed.contains(FOREIGN),
         "{listed}"
     );
+    // And `--json`: a row of the instance keys, owner foreign, no object path yet.
+    let rows = dbus_common::ok_json(&dbus_common::vgpuctl(&daemon.bus, &["list", "--json"]).await);
+    let row = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["uuid"] == FOREIGN)
+        .unwrap_or_else(|| panic!("the foreign definition is in list --json: {rows}"));
+    assert_eq!(row["owner"], "foreign", "{row}");
+    assert_eq!(row["parent"], gpu.as_str(), "{row}");
+    assert_eq!(row["type"], ty.as_str(), "{row}");
+    assert_eq!(
+        (
+            &row["state"],
+            &row["defined"],
+            &row["autostart"],
+            &row["path"]
+        ),
+        (
+            &"stopped".into(),
+            &true.into(),
+            &true.into(),
+            &serde_json::Value::Null
+        ),
+        "{row}"
+    );
 
     // Written while vgpud runs: listed too.
     let later = "3eee6cd9-35ad-43bd-9be1-14ee2b7389c9";

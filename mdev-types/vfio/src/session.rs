@@ -154,6 +154,16 @@ impl Session {
         Ok(())
     }
 
+    /// The open device, for the feature ioctls of [`super::sys`].
+    pub(crate) fn open_device_fd(&self) -> Result<&VfioDevice, VfioCheckError> {
+        self.device()
+    }
+
+    /// The device this session is for.
+    pub(crate) fn target(&self) -> &VfioTarget {
+        &self.target
+    }
+
     fn device(&self) -> Result<&VfioDevice, VfioCheckError> {
         self.device.as_ref().ok_or_else(|| VfioCheckError::Vfio {
             op: "using the device".into(),

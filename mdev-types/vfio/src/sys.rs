@@ -2,6 +2,7 @@
 //! space reads) and the raw type1 DMA map/unmap the benchmark compares our path against.
 //!
 //! ABI source: include/uapi/linux/vfio.h (`VFIO_DEVICE_GET_INFO` = `_IO(VFIO_TYPE, VFIO_BASE + 7)`,
+//! `VFIO_DEVICE_FEATURE` + 17,
 //! `VFIO_DEVICE_GET_REGION_INFO` + 8, `VFIO_DEVICE_GET_IRQ_INFO` + 9, `VFIO_IOMMU_MAP_DMA` + 13,
 //! `VFIO_IOMMU_UNMAP_DMA` + 14; each takes a pointer to its argsz-prefixed struct).
 //! This is the hardware layer: every `unsafe` block states why it is sound.
@@ -20,9 +21,11 @@ use iommufd_bindings::iommufd::{
 
 use nix::errno::Errno;
 use vfio_bindings::bindings::vfio::{
-    VFIO_BASE, VFIO_DMA_MAP_FLAG_READ, VFIO_DMA_MAP_FLAG_WRITE, VFIO_TYPE,
-    vfio_device_attach_iommufd_pt, vfio_device_bind_iommufd, vfio_device_info, vfio_group_status,
-    vfio_iommu_type1_dma_map, vfio_iommu_type1_dma_unmap, vfio_irq_info, vfio_region_info,
+    VFIO_BASE, VFIO_DEVICE_FEATURE_GET, VFIO_DEVICE_FEATURE_MIG_DATA_SIZE,
+    VFIO_DEVICE_FEATURE_MIGRATION, VFIO_DEVICE_FEATURE_PROBE, VFIO_DEVICE_FEATURE_SET,
+    VFIO_DMA_MAP_FLAG_READ, VFIO_DMA_MAP_FLAG_WRITE, VFIO_TYPE, vfio_device_attach_iommufd_pt,
+    vfio_device_bind_iommufd, vfio_device_info, vfio_group_status, vfio_iommu_type1_dma_map,
+    vfio_iommu_type1_dma_unmap, vfio_irq_info, vfio_region_info,
 };
 
 nix::ioctl_readwrite_bad!(
@@ -96,6 +99,96 @@ pub(crate) fn irq_info(fd: &impl AsRawFd, index: u32) -> Result<(u32, u32), Errn
     // SAFETY: as in `device_info`, for a vfio_irq_info.
     unsafe { get_irq_info(fd.as_raw_fd(), &mut info) }?;
     Ok((info.flags, info.count))
+}
+
+// The device features of the VFIO migration uAPI v2 (include/uapi/linux/vfio.h, "VFIO_DEVICE_FEATURE"
+// = `_IO(VFIO_TYPE, VFIO_BASE + 17)`): a `struct vfio_device_feature` header (argsz, flags: the feature
+// number and GET/SET/PROBE) followed by the feature's own struct. One header+payload type per feature.
+
+/// `vfio_device_feature` + `vfio_device_feature_migration` (`VFIO_DEVICE_FEATURE_MIGRATION`, GET).
+#[repr(C)]
+#[derive(Default)]
+pub(crate) struct FeatureMigration {
+    argsz: u32,
+    flags: u32,
+    /// `VFIO_MIGRATION_STOP_COPY` | `_P2P` | `_PRE_COPY`.
+    mig_flags: u64,
+}
+
+/// `vfio_device_feature` + `vfio_device_feature_mig_data_size` (`VFIO_DEVICE_FEATURE_MIG_DATA_SIZE`).
+#[repr(C)]
+#[derive(Default)]
+pub(crate) struct FeatureDataSize {
+    argsz: u32,
+    flags: u32,
+    stop_copy_length: u64,
+}
+
+/// `vfio_device_feature` alone, for a PROBE (the kernel reads no payload: vfio_check_feature()).
+#[repr(C)]
+#[derive(Default)]
+pub(crate) struct FeatureProbe {
+    argsz: u32,
+    flags: u32,
+}
+
+nix::ioctl_readwrite_bad!(
+    /// `VFIO_DEVICE_FEATURE` with the migration feature.
+    feature_migration,
+    nix::request_code_none!(VFIO_TYPE, VFIO_BASE + 17),
+    FeatureMigration
+);
+nix::ioctl_readwrite_bad!(
+    /// `VFIO_DEVICE_FEATURE` with the stop-copy data size feature.
+    feature_data_size,
+    nix::request_code_none!(VFIO_TYPE, VFIO_BASE + 17),
+    FeatureDataSize
+);
+nix::ioctl_readwrite_bad!(
+    /// `VFIO_DEVICE_FEATURE` probing a feature.
+    feature_probe,
+    nix::request_code_none!(VFIO_TYPE, VFIO_BASE + 17),
+    FeatureProbe
+);
+
+/// `VFIO_DEVICE_FEATURE_MIGRATION` GET: the device's migration flags. ENOTTY: the device has no
+/// migration support (its driver sets no `mig_ops`).
+pub(crate) fn migration_flags(fd: &impl AsRawFd) -> Result<u64, Errno> {
+    let mut f = FeatureMigration {
+        argsz: argsz::<FeatureMigration>(),
+        flags: VFIO_DEVICE_FEATURE_GET | VFIO_DEVICE_FEATURE_MIGRATION,
+        mig_flags: 0,
+    };
+    // SAFETY: the fd is an open VFIO device (borrowed for the call); `f` is an initialized header
+    // followed by the 8-byte payload, and argsz is their size, so the kernel writes within `f`.
+    unsafe { feature_migration(fd.as_raw_fd(), &mut f) }?;
+    Ok(f.mig_flags)
+}
+
+/// `VFIO_DEVICE_FEATURE_MIG_DATA_SIZE` GET: the device's estimate of its stop-copy data, in bytes.
+pub(crate) fn stop_copy_size(fd: &impl AsRawFd) -> Result<u64, Errno> {
+    let mut f = FeatureDataSize {
+        argsz: argsz::<FeatureDataSize>(),
+        flags: VFIO_DEVICE_FEATURE_GET | VFIO_DEVICE_FEATURE_MIG_DATA_SIZE,
+        stop_copy_length: 0,
+    };
+    // SAFETY: as in `migration_flags`, for the 8-byte data-size payload.
+    unsafe { feature_data_size(fd.as_raw_fd(), &mut f) }?;
+    Ok(f.stop_copy_length)
+}
+
+/// Whether the device supports SET of `feature` (a PROBE: nothing changes). ENOTTY: it does not.
+pub(crate) fn probe_set(fd: &impl AsRawFd, feature: u32) -> Result<bool, Errno> {
+    let mut f = FeatureProbe {
+        argsz: argsz::<FeatureProbe>(),
+        flags: VFIO_DEVICE_FEATURE_PROBE | VFIO_DEVICE_FEATURE_SET | feature,
+    };
+    // SAFETY: as in `migration_flags`; a PROBE reads only the header and writes nothing.
+    match unsafe { feature_probe(fd.as_raw_fd(), &mut f) } {
+        Ok(_) => Ok(true),
+        Err(Errno::ENOTTY) => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 /// Reads `buf.len()` bytes of a device region at `offset` (region offset + position) with `pread`.

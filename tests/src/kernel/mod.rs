@@ -12,6 +12,7 @@
 //! * [`vgpud`], [`daemon`], [`daemon_events`] — the real `vgpud` on the guest's sysfs, driven over D-Bus.
 //! * [`qemu_attach`] — the host's QEMU (chrooted into its 9p-shared root) attaching an mdev and a VF
 //!   with `qemu-glue`'s arguments.
+//! * [`migration`] — `vgpuctl migration info|fingerprint|check` (VFIO migration uAPI v2) on mtty and mdpy.
 //! * [`vfio`] — VFIO preflight, backends, viability and binding on the real kernel; [`vfio_bench`] its
 //!   benchmarks.
 //! * [`bench`](mod@bench) — benchmarks ([`all_benches`]), run only when a filter names them;
@@ -30,6 +31,7 @@ pub mod harness;
 pub mod iommu;
 pub mod lifecycle;
 pub mod mdev;
+pub mod migration;
 pub mod qemu_attach;
 pub mod runner;
 pub mod samples;
@@ -52,6 +54,7 @@ pub fn all_tests() -> Vec<Test<Guest>> {
     tests.extend(discovery::tests());
     tests.extend(vfio::tests());
     tests.extend(handoff::tests());
+    tests.extend(migration::tests());
     tests.extend(daemon::tests());
     tests.extend(qemu_attach::tests());
     tests

@@ -213,6 +213,10 @@ pub trait Instance1 {
     /// `PreflightReport` of the VFIO crate (also kept in `Health`).
     fn preflight(&self) -> zbus::Result<String>;
 
+    /// Reads what the instance supports of VFIO live migration; JSON of a `MigrationSupport` of the
+    /// VFIO crate.
+    fn migration_info(&self) -> zbus::Result<String>;
+
     /// Opens the running instance for the caller: (device fd, IOMMU fd, backend, IOAS id, IOMMU group).
     /// Options: `backend` (s: auto, type1, iommufd), `bind` (b). [`crate::Client::open_device`] wraps
     /// it.

@@ -6,7 +6,7 @@ use std::io::Write;
 
 use clap::{ArgGroup, Args, Subcommand};
 use serde::Serialize;
-use vgpu_client::{BusAddress, Client, GpuInfo, InstanceInfo, NewInstance};
+use vgpu_client::{BusAddress, Client, DefinitionInfo, GpuInfo, InstanceInfo, NewInstance};
 use zbus::OwnedObjectPath;
 
 use super::{CliError, Table, write_json};
@@ -173,6 +173,85 @@ impl<'a> From<&'a InstanceInfo> for InstanceJson<'a> {
     }
 }
 
+/// A foreign definition (a file in mdevctl's definition directory vgpud did not write, not running)
+/// in `list --json`: the keys of [`InstanceJson`], with `owner` `foreign`, `state` `stopped`,
+/// `defined` true, and null where a definition has no value (`path`: no object until it is adopted).
+#[derive(Debug, Serialize)]
+struct ForeignDefinitionJson<'a> {
+    uuid: &'a str,
+    path: Option<OwnedObjectPath>,
+    gpu: &'a str,
+    parent: &'a str,
+    #[serde(rename = "type")]
+    type_id: &'a str,
+    profile: Option<&'a str>,
+    state: &'static str,
+    defined: bool,
+    autostart: bool,
+    owner: &'static str,
+    label: Option<&'a str>,
+    iommu_group: Option<u32>,
+    created_at: Option<u64>,
+}
+
+impl<'a> From<&'a DefinitionInfo> for ForeignDefinitionJson<'a> {
+    fn from(d: &'a DefinitionInfo) -> Self {
+        ForeignDefinitionJson {
+            uuid: &d.uuid,
+            path: None,
+            gpu: &d.parent,
+            parent: &d.parent,
+            type_id: &d.type_id,
+            profile: None,
+            state: "stopped",
+            defined: true,
+            autostart: d.autostart,
+            owner: "foreign",
+            label: None,
+            iommu_group: None,
+            created_at: None,
+        }
+    }
+}
+
+/// One row of `list --json`: an instance or a foreign definition.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+enum ListRowJson<'a> {
+    Instance(InstanceJson<'a>),
+    ForeignDefinition(ForeignDefinitionJson<'a>),
+}
+
+/// The foreign definitions vgpud lists (none from a vgpud without `ListDefinitions`).
+async fn foreign_definition_list(client: &Client) -> Vec<DefinitionInfo> {
+    match client.list_definitions().await {
+        Ok(d) => d.into_iter().filter(|d| d.is_foreign()).collect(),
+        Err(e) => {
+            tracing::debug!(error = %e, "no definitions listed");
+            Vec::new()
+        }
+    }
+}
+
+/// After `define --type`: a type the parent does not list (yet) is kept, as mdevctl keeps it (its
+/// `define` checks nothing against the parent), with a warning on stderr, since starting it fails
+/// until the parent offers the type.
+async fn warn_if_unlisted(client: &Client, i: &InstanceInfo) {
+    let Ok(gpus) = client.list_gpus().await else {
+        return;
+    };
+    let listed = gpus
+        .iter()
+        .filter(|g| g.id == i.gpu)
+        .any(|g| g.types.iter().any(|t| t.type_id == i.type_id));
+    if !listed {
+        eprintln!(
+            "warning: {} does not list mdev type {} (yet): {} is defined, but starting it fails until the parent offers that type (`vgpuctl discover` lists the types)",
+            i.parent, i.type_id, i.uuid
+        );
+    }
+}
+
 /// The stable JSON form of a GPU.
 #[derive(Debug, Serialize)]
 struct GpuJson<'a> {
@@ -265,14 +344,7 @@ fn instance_table(instances: &[InstanceInfo]) -> Table {
 /// Lists the foreign definitions (files in mdevctl's definition directory vgpud did not write) under
 /// the instances, when there are any. A vgpud without `ListDefinitions` has none to show.
 async fn foreign_definitions(client: &Client, out: &mut dyn Write) -> Result<(), CliError> {
-    let defs = match client.list_definitions().await {
-        Ok(d) => d,
-        Err(e) => {
-            tracing::debug!(error = %e, "no definitions listed");
-            return Ok(());
-        }
-    };
-    let foreign: Vec<_> = defs.iter().filter(|d| d.is_foreign()).collect();
+    let foreign = foreign_definition_list(client).await;
     if foreign.is_empty() {
         return Ok(());
     }
@@ -366,7 +438,19 @@ async fn dispatch(
         DaemonCommand::List { json } => {
             let list = client.list_instances().await?;
             if *json {
-                let j: Vec<InstanceJson<'_>> = list.iter().map(InstanceJson::from).collect();
+                // Foreign definitions follow the instances, as in the table; one whose UUID runs is
+                // that instance's row already.
+                let foreign = foreign_definition_list(client).await;
+                let j: Vec<ListRowJson<'_>> = list
+                    .iter()
+                    .map(|i| ListRowJson::Instance(InstanceJson::from(i)))
+                    .chain(
+                        foreign
+                            .iter()
+                            .filter(|d| !list.iter().any(|i| i.uuid == d.uuid))
+                            .map(|d| ListRowJson::ForeignDefinition(d.into())),
+                    )
+                    .collect();
                 return write_json(out, &j);
             }
             if list.is_empty() {
@@ -392,6 +476,9 @@ async fn dispatch(
             json,
         } => {
             let i = client.define(&target.request(), *autostart).await?;
+            if target.type_id.is_some() {
+                warn_if_unlisted(client, &i).await;
+            }
             if *json {
                 return write_json(out, &InstanceJson::from(&i));
             }

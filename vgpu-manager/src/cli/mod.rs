@@ -13,6 +13,7 @@ mod discover;
 mod host_select;
 mod mdevctl;
 mod metrics;
+mod migration;
 mod open_device;
 mod pool;
 mod preflight;
@@ -120,6 +121,10 @@ enum Command {
     /// Receive a running instance's VFIO fds from vgpud (as an unprivileged VMM does) and check them,
     /// or run a command (a VMM) with them.
     OpenDevice(open_device::OpenDeviceArgs),
+    /// Live migration of an instance: what it supports, its compatibility fingerprint, and whether a
+    /// target host can take it.
+    #[command(subcommand)]
+    Migration(migration::MigrationCommand),
     /// Whether a PCI device may be handed to a guest through VFIO (its IOMMU group); changes nothing.
     Viability {
         /// The PCI address (`0000:01:00.0` or `01:00.0`).
@@ -194,6 +199,16 @@ where
             }
         };
     }
+    if let Command::Migration(c) = &cli.command {
+        return match migration::run(&cli.host, c, out) {
+            Ok(true) => 0,
+            Ok(false) => preflight::EXIT_FAILED,
+            Err(e) => {
+                let _ = writeln!(err, "vgpuctl: {e}");
+                EXIT_USAGE
+            }
+        };
+    }
     if let Command::OpenDevice(a) = &cli.command {
         return match open_device::run(&cli.bus, a, out) {
             Ok(true) => 0,
@@ -237,7 +252,7 @@ fn dispatch(cli: &Cli, out: &mut dyn Write) -> Result<(), CliError> {
         Command::Mdevctl(c) => mdevctl::run(c, &cli.bus, &cli.host, out),
         Command::Completions { shell } => completions::completions(*shell, out),
         // Handled in `run` (its exit code depends on the report).
-        Command::Preflight(_) | Command::OpenDevice(_) => Ok(()),
+        Command::Preflight(_) | Command::OpenDevice(_) | Command::Migration(_) => Ok(()),
         Command::Viability { addr, json } => viability::viability(&cli.host, addr, *json, out),
         Command::Manpage { dir } => completions::manpage(dir.as_deref(), out),
         Command::Metrics(a) => metrics::run(a, &cli.bus, out),

@@ -13,22 +13,44 @@ use vgpu_client::blocking::ManagerCalls;
 use super::{ListArgs, bad, print_list, same_uuid};
 use crate::cli::CliError;
 
+/// The definitions of `uuid` that match: on `parent` when given.
+pub(super) struct Matching {
+    /// The definitions that match.
+    pub(super) found: Vec<DefinitionInfo>,
+    /// Whether `uuid` is defined on several parents (whichever matched).
+    pub(super) several: bool,
+}
+
 /// The definitions of `uuid`, on `parent` when given.
 pub(super) fn matching(
     daemon: &mut dyn ManagerCalls,
     uuid: &str,
     parent: Option<&str>,
-) -> Result<Vec<DefinitionInfo>, CliError> {
-    Ok(daemon
+) -> Result<Matching, CliError> {
+    let all: Vec<DefinitionInfo> = daemon
         .list_definitions()?
         .into_iter()
-        .filter(|d| same_uuid(&d.uuid, uuid) && parent.is_none_or(|p| p == d.parent))
-        .collect())
+        .filter(|d| same_uuid(&d.uuid, uuid))
+        .collect();
+    let several = all.len() > 1;
+    Ok(Matching {
+        found: all
+            .into_iter()
+            .filter(|d| parent.is_none_or(|p| p == d.parent))
+            .collect(),
+        several,
+    })
 }
 
-/// Makes `d` one of vgpud's definitions (adopting it when it is foreign).
-pub(super) fn own(daemon: &mut dyn ManagerCalls, d: &DefinitionInfo) -> Result<(), CliError> {
-    if d.is_foreign() {
+/// Makes `d` the definition vgpud acts on for its UUID: a foreign one is adopted, and when the UUID
+/// is defined on `several` parents the one on `d`'s parent is selected (`AdoptDefinition` does
+/// both).
+pub(super) fn own(
+    daemon: &mut dyn ManagerCalls,
+    d: &DefinitionInfo,
+    several: bool,
+) -> Result<(), CliError> {
+    if d.is_foreign() || several {
         daemon.adopt_definition(&d.parent, &d.uuid)?;
     }
     Ok(())
@@ -41,13 +63,13 @@ pub(super) fn the_definition(
     uuid: &str,
     parent: Option<&str>,
 ) -> Result<DefinitionInfo, CliError> {
-    let mut found = matching(daemon, uuid, parent)?;
+    let Matching { mut found, several } = matching(daemon, uuid, parent)?;
     match (found.len(), parent) {
         (0, None) => Err(bad(format!("Mediated device {uuid} is not defined"))),
         (0, Some(p)) => Err(bad(format!("Mediated device {p}/{uuid} is not defined"))),
         (1, _) => {
             let d = found.remove(0);
-            own(daemon, &d)?;
+            own(daemon, &d, several)?;
             Ok(d)
         }
         (_, None) => Err(bad(format!(
@@ -66,7 +88,7 @@ pub(super) fn before_start(
     parent: Option<&str>,
     mdev_type: Option<&str>,
 ) -> Result<(), CliError> {
-    let found = matching(daemon, uuid, parent)?;
+    let Matching { found, several } = matching(daemon, uuid, parent)?;
     match found.as_slice() {
         [] => Ok(()),
         [d] => {
@@ -78,7 +100,7 @@ pub(super) fn before_start(
                     d.parent, d.type_id
                 )));
             }
-            own(daemon, d)
+            own(daemon, d, several)
         }
         _ => Err(bad(format!(
             "Multiple definitions found for device {uuid}. Please specify a parent."
@@ -94,12 +116,12 @@ pub(super) fn undefine(
     parent: Option<&str>,
     mut undefine_one: impl FnMut(&mut dyn ManagerCalls, &str) -> Result<(), CliError>,
 ) -> Result<(), CliError> {
-    let found = matching(daemon, uuid, parent)?;
+    let Matching { found, several } = matching(daemon, uuid, parent)?;
     if found.is_empty() {
         return Err(bad("No devices match the specified uuid"));
     }
     for d in &found {
-        own(daemon, d)?;
+        own(daemon, d, several)?;
         undefine_one(daemon, &d.uuid)?;
     }
     Ok(())
@@ -113,7 +135,7 @@ pub(super) fn refuse_existing(
     parent: &str,
     jsonfile: bool,
 ) -> Result<(), CliError> {
-    if matching(daemon, uuid, Some(parent))?.is_empty() {
+    if matching(daemon, uuid, Some(parent))?.found.is_empty() {
         return Ok(());
     }
     Err(bad(if jsonfile {
@@ -164,21 +186,26 @@ pub(super) fn list(
 }
 
 /// `start-parent-mdevs PARENT`: the parent's stopped definitions marked auto, vgpud's and foreign
-/// (this is the administrator's configured mdevctl autostart, run by mdevctl's udev rule).
+/// (this is the administrator's configured mdevctl autostart, run by mdevctl's udev rule), each with
+/// whether its UUID is defined on several parents (see [`own`]).
 pub(super) fn due_on(
     daemon: &mut dyn ManagerCalls,
     parent: &str,
-) -> Result<Vec<DefinitionInfo>, CliError> {
+) -> Result<Vec<(DefinitionInfo, bool)>, CliError> {
     let running: Vec<String> = daemon
         .list_instances()?
         .into_iter()
         .filter(|i| i.state == "running")
         .map(|i| i.uuid)
         .collect();
-    Ok(daemon
-        .list_definitions()?
-        .into_iter()
+    let all = daemon.list_definitions()?;
+    Ok(all
+        .iter()
         .filter(|d| d.parent == parent && d.autostart)
         .filter(|d| !running.iter().any(|u| same_uuid(u, &d.uuid)))
+        .map(|d| {
+            let several = all.iter().filter(|o| same_uuid(&o.uuid, &d.uuid)).count() > 1;
+            (d.clone(), several)
+        })
         .collect())
 }

@@ -349,10 +349,10 @@ pub(super) fn start_parent_mdevs(
     parent: &str,
     co: &mut Callouts,
 ) -> Result<(), CliError> {
-    for d in super::defined::due_on(daemon, parent)? {
+    for (d, several) in super::defined::due_on(daemon, parent)? {
         // A foreign definition is taken over first; each start runs its call-outs, without --force
         // (mdevctl src/main.rs start_parent_mdevs_command).
-        let started = super::defined::own(daemon, &d)
+        let started = super::defined::own(daemon, &d, several)
             .and_then(|()| {
                 find(daemon, &d.uuid, None)?.ok_or_else(|| bad(format!("mdev {} vanished", d.uuid)))
             })

@@ -12,7 +12,7 @@ use std::fmt;
 
 use mdev_types::ids::{MdevTypeId, MdevUuid};
 use mdev_types::vfio_api::{OpenedDevice, VfioBackend};
-use vgpu_vfio::PreflightReport;
+use vgpu_vfio::{MigrationSupport, PreflightReport};
 
 use super::{CoreError, GpuView, InstanceView, MdevAttr};
 use crate::pool::PoolPlan;
@@ -265,6 +265,16 @@ pub struct Preflight {
     pub uuid: MdevUuid,
 }
 command!(Preflight => PreflightReport, Device);
+
+/// Opens the instance through VFIO as a VMM would and reads what it supports of the VFIO migration
+/// uAPI v2 (`vgpu_vfio::migration_support`: GET and PROBE only, nothing changes). Authorized like a
+/// change, as [`Preflight`]: it holds the device for a moment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigrationInfo {
+    /// The instance's UUID.
+    pub uuid: MdevUuid,
+}
+command!(MigrationInfo => MigrationSupport, Device);
 
 /// Opens a running instance vgpu-manager manages through VFIO so its fds can be handed to a VMM
 /// (bound and attached for DMA, or not: `OpenedDevice::open`). Refused for foreign and stopped

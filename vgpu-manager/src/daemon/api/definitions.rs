@@ -61,10 +61,11 @@ impl Command for ListDefinitions {
     const ACCESS: Access = Access::Read;
 }
 
-/// Takes the foreign definition of `uuid` on `parent` into vgpud's store (as a Define with the file's
-/// type, start mode and attributes would), so that later requests naming the UUID act on it. Adopting
-/// one of vgpud's own definitions again answers its instance; a UUID vgpud defines on another parent is
-/// refused (vgpud keeps one definition per UUID).
+/// Makes the definition of `uuid` on `parent` the one later requests naming the UUID act on: a foreign
+/// one is taken into vgpud's store (as a Define with the file's type, start mode and attributes
+/// would); when vgpud defines the UUID on several parents (mdevctl keys definitions by parent and
+/// UUID), the one on `parent` becomes the UUID's main definition. Naming the main definition again
+/// answers its instance; while the UUID's device runs on another parent it is refused (State).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AdoptDefinition {
     /// The parent whose directory holds the file.

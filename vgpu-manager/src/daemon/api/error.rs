@@ -405,15 +405,16 @@ pub enum StateError {
         /// The command (`stop`, `destroy`).
         action: &'static str,
     },
-    /// Adopting a definition whose UUID vgpud already defines on another parent.
+    /// Making a definition of a UUID the one vgpud acts on while the UUID's device runs on another
+    /// parent (one device per UUID runs at a time; mdevctl.rst "start").
     #[error(
-        "mdev {uuid} is already defined by vgpud on {defined_on}, so its definition on {parent} cannot be taken over (vgpud keeps one definition per UUID): undefine the one on {defined_on} first, or name that parent"
+        "mdev {uuid} runs on {running_on}, so its definition on {parent} cannot be made the one vgpud acts on: stop it first (`mdevctl stop -u {uuid}`), or name parent {running_on}"
     )]
-    DefinedElsewhere {
+    RunsElsewhere {
         /// The UUID.
         uuid: MdevUuid,
-        /// The parent of vgpud's definition.
-        defined_on: String,
+        /// The parent its device runs on.
+        running_on: String,
         /// The parent of the definition asked for.
         parent: String,
     },

@@ -6,7 +6,7 @@
 //! helpers can be driven with arbitrary wire values — by the coverage-guided fuzz targets in the
 //! repository's `fuzz/` directory — and it adds nothing of its own beyond the pairing of method and
 //! command. Methods without arguments (`ListGpus`, `ListInstances`, `Reconcile`, `PoolStatus`,
-//! `Instance1.Preflight`, properties) decode nothing and are not listed.
+//! `Instance1.Preflight`, `Instance1.MigrationInfo`, properties) decode nothing and are not listed.
 
 use std::collections::HashMap;
 

@@ -16,7 +16,7 @@ use super::manager::Manager;
 use super::pools::json_value;
 use super::strict::Strict;
 use crate::daemon::api::limits::clip;
-use crate::daemon::api::{InstanceView, OpenDevice, Preflight};
+use crate::daemon::api::{InstanceView, MigrationInfo, OpenDevice, Preflight};
 use vgpu_client::{InstanceInfo, MANAGER_PATH};
 
 /// What `OpenDevice` returns: device fd, IOMMU fd (type1 container or iommufd), backend (`type1` or
@@ -298,6 +298,23 @@ impl Instance1 {
         // A lost signal only delays clients until their next read.
         let _ = self.health_changed(&emitter).await;
         Ok(text)
+    }
+
+    /// Opens the instance through VFIO the way a VMM would and reads what it supports of the kernel's
+    /// VFIO migration uAPI v2 — stop-copy, pre-copy, P2P, device dirty-page logging, the stop-copy data
+    /// size — as JSON (docs/json.md, `migration info --json`). Nothing changes; a device without
+    /// migration support answers with `migratable` false and the reason. Needs the same rights as the
+    /// Manager's changes (it holds the device for a moment, as Preflight).
+    async fn migration_info(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(object_server)] server: &ObjectServer,
+    ) -> Result<String, ApiError> {
+        let shared = shared_state(server).await?;
+        let uuid = self.view.uuid;
+        let report = shared.run(conn, &hdr, MigrationInfo { uuid }).await?;
+        Ok(json_value(&report)?.to_string())
     }
 
     /// Opens the running instance through VFIO for the caller — a VMM that may not open `/dev/vfio`

@@ -236,10 +236,11 @@ impl Manager {
             .collect())
     }
 
-    /// Takes the foreign definition of uuid on parent (its file in /etc/mdevctl.d) into vgpud, as a
-    /// Define of the file's type, start mode and attributes; later calls naming the UUID act on it.
-    /// A definition vgpud already keeps there answers its instance; one of the UUID on another parent
-    /// is refused (State).
+    /// Makes the definition of uuid on parent the one later calls naming the UUID act on: a foreign
+    /// one (its file in /etc/mdevctl.d) is taken into vgpud, as a Define of the file's type, start
+    /// mode and attributes; of a UUID vgpud defines on several parents (as mdevctl, by parent and
+    /// UUID), the one on parent becomes the UUID's main definition. Refused (State) while the UUID's
+    /// device runs on another parent.
     #[zbus(out_args("instance"))]
     async fn adopt_definition(
         &self,

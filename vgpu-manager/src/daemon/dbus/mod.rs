@@ -67,6 +67,7 @@ pub trait Executor:
     + Handle<PlanScheduling>
     + Handle<ApplyScheduling>
     + Handle<Preflight>
+    + Handle<MigrationInfo>
     + Handle<OpenDevice>
     + Handle<GetMetrics>
     + Send

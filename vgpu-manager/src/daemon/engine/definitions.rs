@@ -5,8 +5,10 @@ use tracing::info;
 
 use mdev_types::ids::MdevUuid;
 
+use super::choose::Placement;
 use super::instances::Instances;
 use super::lock;
+use super::views::device_identity;
 use crate::daemon::api::{
     CoreError, DefinitionView, InstanceSpec, InstanceTarget, InstanceView, StateError, parse_attrs,
 };
@@ -18,26 +20,42 @@ impl Instances {
         super::persist::foreign_definitions(own, dir.as_ref())
     }
 
-    /// Takes the foreign definition of `uuid` on `parent` into the store, as a Define of its content
-    /// would (see [`crate::daemon::api::AdoptDefinition`]).
+    /// Makes the definition of `uuid` on `parent` the one vgpud acts on for `uuid` (see
+    /// [`crate::daemon::api::AdoptDefinition`]): a foreign one is taken into the store, as a Define of
+    /// its content would; one of vgpud's on another parent than the UUID's main definition (an
+    /// alternate) becomes the main one. Refused while the UUID's device runs on another parent.
     pub(super) fn adopt_definition(
         &self,
         parent: String,
         uuid: MdevUuid,
     ) -> Result<InstanceView, CoreError> {
         let config = {
-            let store = lock(&self.store);
-            if let Some(own) = store.get_definition(&uuid) {
-                if own.parent == parent {
+            let mut store = lock(&self.store);
+            match store.get_definition(&uuid) {
+                Some(main) if main.parent == parent => {
                     drop(store);
                     return self.get(&uuid);
                 }
-                return Err(StateError::DefinedElsewhere {
-                    uuid,
-                    defined_on: own.parent.clone(),
-                    parent,
+                Some(_) => {
+                    if let Some((running_on, _)) = device_identity(self.host.as_ref(), &uuid)
+                        && running_on != parent
+                    {
+                        return Err(StateError::RunsElsewhere {
+                            uuid,
+                            running_on,
+                            parent,
+                        }
+                        .into());
+                    }
+                    if store.definition_on(&uuid, &parent).is_some() {
+                        store.select_definition(&uuid, &parent)?;
+                        drop(store);
+                        info!(%uuid, %parent, "definition on another parent made the one vgpud acts on");
+                        self.refresh_one(&uuid);
+                        return self.get(&uuid);
+                    }
                 }
-                .into());
+                None => {}
             }
             store.foreign_definition(&parent, &uuid)?
         };
@@ -51,8 +69,41 @@ impl Instances {
             label: None,
             attrs,
         })?;
+        if lock(&self.store).select_definition(&uuid, &parent)? {
+            self.refresh_one(&uuid);
+        }
         info!(%uuid, %parent, type_id = %config.mdev_type, "foreign mdevctl definition adopted on request");
-        Ok(view)
+        if view.parent == parent {
+            Ok(view)
+        } else {
+            self.get(&uuid)
+        }
+    }
+
+    /// `define` of `uuid` on `place`'s parent while `uuid` has its main definition on another parent:
+    /// the new one is kept as an alternate (mdevctl keys definitions by parent and UUID), listed and
+    /// made the main one by a request naming its parent. `None` when the UUID has no definition
+    /// elsewhere (the caller defines as usual).
+    pub(super) fn define_alternate(
+        &self,
+        uuid: MdevUuid,
+        place: &Placement,
+        req: &InstanceSpec,
+    ) -> Result<Option<InstanceView>, CoreError> {
+        let _reserved = self.reserve_new_for_adoption(uuid)?;
+        let mut store = lock(&self.store);
+        match store.get_definition(&uuid) {
+            Some(main) if main.parent != place.parent => {}
+            _ => return Ok(None),
+        }
+        if store.definition_on(&uuid, &place.parent).is_some() {
+            return Err(CoreError::Exists { uuid });
+        }
+        let def = place.definition(uuid, req);
+        store.put_alternate(&def)?;
+        drop(store);
+        info!(%uuid, parent = %def.parent, type_id = %def.type_id, "instance defined on a further parent");
+        self.get(&uuid).map(Some)
     }
 
     /// See [`super::Core::mdevctl_dir_changed`].

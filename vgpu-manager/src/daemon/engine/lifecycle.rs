@@ -73,6 +73,11 @@ impl Instances {
             return self.define_running(uuid, &req);
         }
         let place = self.place(&req, false)?;
+        if let Some(uuid) = req.uuid
+            && let Some(view) = self.define_alternate(uuid, &place, &req)?
+        {
+            return Ok(view);
+        }
         let uuid = req.uuid.unwrap_or_else(MdevUuid::new_random);
         let _reserved = self.reserve_new(uuid)?;
         let def = place.definition(uuid, &req);

@@ -152,6 +152,68 @@ impl Persist {
         Ok(self.state.remove_definition(uuid)?)
     }
 
+    /// Durably stores (creates or replaces) `def` as an alternate of its UUID (a definition on
+    /// another parent than the main one): the store first, then its mdevctl file, as
+    /// [`Persist::put_definition`].
+    pub(crate) fn put_alternate(&mut self, def: &Definition) -> Result<(), CoreError> {
+        self.step()?;
+        self.state.put_alternate(def)?;
+        if let Some(dir) = self.mdevctl.clone() {
+            self.step()?;
+            if let Err(e) = dir.write(def) {
+                warn!(uuid = %def.uuid, parent = %def.parent, error = %e, "the mdevctl definition file could not be written (written again at the next start)");
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes the definition of `uuid` on `parent` its main one (see
+    /// [`StateDir::select_definition`]); the mdevctl files stay as they are (both definitions are
+    /// still there).
+    pub(crate) fn select_definition(
+        &mut self,
+        uuid: &MdevUuid,
+        parent: &str,
+    ) -> Result<bool, CoreError> {
+        self.step()?;
+        Ok(self.state.select_definition(uuid, parent)?)
+    }
+
+    /// Before a reconcile: a UUID whose main definition does not autostart but one of whose
+    /// alternates does gets that alternate as its main definition (the first by parent), so that the
+    /// autostart it asks for happens, as mdevctl's udev rule starts a parent's auto definitions
+    /// (mdevctl `start-parent-mdevs`). UUIDs with a device (`exists`) are left as they are. Returns
+    /// the UUIDs changed; a store error is logged, not returned (the reconcile goes on).
+    pub(crate) fn prefer_autostart_alternates(
+        &mut self,
+        exists: impl Fn(&MdevUuid) -> bool,
+    ) -> Vec<MdevUuid> {
+        let wanted: Vec<(MdevUuid, String)> = self
+            .state
+            .definitions()
+            .filter(|d| !d.autostart && !exists(&d.uuid))
+            .filter_map(|d| {
+                self.state
+                    .alternates_of(&d.uuid)
+                    .find(|a| a.autostart)
+                    .map(|a| (d.uuid, a.parent.clone()))
+            })
+            .collect();
+        let mut changed = Vec::new();
+        for (uuid, parent) in wanted {
+            match self.state.select_definition(&uuid, &parent) {
+                Ok(_) => {
+                    info!(%uuid, %parent, "its autostart definition on another parent is now the one vgpud acts on");
+                    changed.push(uuid);
+                }
+                Err(e) => {
+                    warn!(%uuid, %parent, error = %e, "the autostart definition on another parent could not be selected")
+                }
+            }
+        }
+        changed
+    }
+
     /// Brings the mdevctl directory and the own definitions together (the rules of
     /// [`crate::daemon::mdevctl_dir`]): at start-up (`startup`: vgpud's leftover temporary files are
     /// removed first) and whenever the directory changed. Returns the definitions whose content
@@ -179,9 +241,14 @@ impl Persist {
             .iter()
             .map(|d| ((d.parent.as_str(), d.uuid), &d.config))
             .collect();
-        let own: Vec<Definition> = self.state.definitions().cloned().collect();
+        let own: Vec<(Definition, bool)> = self
+            .state
+            .definitions()
+            .map(|d| (d.clone(), true))
+            .chain(self.state.alternates().map(|d| (d.clone(), false)))
+            .collect();
         let mut changed = Vec::new();
-        for def in own {
+        for (def, main) in own {
             if check_parent(&def.parent).is_err() {
                 continue;
             }
@@ -189,7 +256,11 @@ impl Persist {
             match files.get(&(def.parent.as_str(), def.uuid)) {
                 Some(config) if **config == config_of(&def) => {}
                 Some(config) => match edited(&def, config) {
-                    Ok(new) => match self.state.put_definition(&new) {
+                    Ok(new) => match if main {
+                        self.state.put_definition(&new)
+                    } else {
+                        self.state.put_alternate(&new)
+                    } {
                         Ok(()) => {
                             info!(uuid = %def.uuid, file = %path.display(), "mdevctl definition file edited by someone else: its content is now the definition");
                             changed.push(def.uuid);
@@ -223,6 +294,7 @@ impl Persist {
         let own = self
             .state
             .definitions()
+            .chain(self.state.alternates())
             .map(|d| {
                 let c = config_of(d);
                 DefinitionView {

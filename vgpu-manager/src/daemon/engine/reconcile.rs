@@ -213,7 +213,8 @@ impl Instances {
             let _exclusive = self.locks.exclusive();
             let inv = discover(self.host.as_ref())?;
             let input = {
-                let store = lock(&self.store);
+                let mut store = lock(&self.store);
+                store.prefer_autostart_alternates(|u| self.device_exists(u));
                 ReconcileInput::from_inventory(
                     store.definitions().cloned(),
                     store.ledger().cloned(),

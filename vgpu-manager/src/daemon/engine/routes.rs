@@ -86,6 +86,9 @@ route!(
 route!(Preflight, |core, Preflight { uuid }| core
     .vfio
     .preflight(uuid));
+route!(MigrationInfo, |core, MigrationInfo { uuid }| core
+    .vfio
+    .migration_info(uuid));
 route!(OpenDevice, |core,
                     OpenDevice {
                         uuid,

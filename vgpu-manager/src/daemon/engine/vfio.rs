@@ -3,7 +3,8 @@
 
 use mdev_types::ids::MdevUuid;
 use vgpu_vfio::{
-    OpenedDevice, OpenedDeviceExt, PreflightReport, VfioBackend, VfioTarget, preflight,
+    MigrationSupport, OpenedDevice, OpenedDeviceExt, PreflightReport, VfioBackend, VfioTarget,
+    migration_support, preflight,
 };
 
 use std::sync::Arc;
@@ -35,6 +36,12 @@ impl Vfio {
             &Default::default(),
         )
         .map_err(|e| CoreError::vfio(uuid, e))
+    }
+
+    /// [`crate::daemon::api::MigrationInfo`].
+    pub(super) fn migration_info(&self, uuid: MdevUuid) -> Result<MigrationSupport, CoreError> {
+        migration_support(self.host.as_ref(), &VfioTarget::Mdev(uuid), None)
+            .map_err(|e| CoreError::vfio(uuid, e))
     }
 
     /// Opens running instance `uuid` through VFIO (the backend `backend`, or the automatic choice;

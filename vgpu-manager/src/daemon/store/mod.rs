@@ -6,7 +6,9 @@
 //! ```text
 //! /var/lib/vgpu-manager/          (mode 0700, created if missing)
 //!   lock                          flock(2)-ed by the running daemon; holds its pid
-//!   definitions/<uuid>.toml       one persistent instance definition per file
+//!   definitions/<uuid>.toml       one persistent instance definition per file (the UUID's main one)
+//!   definitions/<uuid>@<parent>.toml  a further definition of the UUID on another parent (see
+//!                                 `alternate`: mdevctl keys definitions by parent and UUID)
 //!   ledger/<uuid>.toml            one file per device the daemon created or adopted
 //!   ledger/batch-<n>.toml         entries of many devices written at once (see `batch`)
 //!   pools/<name>.toml             the text of each pool vgpud applied (see `applied_pool`)
@@ -81,6 +83,7 @@
 //! rename or unlink (the directory `fsync`), the file on disk may already be in its new state; the
 //! next [`StateDir::open`] shows which, and both states are safe under the ledger protocol above.
 
+mod alternate;
 mod applied_pool;
 mod batch;
 pub mod codec;
@@ -104,6 +107,7 @@ pub use load::{AsideReason, LoadReport, SetAside};
 pub use record::{Definition, LedgerEntry, LedgerOwnership, SCHEMA};
 pub use vf_slot::{VfKind, VfSlotRecord};
 
+use alternate::{Alternate, AlternateKey};
 use batch::{Batches, batch_name, batch_seq, encode_batch};
 use fsio::{ensure_dir, remove_durable, write_atomic, write_atomic_at};
 use load::{load_batches, load_dir};
@@ -134,6 +138,8 @@ pub fn unix_now() -> u64 {
 pub struct StateDir {
     root: PathBuf,
     definitions: BTreeMap<MdevUuid, Definition>,
+    /// Definitions of a UUID on other parents than its main one.
+    alternates: BTreeMap<AlternateKey, Alternate>,
     ledger: BTreeMap<MdevUuid, LedgerEntry>,
     batches: Batches,
     /// Ledger entries that have their own file (which overrides any batch copy).
@@ -155,8 +161,17 @@ impl StateDir {
         }
         let corrupt = root.join(CORRUPT);
         let mut report = LoadReport::default();
-        let definitions: BTreeMap<MdevUuid, Definition> =
-            load_dir(&root.join(DEFINITIONS), &corrupt, &mut report, |_| false)?;
+        let mut definitions: BTreeMap<MdevUuid, Definition> = load_dir(
+            &root.join(DEFINITIONS),
+            &corrupt,
+            &mut report,
+            Alternate::is_alternate_file,
+        )?;
+        let mut alternates: BTreeMap<AlternateKey, Alternate> =
+            load_dir(&root.join(DEFINITIONS), &corrupt, &mut report, |name| {
+                !Alternate::is_alternate_file(name)
+            })?;
+        settle_alternates(&root.join(DEFINITIONS), &mut definitions, &mut alternates)?;
         let mut ledger: BTreeMap<MdevUuid, LedgerEntry> =
             load_dir(&root.join(LEDGER), &corrupt, &mut report, |name| {
                 batch_seq(name).is_some()
@@ -176,7 +191,7 @@ impl StateDir {
             load_dir(&root.join(POOLS), &corrupt, &mut report, |_| false)?;
         let vf_slots: BTreeMap<MdevUuid, VfSlotRecord> =
             load_dir(&root.join(VF_SLOTS), &corrupt, &mut report, |_| false)?;
-        report.definitions = definitions.len();
+        report.definitions = definitions.len() + alternates.len();
         report.ledger_entries = ledger.len();
         report.pools = pools.len();
         report.vf_slots = vf_slots.len();
@@ -184,6 +199,7 @@ impl StateDir {
             StateDir {
                 root,
                 definitions,
+                alternates,
                 ledger,
                 batches,
                 own_files,
@@ -200,27 +216,153 @@ impl StateDir {
         &self.root
     }
 
-    /// Durably stores (creates or replaces) a definition.
+    /// Durably stores (creates or replaces) the main definition of `def.uuid`. An alternate of the
+    /// UUID on `def.parent` is superseded by it and removed.
     pub fn put_definition(&mut self, def: &Definition) -> Result<(), StoreError> {
         put(&self.root.join(DEFINITIONS), def)?;
         self.definitions.insert(def.uuid, def.clone());
+        let key = AlternateKey {
+            uuid: def.uuid,
+            parent: def.parent.clone(),
+        };
+        if self.alternates.contains_key(&key) {
+            remove_durable(&self.root.join(DEFINITIONS), &Alternate::file_name(&key))?;
+            self.alternates.remove(&key);
+        }
         Ok(())
     }
 
-    /// Durably deletes a definition; returns it if there was one.
+    /// Durably deletes the main definition of `uuid`; returns it if there was one. When the UUID has
+    /// alternates, the first of them (by parent) becomes its main definition (one atomic replace of
+    /// the main file, then the alternate's file is removed: a crash between leaves the same
+    /// definition twice, which the next open reads as one).
     pub fn remove_definition(&mut self, uuid: &MdevUuid) -> Result<Option<Definition>, StoreError> {
-        remove_durable(&self.root.join(DEFINITIONS), &Definition::file_name(uuid))?;
-        Ok(self.definitions.remove(uuid))
+        let dir = self.root.join(DEFINITIONS);
+        let next = self.alternates_of(uuid).next().cloned();
+        match next {
+            Some(next) if self.definitions.contains_key(uuid) => {
+                put(&dir, &next)?;
+                let key = AlternateKey {
+                    uuid: *uuid,
+                    parent: next.parent.clone(),
+                };
+                remove_durable(&dir, &Alternate::file_name(&key))?;
+                self.alternates.remove(&key);
+                Ok(self.definitions.insert(*uuid, next))
+            }
+            _ => {
+                remove_durable(&dir, &Definition::file_name(uuid))?;
+                Ok(self.definitions.remove(uuid))
+            }
+        }
     }
 
-    /// One definition.
+    /// The main definition of `uuid`: the one vgpud acts on.
     pub fn get_definition(&self, uuid: &MdevUuid) -> Option<&Definition> {
         self.definitions.get(uuid)
     }
 
-    /// All definitions, by UUID.
+    /// All main definitions, by UUID.
     pub fn definitions(&self) -> impl ExactSizeIterator<Item = &Definition> + '_ {
         self.definitions.values()
+    }
+
+    /// The alternates of `uuid` (its definitions on other parents than the main one), by parent.
+    pub fn alternates_of<'a>(
+        &'a self,
+        uuid: &'a MdevUuid,
+    ) -> impl Iterator<Item = &'a Definition> + 'a {
+        self.alternates
+            .range(
+                AlternateKey {
+                    uuid: *uuid,
+                    parent: String::new(),
+                }..,
+            )
+            .take_while(move |(k, _)| k.uuid == *uuid)
+            .map(|(_, a)| a.definition())
+    }
+
+    /// Every alternate, by UUID then parent.
+    pub fn alternates(&self) -> impl ExactSizeIterator<Item = &Definition> + '_ {
+        self.alternates.values().map(Alternate::definition)
+    }
+
+    /// The definition of `uuid` on `parent`, main or alternate.
+    pub fn definition_on(&self, uuid: &MdevUuid, parent: &str) -> Option<&Definition> {
+        match self.definitions.get(uuid) {
+            Some(d) if d.parent == parent => Some(d),
+            _ => self
+                .alternates
+                .get(&AlternateKey {
+                    uuid: *uuid,
+                    parent: parent.to_string(),
+                })
+                .map(Alternate::definition),
+        }
+    }
+
+    /// Durably stores (creates or replaces) `def` as an alternate: a definition of a UUID that has its
+    /// main definition on another parent.
+    pub fn put_alternate(&mut self, def: &Definition) -> Result<(), StoreError> {
+        let dir = self.root.join(DEFINITIONS);
+        let alt = Alternate::new(def.clone());
+        match self.definitions.get(&def.uuid) {
+            Some(main) if main.parent != def.parent => {}
+            _ => {
+                return Err(StoreError::Invalid {
+                    path: dir.join(Alternate::file_name(alt.key())),
+                    reason: format!(
+                        "{} has no main definition on another parent than {} (define it instead)",
+                        def.uuid, def.parent
+                    ),
+                });
+            }
+        }
+        put(&dir, &alt)?;
+        self.alternates.insert(alt.key().clone(), alt);
+        Ok(())
+    }
+
+    /// Durably deletes the alternate of `uuid` on `parent`; returns it if there was one.
+    pub fn remove_alternate(
+        &mut self,
+        uuid: &MdevUuid,
+        parent: &str,
+    ) -> Result<Option<Definition>, StoreError> {
+        let key = AlternateKey {
+            uuid: *uuid,
+            parent: parent.to_string(),
+        };
+        remove_durable(&self.root.join(DEFINITIONS), &Alternate::file_name(&key))?;
+        Ok(self.alternates.remove(&key).map(|a| a.def_owned()))
+    }
+
+    /// Makes the alternate of `uuid` on `parent` its main definition, and the main one an alternate.
+    /// Returns whether anything changed (`false`: the main definition is on `parent` already, or
+    /// there is no such alternate). Three durable steps — the old main is written as an alternate,
+    /// the new one over the main file, its alternate file removed — and after a crash between any
+    /// two, both definitions are still there (a definition found twice is read once).
+    pub fn select_definition(&mut self, uuid: &MdevUuid, parent: &str) -> Result<bool, StoreError> {
+        let key = AlternateKey {
+            uuid: *uuid,
+            parent: parent.to_string(),
+        };
+        let (Some(main), Some(chosen)) = (
+            self.definitions.get(uuid).cloned(),
+            self.alternates.get(&key).map(|a| a.definition().clone()),
+        ) else {
+            return Ok(false);
+        };
+        let dir = self.root.join(DEFINITIONS);
+        let demoted = Alternate::new(main);
+        put(&dir, &demoted)?;
+        put(&dir, &chosen)?;
+        remove_durable(&dir, &Alternate::file_name(&key))?;
+        self.alternates.remove(&key);
+        self.alternates.insert(demoted.key().clone(), demoted);
+        self.definitions.insert(*uuid, chosen);
+        Ok(true)
     }
 
     /// Durably stores (creates or replaces) a ledger entry. Call *before* creating the device.
@@ -364,6 +506,41 @@ impl StateDir {
     pub fn vf_slots(&self) -> impl ExactSizeIterator<Item = &VfSlotRecord> + '_ {
         self.vf_slots.values()
     }
+}
+
+/// After loading: an alternate that repeats its UUID's main definition (on the same parent) is a
+/// leftover of an interrupted [`StateDir::select_definition`] or [`StateDir::remove_definition`] and
+/// is removed; an alternate whose UUID has no main definition (its file was deleted by hand) becomes
+/// the main one.
+fn settle_alternates(
+    dir: &Path,
+    definitions: &mut BTreeMap<MdevUuid, Definition>,
+    alternates: &mut BTreeMap<AlternateKey, Alternate>,
+) -> Result<(), StoreError> {
+    let keys: Vec<AlternateKey> = alternates.keys().cloned().collect();
+    for key in keys {
+        let repeated = match definitions.get(&key.uuid) {
+            Some(main) => main.parent == key.parent,
+            None => {
+                let Some(alt) = alternates.get(&key) else {
+                    continue;
+                };
+                put(dir, alt.definition())?;
+                tracing::info!(
+                    "state directory: {} has no main definition file; its definition on {} is now the main one",
+                    key.uuid,
+                    key.parent
+                );
+                definitions.insert(key.uuid, alt.definition().clone());
+                true
+            }
+        };
+        if repeated {
+            remove_durable(dir, &Alternate::file_name(&key))?;
+            alternates.remove(&key);
+        }
+    }
+    Ok(())
 }
 
 /// Validates, encodes and atomically writes a record into `dir`.

@@ -318,14 +318,22 @@ async fn calls_are_admitted_and_refused_past_the_share() {
     assert!(introspect(&s.ours.client, MANAGER_PATH).await.is_ok());
     // The peer-to-peer client has no bus name: its share is its connection's (no sender).
     let shared = s.shared().await;
-    let held: Vec<_> = (0..MAX_PENDING)
-        .map(|_| {
-            shared
-                .admission
-                .admit(None, Principal::Unknown, "ListGpus")
-                .unwrap()
-        })
-        .collect();
+    // The first call's admission is released once its reply is written, which may be just after the
+    // client has read it: wait for that (a bounded retry), then hold the whole share.
+    let mut held = Vec::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while held.len() < MAX_PENDING {
+        match shared.admission.admit(None, Principal::Unknown, "ListGpus") {
+            Ok(a) => held.push(a),
+            Err(e) => {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the share never freed: {e}"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        }
+    }
     assert_eq!(
         introspect(&s.ours.client, MANAGER_PATH).await,
         Err("org.vgpumanager.Error.LimitsExceeded".to_string()),

@@ -136,6 +136,7 @@ fn plant(root: &Path, sub: &str, name: &str, bytes: &[u8]) {
     fs::write(root.join(sub).join(name), bytes).unwrap();
 }
 
+mod alternates;
 mod attrs;
 mod batch;
 mod crash;
