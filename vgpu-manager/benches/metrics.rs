@@ -54,7 +54,12 @@ fn main() {
     let file = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/bench-host.toml");
     let host = Arc::new(SimHost::load(file.to_str().unwrap()).unwrap());
     let dir = tempfile::tempdir().unwrap();
-    let core = Core::open(host as Arc<dyn Host>, dir.path(), Catalog::builtin().unwrap()).unwrap();
+    let core = Core::open(
+        host as Arc<dyn Host>,
+        dir.path(),
+        Catalog::builtin().unwrap(),
+    )
+    .unwrap();
     for i in 0..N {
         core.execute(CreateInstance(InstanceSpec {
             target: InstanceTarget::Type("benchfb-1".parse().unwrap()),
@@ -77,12 +82,16 @@ fn main() {
     row("baseline: ListInstances (1,000 views)", base, base.0);
     row(
         "scrape, text format 0.0.4",
-        measure(runs, || core.metrics_text(Format::Prometheus, Freshness::Throttled)),
+        measure(runs, || {
+            core.metrics_text(Format::Prometheus, Freshness::Throttled)
+        }),
         base.0,
     );
     row(
         "scrape, OpenMetrics 1.0",
-        measure(runs, || core.metrics_text(Format::OpenMetrics, Freshness::Throttled)),
+        measure(runs, || {
+            core.metrics_text(Format::OpenMetrics, Freshness::Throttled)
+        }),
         base.0,
     );
     // After a change (a uevent recorded): the snapshot is rebuilt from the host first.

@@ -71,7 +71,9 @@ fn scrape(addr: SocketAddr) -> bool {
         return false;
     };
     let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
-    if s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").is_err() {
+    if s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .is_err()
+    {
         return false;
     }
     let mut out = Vec::new();
@@ -86,7 +88,13 @@ async fn main() {
     let log = dir.path().join("vgpud.log");
     let _vgpud = Vgpud(
         Command::new(env!("CARGO_BIN_EXE_vgpud"))
-            .args(["--listen", &bus, "--sim", host.to_str().unwrap(), "--state-dir"])
+            .args([
+                "--listen",
+                &bus,
+                "--sim",
+                host.to_str().unwrap(),
+                "--state-dir",
+            ])
             .arg(dir.path().join("state"))
             .args(["--metrics-listen", "127.0.0.1:0"])
             .env("VGPU_LOG", "info")
@@ -111,7 +119,10 @@ async fn main() {
     };
     let client = Arc::new(Client::connect(&BusAddress::Address(bus)).await.unwrap());
     for _ in 0..N {
-        client.create(&NewInstance::of_type("benchfb-1")).await.unwrap();
+        client
+            .create(&NewInstance::of_type("benchfb-1"))
+            .await
+            .unwrap();
     }
     println!("{N} instances; each phase {} s", PHASE.as_secs());
 
@@ -122,8 +133,12 @@ async fn main() {
     let scrape_times = Arc::new(std::sync::Mutex::new(Vec::new()));
     let scrapers: Vec<_> = (0..SCRAPERS)
         .map(|_| {
-            let (stop, ok, failed, times) =
-                (stop.clone(), ok.clone(), failed.clone(), scrape_times.clone());
+            let (stop, ok, failed, times) = (
+                stop.clone(),
+                ok.clone(),
+                failed.clone(),
+                scrape_times.clone(),
+            );
             std::thread::spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
                     let t = Instant::now();
@@ -151,7 +166,10 @@ async fn main() {
         "{:<36} {:>8} {:>10} {:>10}",
         "Create/Destroy over D-Bus", "calls", "p50 ms", "p99 ms"
     );
-    for (name, l) in [("without scrapers", &quiet), ("16 scrapers at 10 Hz", &loaded)] {
+    for (name, l) in [
+        ("without scrapers", &quiet),
+        ("16 scrapers at 10 Hz", &loaded),
+    ] {
         println!(
             "{name:<36} {:>8} {:>10.3} {:>10.3}",
             l.len(),

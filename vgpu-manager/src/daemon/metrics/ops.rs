@@ -210,6 +210,7 @@ pub fn op_label(type_name: &'static str) -> &'static str {
         "ApplyPool" => "pool_apply",
         "ApplyScheduling" => "scheduling_apply",
         "Preflight" => "preflight",
+        "MigrationInfo" => "migration_info",
         "OpenDevice" => "open_device",
         other => other,
     }
