@@ -281,3 +281,23 @@ async fn prometheus_scrapes_vgpud_during_a_pool_apply() {
     .await
     .unwrap();
 }
+
+#[tokio::test]
+async fn a_non_loopback_address_is_served_and_logged_as_the_administrators_choice() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::embedded_with(
+        dir.path(),
+        &dir.path().join("state"),
+        &["--metrics-listen", "0.0.0.0:0"],
+    )
+    .await;
+    let addr = listen_addr(&d);
+    assert!(addr.ip().is_unspecified(), "{addr}");
+    let log = d.log();
+    assert!(log.contains("non-loopback address"), "{log}");
+    let local: SocketAddr = format!("127.0.0.1:{}", addr.port()).parse().unwrap();
+    let (status, _, _) = tokio::task::spawn_blocking(move || get(local, "/metrics", ""))
+        .await
+        .unwrap();
+    assert_eq!(status, "HTTP/1.1 200 OK");
+}
