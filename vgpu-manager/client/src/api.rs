@@ -328,6 +328,45 @@ impl Client {
         self.call("Redefine", call).await
     }
 
+    /// Makes the target instance of a live migration here (`PrepareIncoming`) from `fingerprint` (the
+    /// JSON of `vgpuctl migration fingerprint`), on `gpu` if given, waiting `timeout` for a VM; returns
+    /// the JSON reply (docs/json.md).
+    pub async fn prepare_incoming(
+        &self,
+        fingerprint: &str,
+        gpu: Option<&str>,
+        uuid: Option<&str>,
+        timeout: Option<Duration>,
+    ) -> Result<String, ClientError> {
+        let mut options: HashMap<&str, Variant<'_>> = HashMap::new();
+        if let Some(g) = gpu {
+            options.insert("gpu", Variant::from(g));
+        }
+        if let Some(u) = uuid {
+            options.insert("uuid", Variant::from(u));
+        }
+        if let Some(t) = timeout {
+            options.insert(
+                "timeout",
+                Variant::from(u32::try_from(t.as_secs()).unwrap_or(u32::MAX)),
+            );
+        }
+        let call = self.manager.prepare_incoming(fingerprint, options);
+        self.call("PrepareIncoming", call).await
+    }
+
+    /// Releases incoming migration target `uuid` (`AbortIncoming`).
+    pub async fn abort_incoming(&self, uuid: &str) -> Result<(), ClientError> {
+        self.call("AbortIncoming", self.manager.abort_incoming(uuid))
+            .await
+    }
+
+    /// Turns incoming migration target `uuid` into an ordinary instance (`CompleteIncoming`).
+    pub async fn complete_incoming(&self, uuid: &str) -> Result<(), ClientError> {
+        self.call("CompleteIncoming", self.manager.complete_incoming(uuid))
+            .await
+    }
+
     /// Starts defined instance `uuid` (`Start`).
     pub async fn start(&self, uuid: &str) -> Result<(), ClientError> {
         self.call("Start", self.manager.start(uuid)).await

@@ -79,6 +79,20 @@ pub trait Manager1 {
     /// Converges the host to the desired state now.
     fn reconcile(&self) -> zbus::Result<()>;
 
+    /// Makes the target instance of a live migration from the source's fingerprint (JSON); options
+    /// `gpu` (s), `uuid` (s), `timeout` (u). JSON reply (docs/json.md).
+    fn prepare_incoming(
+        &self,
+        fingerprint: &str,
+        options: HashMap<&str, Variant<'_>>,
+    ) -> zbus::Result<String>;
+
+    /// Releases an incoming migration target.
+    fn abort_incoming(&self, uuid: &str) -> zbus::Result<()>;
+
+    /// Turns an incoming migration target into an ordinary instance.
+    fn complete_incoming(&self, uuid: &str) -> zbus::Result<()>;
+
     /// Dry run of a pool (TOML text): JSON of vgpu-manager's `PoolPlan`.
     fn plan(&self, pool_toml: &str) -> zbus::Result<String>;
 

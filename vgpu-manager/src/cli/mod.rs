@@ -200,7 +200,7 @@ where
         };
     }
     if let Command::Migration(c) = &cli.command {
-        return match migration::run(&cli.host, c, out) {
+        return match migration::run(&cli.host, &cli.bus, c, out) {
             Ok(true) => 0,
             Ok(false) => preflight::EXIT_FAILED,
             Err(e) => {

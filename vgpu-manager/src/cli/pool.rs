@@ -87,7 +87,7 @@ pub(super) fn run(
 }
 
 /// Runs `f` with a client of vgpud on `bus` in a one-thread runtime.
-fn with_daemon<'a, F, Fut>(bus: &BusArgs, f: F) -> Result<(), CliError>
+pub(super) fn with_daemon<'a, F, Fut>(bus: &BusArgs, f: F) -> Result<(), CliError>
 where
     F: FnOnce(Client) -> Fut,
     Fut: std::future::Future<Output = Result<(), CliError>> + 'a,

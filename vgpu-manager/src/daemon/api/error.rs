@@ -405,6 +405,22 @@ pub enum StateError {
         /// The command (`stop`, `destroy`).
         action: &'static str,
     },
+    /// A live migration's state cannot load on this host.
+    #[error(
+        "this host cannot take the migrating {type_id} instance: {}", reasons.join("; ")
+    )]
+    Incompatible {
+        /// The type asked for.
+        type_id: MdevTypeId,
+        /// Every reason (`vgpuctl migration check --target FILE` prints the same).
+        reasons: Vec<String>,
+    },
+    /// An incoming-instance request naming an instance that is not incoming.
+    #[error("{uuid} is not an incoming migration target (`vgpuctl list` shows the instances)")]
+    NotIncoming {
+        /// The instance.
+        uuid: MdevUuid,
+    },
     /// Making a definition of a UUID the one vgpud acts on while the UUID's device runs on another
     /// parent (one device per UUID runs at a time; mdevctl.rst "start").
     #[error(

@@ -16,6 +16,7 @@ mod definitions;
 mod error;
 pub mod limits;
 mod metrics;
+mod migration;
 
 pub use attrs::{
     AttrError, MAX_ATTR_NAME_BYTES, MAX_ATTR_VALUE_BYTES, MAX_ATTRS, MdevAttr, parse_attrs,
@@ -26,6 +27,10 @@ pub use definitions::{
 };
 pub use error::{CoreError, RequestError, StateError, UndoFailure, VfInUse};
 pub use metrics::GetMetrics;
+pub use migration::{
+    AbortIncoming, CompleteIncoming, DEFAULT_INCOMING_TIMEOUT, IncomingView, MAX_INCOMING_TIMEOUT,
+    PrepareIncoming,
+};
 
 /// Who created an instance, which decides whether the daemon may ever remove it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

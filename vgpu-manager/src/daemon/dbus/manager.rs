@@ -380,6 +380,47 @@ impl Manager {
         Ok(())
     }
 
+    /// Makes the target instance of a live migration here from the source's fingerprint (JSON of
+    /// `vgpuctl migration fingerprint`): refused with every reason when its state cannot load on this
+    /// host; else an instance of the type on a parent that fits, with a new UUID, held as incoming
+    /// until CompleteIncoming, AbortIncoming or its timeout (then released, unless a VM holds its
+    /// device). Options: gpu (s), uuid (s), timeout (u, seconds; default 600). Returns JSON: uuid,
+    /// source, parent, gpu, type, until, hostdev_xml (for the target domain XML), target_mdevs
+    /// (source → target UUID, as Nova's libvirt driver passes them), notes.
+    async fn prepare_incoming(
+        &self,
+        fingerprint: &str,
+        options: HashMap<String, OwnedVariant>,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<String, ApiError> {
+        let req = super::migration::parse_prepare(fingerprint, &options)?;
+        let v = self.shared.run(conn, &hdr, req).await?;
+        json_text(&super::migration::IncomingJson::from(&v))
+    }
+
+    /// Releases an incoming migration target (the migration was given up): its device is removed.
+    async fn abort_incoming(
+        &self,
+        uuid: &str,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<(), ApiError> {
+        let uuid = parse_uuid(uuid)?;
+        self.shared.run(conn, &hdr, AbortIncoming { uuid }).await
+    }
+
+    /// Turns an incoming migration target into an ordinary instance (the migration succeeded).
+    async fn complete_incoming(
+        &self,
+        uuid: &str,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<(), ApiError> {
+        let uuid = parse_uuid(uuid)?;
+        self.shared.run(conn, &hdr, CompleteIncoming { uuid }).await
+    }
+
     /// Sets whether a definition starts automatically.
     async fn set_autostart(
         &self,

@@ -21,6 +21,7 @@ mod gpu_work;
 mod instance;
 mod introspect;
 mod manager;
+mod migration;
 mod mirror;
 mod object_manager;
 mod pools;
@@ -68,6 +69,9 @@ pub trait Executor:
     + Handle<ApplyScheduling>
     + Handle<Preflight>
     + Handle<MigrationInfo>
+    + Handle<PrepareIncoming>
+    + Handle<AbortIncoming>
+    + Handle<CompleteIncoming>
     + Handle<OpenDevice>
     + Handle<GetMetrics>
     + Send

@@ -30,6 +30,7 @@ mod choose;
 mod definitions;
 mod foreign;
 mod gpu_impact;
+mod incoming;
 mod instances;
 mod lifecycle;
 mod locks;
@@ -154,6 +155,7 @@ impl Core {
             vf_slots,
             pools,
         };
+        incoming::spawn_reaper(Arc::downgrade(&core.instances));
         match core.instances.reconcile(ReconcileScope::Startup) {
             Ok(_) => {}
             // The hardware is not a reason not to serve: the state directory is usable, and the host is

@@ -89,6 +89,15 @@ route!(Preflight, |core, Preflight { uuid }| core
 route!(MigrationInfo, |core, MigrationInfo { uuid }| core
     .vfio
     .migration_info(uuid));
+route!(PrepareIncoming, |core, req| core
+    .instances
+    .prepare_incoming(req));
+route!(AbortIncoming, |core, AbortIncoming { uuid }| core
+    .instances
+    .abort_incoming(uuid));
+route!(CompleteIncoming, |core, CompleteIncoming { uuid }| core
+    .instances
+    .complete_incoming(uuid));
 route!(OpenDevice, |core,
                     OpenDevice {
                         uuid,

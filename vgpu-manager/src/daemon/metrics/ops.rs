@@ -211,6 +211,9 @@ pub fn op_label(type_name: &'static str) -> &'static str {
         "ApplyScheduling" => "scheduling_apply",
         "Preflight" => "preflight",
         "MigrationInfo" => "migration_info",
+        "PrepareIncoming" => "prepare_incoming",
+        "AbortIncoming" => "abort_incoming",
+        "CompleteIncoming" => "complete_incoming",
         "OpenDevice" => "open_device",
         other => other,
     }

@@ -13,6 +13,7 @@
 //!   ledger/batch-<n>.toml         entries of many devices written at once (see `batch`)
 //!   pools/<name>.toml             the text of each pool vgpud applied (see `applied_pool`)
 //!   vf-slots/<uuid>.toml          one file per pool slot held by an SR-IOV VF (see `vf_slot`)
+//!   incoming/<uuid>.toml          one file per incoming live-migration target (see `incoming`)
 //!   corrupt/<name>.<unix-ts>      files that could not be loaded, moved aside
 //! ```
 //!
@@ -89,6 +90,7 @@ mod batch;
 pub mod codec;
 mod error;
 pub(crate) mod fsio;
+mod incoming;
 mod load;
 mod lock;
 mod record;
@@ -103,6 +105,7 @@ use mdev_types::ids::MdevUuid;
 
 pub use applied_pool::AppliedPool;
 pub use error::{StoreError, StoreOp};
+pub use incoming::IncomingRecord;
 pub use load::{AsideReason, LoadReport, SetAside};
 pub use record::{Definition, LedgerEntry, LedgerOwnership, SCHEMA};
 pub use vf_slot::{VfKind, VfSlotRecord};
@@ -125,6 +128,8 @@ const LEDGER: &str = "ledger";
 const POOLS: &str = "pools";
 /// Subdirectory of VF slot records.
 const VF_SLOTS: &str = "vf-slots";
+/// Subdirectory of incoming instance records.
+const INCOMING: &str = "incoming";
 /// Subdirectory of files moved aside.
 const CORRUPT: &str = "corrupt";
 
@@ -146,6 +151,7 @@ pub struct StateDir {
     own_files: BTreeSet<MdevUuid>,
     pools: BTreeMap<String, AppliedPool>,
     vf_slots: BTreeMap<MdevUuid, VfSlotRecord>,
+    incoming: BTreeMap<MdevUuid, IncomingRecord>,
     _lock: DirLock,
 }
 
@@ -156,7 +162,7 @@ impl StateDir {
         let root = path.as_ref().to_path_buf();
         ensure_dir(&root)?;
         let lock = lock_dir(&root)?;
-        for sub in [DEFINITIONS, LEDGER, POOLS, VF_SLOTS, CORRUPT] {
+        for sub in [DEFINITIONS, LEDGER, POOLS, VF_SLOTS, INCOMING, CORRUPT] {
             ensure_dir(&root.join(sub))?;
         }
         let corrupt = root.join(CORRUPT);
@@ -191,6 +197,8 @@ impl StateDir {
             load_dir(&root.join(POOLS), &corrupt, &mut report, |_| false)?;
         let vf_slots: BTreeMap<MdevUuid, VfSlotRecord> =
             load_dir(&root.join(VF_SLOTS), &corrupt, &mut report, |_| false)?;
+        let incoming: BTreeMap<MdevUuid, IncomingRecord> =
+            load_dir(&root.join(INCOMING), &corrupt, &mut report, |_| false)?;
         report.definitions = definitions.len() + alternates.len();
         report.ledger_entries = ledger.len();
         report.pools = pools.len();
@@ -205,6 +213,7 @@ impl StateDir {
                 own_files,
                 pools,
                 vf_slots,
+                incoming,
                 _lock: lock,
             },
             report,
@@ -505,6 +514,36 @@ impl StateDir {
     /// All VF slot records, by UUID.
     pub fn vf_slots(&self) -> impl ExactSizeIterator<Item = &VfSlotRecord> + '_ {
         self.vf_slots.values()
+    }
+}
+
+impl StateDir {
+    /// Durably stores (creates or replaces) an incoming instance record. Call *before* creating its
+    /// device.
+    pub fn put_incoming(&mut self, record: &IncomingRecord) -> Result<(), StoreError> {
+        put(&self.root.join(INCOMING), record)?;
+        self.incoming.insert(record.uuid, record.clone());
+        Ok(())
+    }
+
+    /// Durably deletes the incoming record of `uuid`; returns it if there was one. Call after its
+    /// device is gone, or once a VM holds it.
+    pub fn remove_incoming(
+        &mut self,
+        uuid: &MdevUuid,
+    ) -> Result<Option<IncomingRecord>, StoreError> {
+        remove_durable(&self.root.join(INCOMING), &IncomingRecord::file_name(uuid))?;
+        Ok(self.incoming.remove(uuid))
+    }
+
+    /// The incoming record of `uuid`.
+    pub fn get_incoming(&self, uuid: &MdevUuid) -> Option<&IncomingRecord> {
+        self.incoming.get(uuid)
+    }
+
+    /// Every incoming record, by UUID.
+    pub fn incoming(&self) -> impl ExactSizeIterator<Item = &IncomingRecord> + '_ {
+        self.incoming.values()
     }
 }
 
