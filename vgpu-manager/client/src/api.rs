@@ -409,6 +409,11 @@ impl Client {
         decode("PoolStatus", &text)
     }
 
+    /// Every metric family vgpud exports (`Metrics`): `format` `prometheus` or `openmetrics`.
+    pub async fn metrics(&self, format: &str) -> Result<String, ClientError> {
+        self.call("Metrics", self.manager.metrics(format)).await
+    }
+
     /// Applies a pool (its TOML text) with `Apply`, calling `on_step` for each `PoolProgress` signal
     /// as it arrives (the subscription is made before the call, so no step is missed), and returns
     /// what the apply did. An error of `on_step` stops the wait and is returned.

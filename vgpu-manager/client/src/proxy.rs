@@ -105,6 +105,10 @@ pub trait Manager1 {
     /// The applied pools: JSON array of [`crate::PoolStatus`].
     fn pool_status(&self) -> zbus::Result<String>;
 
+    /// Every metric family, as text: `format` `prometheus` (or empty) for the Prometheus text format
+    /// 0.0.4, `openmetrics` for OpenMetrics 1.0.
+    fn metrics(&self, format: &str) -> zbus::Result<String>;
+
     /// A GPU's scheduling plan: JSON of vgpu-manager's `SchedPlan`. `requests`: JSON array of
     /// `{"weight": W, …}` or `""` for weight 1 on each existing vGPU.
     fn plan_scheduling(&self, gpu: &str, requests: &str) -> zbus::Result<String>;

@@ -22,6 +22,7 @@ use vgpu_manager::daemon::engine::{
     Core, FinishedApply, GpuImpact, STARTUP_RETRY_FIRST, StartupRetry, next_retry_delay,
 };
 use vgpu_manager::daemon::mdevctl_dir::{MdevctlDir, watch};
+use vgpu_manager::daemon::metrics;
 use vgpu_manager::daemon::pool_files::{PoolFileOutcome, apply_pool_files};
 use vgpu_manager::profile::Catalog;
 
@@ -57,6 +58,12 @@ struct Args {
     /// Keep no mdevctl definition directory.
     #[arg(long, conflicts_with = "mdevctl_dir")]
     no_mdevctl_dir: bool,
+    /// Serve Prometheus metrics at http://ADDR:PORT/metrics (docs/metrics.md), e.g. 127.0.0.1:9850.
+    /// Off unless given. The metrics are readable by anyone who reaches the address (as vgpud's
+    /// read-only D-Bus methods are by every local user): a non-loopback address exposes them to the
+    /// network, which vgpud logs at start.
+    #[arg(long, value_name = "ADDR:PORT")]
+    metrics_listen: Option<std::net::SocketAddr>,
 }
 
 impl Args {
@@ -106,6 +113,8 @@ enum DaemonError {
     Signals(std::io::Error),
     #[error("a worker thread failed: {0}")]
     Join(String),
+    #[error(transparent)]
+    Metrics(#[from] metrics::http::HttpError),
 }
 
 fn main() -> ExitCode {
@@ -235,6 +244,26 @@ fn watch_mdevctl_dir(core: &Arc<Core>) {
     }
 }
 
+/// Starts the metrics listener on `addr` (`--metrics-listen`), rendering from the core's snapshot.
+async fn serve_metrics(
+    core: &Arc<Core>,
+    addr: std::net::SocketAddr,
+) -> Result<tokio::task::JoinHandle<()>, DaemonError> {
+    let listener = metrics::http::MetricsListener::bind(addr).await?;
+    let bound = listener.local_addr().unwrap_or(addr);
+    if bound.ip().is_loopback() {
+        info!(addr = %bound, "serving metrics at http://{bound}/metrics");
+    } else {
+        warn!(addr = %bound, "serving metrics at http://{bound}/metrics on a non-loopback address, as --metrics-listen asks: anyone who reaches it can read what vgpud reports; firewall it or use 127.0.0.1");
+    }
+    let weak = Arc::downgrade(core);
+    let render: metrics::http::Render = Arc::new(move |format| match weak.upgrade() {
+        Some(core) => core.metrics_text(format, metrics::Freshness::Throttled),
+        None => String::new(),
+    });
+    Ok(listener.serve(render, metrics::http::Limits::default()))
+}
+
 /// The pool files and what applies them.
 struct PoolFiles {
     core: Arc<Core>,
@@ -320,6 +349,10 @@ async fn run(args: Args) -> Result<(), DaemonError> {
     // Exclusively: not replaceable, not queued, never taken from another owner.
     let mut name = bus_name::own(&conn, SERVICE, &bus.to_string()).await?;
     info!(name = SERVICE, "ready on {bus}");
+    let metrics_listener = match args.metrics_listen {
+        Some(addr) => Some(serve_metrics(&core, addr).await?),
+        None => None,
+    };
 
     let mut term = signal(SignalKind::terminate()).map_err(DaemonError::Signals)?;
     let mut int = signal(SignalKind::interrupt()).map_err(DaemonError::Signals)?;
@@ -361,6 +394,9 @@ async fn run(args: Args) -> Result<(), DaemonError> {
         && let Err(e) = name.release(&conn).await
     {
         warn!(error = %e, "cannot release the bus name");
+    }
+    if let Some(l) = metrics_listener {
+        l.abort();
     }
     drop(service);
     drop(conn);

@@ -16,6 +16,7 @@ mod definitions;
 mod error;
 mod faults;
 pub mod limits;
+mod metrics;
 mod migration;
 
 pub use attrs::{
@@ -27,6 +28,7 @@ pub use definitions::{
 };
 pub use error::{CoreError, RequestError, StateError, UndoFailure, VfInUse};
 pub use faults::ListFaults;
+pub use metrics::GetMetrics;
 pub use migration::{
     AbortIncoming, CompleteIncoming, DEFAULT_INCOMING_TIMEOUT, IncomingView, MAX_INCOMING_TIMEOUT,
     PrepareIncoming,

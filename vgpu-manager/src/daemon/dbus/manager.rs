@@ -500,6 +500,27 @@ impl Manager {
         json_text(&self.shared.run(conn, &hdr, GetPoolStatus).await?)
     }
 
+    /// Every metric family vgpud exports (docs/metrics.md), as `vgpud --metrics-listen` serves them at
+    /// /metrics: format "prometheus" (or "") for the Prometheus text format 0.0.4, "openmetrics" for
+    /// OpenMetrics 1.0. Read-only: the host is read only when something changed since the last answer.
+    #[zbus(out_args("text"))]
+    async fn metrics(
+        &self,
+        format: &str,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<String, ApiError> {
+        let format = match format {
+            "" => crate::daemon::metrics::Format::Prometheus,
+            word => word
+                .parse()
+                .map_err(|e: crate::daemon::metrics::text::UnknownFormat| {
+                    ApiError::invalid(e.to_string())
+                })?,
+        };
+        self.shared.run(conn, &hdr, GetMetrics { format }).await
+    }
+
     /// A GPU's time-slice scheduling plan as JSON. requests: a JSON array of {"weight": W, "slot"?,
     /// "priority"?, "framebuffer_mib"?, "label"?}, or "" for weight 1 on every existing vGPU.
     #[zbus(out_args("plan"))]

@@ -75,6 +75,7 @@ pub trait Executor:
     + Handle<AbortIncoming>
     + Handle<CompleteIncoming>
     + Handle<OpenDevice>
+    + Handle<GetMetrics>
     + Send
     + Sync
     + 'static

@@ -34,6 +34,7 @@ mod incoming;
 mod instances;
 mod lifecycle;
 mod locks;
+mod metrics_source;
 pub(crate) mod persist;
 mod pool;
 mod pool_exec;

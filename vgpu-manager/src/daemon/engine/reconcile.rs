@@ -202,6 +202,13 @@ impl Instances {
 
     /// Plans and executes a reconcile with every other operation held off, then refreshes all views.
     pub(super) fn reconcile(&self, scope: ReconcileScope) -> Result<ExecReport, CoreError> {
+        let run = self.reconcile_run(scope);
+        let ok = matches!(&run, Ok(r) if r.failure.is_none());
+        self.metrics.ops().reconcile(ok);
+        run
+    }
+
+    fn reconcile_run(&self, scope: ReconcileScope) -> Result<ExecReport, CoreError> {
         let report = {
             let _exclusive = self.locks.exclusive();
             let inv = discover(self.host.as_ref())?;

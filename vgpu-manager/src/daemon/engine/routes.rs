@@ -8,14 +8,22 @@ macro_rules! route {
     ($cmd:ty, |$core:ident, $c:pat_param| $body:expr) => {
         impl Handle<$cmd> for Core {
             fn handle(&self, cmd: $cmd) -> Result<<$cmd as Command>::Reply, CoreError> {
+                let started = std::time::Instant::now();
                 let $core = self;
                 let $c = cmd;
-                $body
+                let result = $body;
+                self.record::<$cmd, _>(started, &result);
+                result
             }
         }
     };
 }
 
+route!(GetMetrics, |core, GetMetrics { format }| Ok(core
+    .metrics_text(
+        format,
+        crate::daemon::metrics::Freshness::Current
+    )));
 route!(ListGpus, |core, ListGpus| core.instances.list_gpus());
 route!(GetGpuCapacity, |core, GetGpuCapacity { id }| Ok(core
     .instances
