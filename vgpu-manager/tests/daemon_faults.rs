@@ -162,3 +162,95 @@ async fn an_unusable_state_directory_is_named_as_such() {
     assert!(log.contains("cannot open state directory"), "{log}");
     assert!(!log.contains("cannot read the host"), "{log}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn status_shows_a_faulted_gpu_plainly_and_exits_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let _fake = two_gpus_one_faulty(&root);
+    let d = Daemon::on_sysfs_root(dir.path(), &root)
+        .await
+        .unwrap_or_else(|log| panic!("vgpud refused a host with one faulty GPU:\n{log}"));
+    let out = ok(&vgpuctl(&d.bus, &["status"]).await);
+    assert!(out.contains("FAULTED"), "{out}");
+    assert!(
+        out.contains(&format!("{FAULTY}/vendor")) && out.contains("malformed"),
+        "the table names the file and the problem: {out}"
+    );
+    assert!(out.contains(HEALTHY), "{out}");
+    let v = ok_json(&vgpuctl(&d.bus, &["status", "--json"]).await);
+    let faults = v["faults"].as_array().expect("a faults list");
+    assert_eq!(faults.len(), 1, "{v}");
+    assert_eq!(faults[0]["device"], FAULTY, "{v}");
+    assert_eq!(faults[0]["scope"], "pci-device", "{v}");
+    assert!(
+        faults[0]["path"].as_str().unwrap().ends_with("/vendor"),
+        "{v}"
+    );
+    assert!(faults[0]["problem"].as_str().unwrap().contains("malformed"));
+    // A healthy host: an empty list, no table.
+    std::fs::write(_fake.parent_dir(FAULTY).join("vendor"), "0x1234\n").unwrap();
+    let v = ok_json(&vgpuctl(&d.bus, &["status", "--json"]).await);
+    assert_eq!(v["faults"], serde_json::json!([]), "{v}");
+    let out = ok(&vgpuctl(&d.bus, &["status"]).await);
+    assert!(!out.contains("FAULTED"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn create_of_a_type_on_a_faulted_gpu_is_refused_naming_its_fault() {
+    if !dbus_common::fuse_attr::require_fuse("daemon_faults") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let fake = two_gpus_one_faulty(&root);
+    let kernel = FakeKernel::start(&fake.root);
+    let d = Daemon::on_sysfs_root(dir.path(), &fake.root)
+        .await
+        .unwrap_or_else(|log| panic!("vgpud refused a host with one faulty GPU:\n{log}"));
+    for cmd in ["create", "define"] {
+        let o = vgpuctl(
+            &d.bus,
+            &[cmd, "--type", "mtty-2", "--gpu", FAULTY, "--uuid", UUID],
+        )
+        .await;
+        dbus_common::assert_refused(
+            &o,
+            &[
+                FAULTY,
+                "is faulted",
+                "/vendor",
+                "malformed",
+                "dmesg",
+                "nothing was changed",
+            ],
+        );
+    }
+    // The D-Bus error is its own kind.
+    let conn = dbus_common::client(&d.bus).await;
+    let err = vgpu_client::Manager1Proxy::new(&conn)
+        .await
+        .unwrap()
+        .create(
+            vgpu_client::TARGET_TYPE,
+            "mtty-2",
+            FAULTY,
+            UUID,
+            std::collections::HashMap::new(),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("org.vgpumanager.Error.Faulted"),
+        "{err}"
+    );
+    // Nothing changed: no device, no definition, no instance, nothing written to the kernel.
+    assert!(!root.join("sys/bus/mdev/devices").join(UUID).exists());
+    let list = ok_json(&vgpuctl(&d.bus, &["list", "--json"]).await);
+    assert_eq!(list, serde_json::json!([]), "{list}");
+    assert!(
+        !fake.config_base().join(FAULTY).join(UUID).exists(),
+        "no /etc/mdevctl.d file"
+    );
+    assert!(kernel.finish().is_empty(), "nothing written to the kernel");
+}

@@ -379,3 +379,36 @@ fn the_inventory_json_has_a_faults_list() {
     let back: Inventory = serde_json::from_value(old).unwrap();
     assert!(back.faults.is_empty());
 }
+
+/// `device_fault` reads just the GPU named and says what `discover` says of it: the fault of a GPU
+/// whose PCI function reads back all ones, none for a healthy one, an absent one or a bad name.
+#[test]
+fn device_fault_of_one_gpu_is_what_discover_says() {
+    let tmp = demo_tree();
+    let healthy = read(tmp.path());
+    let victim = pci_parent(&healthy);
+    let host = SysfsHost::new(tmp.path()).unwrap();
+    assert_eq!(vgpu_host::discover::device_fault(&host, &victim), None);
+    std::fs::write(
+        real(tmp.path(), &format!("/sys/bus/pci/devices/{victim}/vendor")),
+        "0xffff\n",
+    )
+    .unwrap();
+    let inv = read(tmp.path());
+    let f = vgpu_host::discover::device_fault(&host, &victim).expect("a fault");
+    assert_eq!(Some(&f), inv.fault_of(&victim));
+    assert!(matches!(f.cause, FaultCause::AllOnes { .. }), "{f:?}");
+    for other in healthy.gpus.iter().filter(|g| g.id != victim) {
+        assert_eq!(
+            vgpu_host::discover::device_fault(&host, &other.id),
+            None,
+            "{}",
+            other.id
+        );
+    }
+    assert_eq!(
+        vgpu_host::discover::device_fault(&host, "0000:ff:1f.7"),
+        None
+    );
+    assert_eq!(vgpu_host::discover::device_fault(&host, "../../etc"), None);
+}

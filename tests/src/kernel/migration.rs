@@ -1,8 +1,9 @@
 //! Live-migration capability on the real kernel, through the shipped `vgpuctl migration`:
 //! - `info` of an mtty instance opens it through VFIO and reads the migration uAPI v2 features. mtty
 //!   implements stop-copy and pre-copy since Linux 6.7 (samples/vfio-mdev/mtty.c, "mtty: add migration
-//!   support"; `migration_flags = VFIO_MIGRATION_STOP_COPY | VFIO_MIGRATION_PRE_COPY`) and reports a
-//!   stop-copy size, without device dirty tracking (no `log_ops`). Before 6.7 (stock 6.1) it has no
+//!   support"; `migration_flags = VFIO_MIGRATION_STOP_COPY | VFIO_MIGRATION_PRE_COPY`), reports a
+//!   stop-copy size, and has `log_ops` (it does no DMA, so its dirty log is trivially empty, which lets
+//!   a VMM migrate it without IOMMU dirty tracking). Before 6.7 (stock 6.1) it has no
 //!   migration support: then `info` says so with the reason, exit 1.
 //! - `info` of an mdpy instance (no migration support in any kernel) refuses with the reason, exit 1.
 //! - `fingerprint` names the mtty module, its `srcversion` and the running kernel's release, and

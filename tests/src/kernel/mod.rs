@@ -10,6 +10,8 @@
 //! * [`lifecycle`] — the same refusals as typed `vgpu_host::ops` errors, as host-independent scenarios.
 //! * [`discovery`] — `vgpu_host::discover` against what sysfs says.
 //! * [`vgpud`], [`daemon`], [`daemon_events`] — the real `vgpud` on the guest's sysfs, driven over D-Bus.
+//! * [`faults`] — a parent unloaded and VFs vanishing behind the running `vgpud`: the others keep
+//!   working, and the parent is managed again once it is back.
 //! * [`qemu_attach`] — the host's QEMU (chrooted into its 9p-shared root) attaching an mdev and a VF
 //!   with `qemu-glue`'s arguments.
 //! * [`migration`] — `vgpuctl migration info|fingerprint|check` (VFIO migration uAPI v2) on mtty and mdpy.
@@ -25,6 +27,7 @@ pub mod bus_daemon;
 pub mod daemon;
 pub mod daemon_events;
 pub mod discovery;
+pub mod faults;
 pub mod guest;
 pub mod handoff;
 pub mod harness;
@@ -57,6 +60,7 @@ pub fn all_tests() -> Vec<Test<Guest>> {
     tests.extend(handoff::tests());
     tests.extend(migration::tests());
     tests.extend(daemon::tests());
+    tests.extend(faults::tests());
     tests.extend(qemu_attach::tests());
     tests.extend(libvirt::tests());
     tests

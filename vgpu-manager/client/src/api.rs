@@ -15,8 +15,8 @@ use crate::bus::{connect, connect_daemon};
 use crate::paths::{gpu_path, instance_path, instance_uuid};
 use crate::proxy::{Gpu1Proxy, Instance1Proxy, Manager1Proxy};
 use crate::{
-    BusAddress, ClientError, DefinitionInfo, GpuInfo, InstanceInfo, PoolStatus, PoolSummary,
-    TARGET_PROFILE, TARGET_TYPE,
+    BusAddress, ClientError, DefinitionInfo, FaultInfo, GpuInfo, InstanceInfo, PoolStatus,
+    PoolSummary, TARGET_PROFILE, TARGET_TYPE,
 };
 
 /// What `Create`/`Define` make an instance of: a profile or an exact mdev type.
@@ -295,6 +295,11 @@ impl Client {
             .await
     }
 
+    /// Every device vgpud's discovery could not read (`ListFaults`): none on a healthy host.
+    pub async fn list_faults(&self) -> Result<Vec<FaultInfo>, ClientError> {
+        self.call("ListFaults", self.manager.list_faults()).await
+    }
+
     /// Takes the foreign definition of `uuid` on `parent` into vgpud (`AdoptDefinition`), then
     /// returns its instance (`GetInstance`).
     pub async fn adopt_definition(
@@ -326,6 +331,45 @@ impl Client {
             .manager
             .redefine(uuid, type_id, autostart, attrs.to_vec());
         self.call("Redefine", call).await
+    }
+
+    /// Makes the target instance of a live migration here (`PrepareIncoming`) from `fingerprint` (the
+    /// JSON of `vgpuctl migration fingerprint`), on `gpu` if given, waiting `timeout` for a VM; returns
+    /// the JSON reply (docs/json.md).
+    pub async fn prepare_incoming(
+        &self,
+        fingerprint: &str,
+        gpu: Option<&str>,
+        uuid: Option<&str>,
+        timeout: Option<Duration>,
+    ) -> Result<String, ClientError> {
+        let mut options: HashMap<&str, Variant<'_>> = HashMap::new();
+        if let Some(g) = gpu {
+            options.insert("gpu", Variant::from(g));
+        }
+        if let Some(u) = uuid {
+            options.insert("uuid", Variant::from(u));
+        }
+        if let Some(t) = timeout {
+            options.insert(
+                "timeout",
+                Variant::from(u32::try_from(t.as_secs()).unwrap_or(u32::MAX)),
+            );
+        }
+        let call = self.manager.prepare_incoming(fingerprint, options);
+        self.call("PrepareIncoming", call).await
+    }
+
+    /// Releases incoming migration target `uuid` (`AbortIncoming`).
+    pub async fn abort_incoming(&self, uuid: &str) -> Result<(), ClientError> {
+        self.call("AbortIncoming", self.manager.abort_incoming(uuid))
+            .await
+    }
+
+    /// Turns incoming migration target `uuid` into an ordinary instance (`CompleteIncoming`).
+    pub async fn complete_incoming(&self, uuid: &str) -> Result<(), ClientError> {
+        self.call("CompleteIncoming", self.manager.complete_incoming(uuid))
+            .await
     }
 
     /// Starts defined instance `uuid` (`Start`).
@@ -363,6 +407,11 @@ impl Client {
     pub async fn pool_status(&self) -> Result<Vec<PoolStatus>, ClientError> {
         let text = self.call("PoolStatus", self.manager.pool_status()).await?;
         decode("PoolStatus", &text)
+    }
+
+    /// Every metric family vgpud exports (`Metrics`): `format` `prometheus` or `openmetrics`.
+    pub async fn metrics(&self, format: &str) -> Result<String, ClientError> {
+        self.call("Metrics", self.manager.metrics(format)).await
     }
 
     /// Applies a pool (its TOML text) with `Apply`, calling `on_step` for each `PoolProgress` signal

@@ -67,7 +67,7 @@ pub use paths::{
 pub use pools::{PoolGpu, PoolStatus, PoolSummary, SchedulingView, SlotRow};
 pub use proxy::{Gpu1Proxy, Instance1Proxy, Manager1Proxy};
 pub use sched::{SchedState, SlotState};
-pub use wire::{DefinitionInfo, GpuInfo, InstanceInfo, TypeSlot};
+pub use wire::{DefinitionInfo, FaultInfo, GpuInfo, InstanceInfo, TypeSlot};
 
 /// The daemon's well-known bus name.
 pub const SERVICE: &str = "org.vgpumanager.Manager1";

@@ -34,6 +34,10 @@ pub struct SlotRow {
     /// NVIDIA driver owns it, so libvirt must not rebind it); `None` for mdev slots.
     #[serde(default)]
     pub vf: Option<String>,
+    /// Why the slot's GPU cannot be read, when it is faulted (the path, the problem and the fix): the
+    /// slot is kept as it is until the GPU reads again; `None` on a healthy GPU (and from older vgpud).
+    #[serde(default)]
+    pub fault: Option<String>,
 }
 
 /// The slots of a pool on one GPU.

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use zbus::{ObjectPath, OwnedObjectPath, Variant, proxy};
 
-use crate::wire::{DefinitionInfo, GpuInfo, InstanceInfo, TypeSlot};
+use crate::wire::{DefinitionInfo, FaultInfo, GpuInfo, InstanceInfo, TypeSlot};
 
 /// `org.vgpumanager.Manager1` at `/org/vgpumanager/Manager1`: lists, lifecycle and signals.
 #[proxy(
@@ -27,6 +27,9 @@ pub trait Manager1 {
 
     /// Every definition by parent and UUID: vgpud's and the foreign files of `/etc/mdevctl.d`.
     fn list_definitions(&self) -> zbus::Result<Vec<DefinitionInfo>>;
+
+    /// Every device discovery could not read (none on a healthy host).
+    fn list_faults(&self) -> zbus::Result<Vec<FaultInfo>>;
 
     /// Replaces a definition's type, start mode and attributes in place (a running device stays).
     fn redefine(
@@ -79,6 +82,20 @@ pub trait Manager1 {
     /// Converges the host to the desired state now.
     fn reconcile(&self) -> zbus::Result<()>;
 
+    /// Makes the target instance of a live migration from the source's fingerprint (JSON); options
+    /// `gpu` (s), `uuid` (s), `timeout` (u). JSON reply (docs/json.md).
+    fn prepare_incoming(
+        &self,
+        fingerprint: &str,
+        options: HashMap<&str, Variant<'_>>,
+    ) -> zbus::Result<String>;
+
+    /// Releases an incoming migration target.
+    fn abort_incoming(&self, uuid: &str) -> zbus::Result<()>;
+
+    /// Turns an incoming migration target into an ordinary instance.
+    fn complete_incoming(&self, uuid: &str) -> zbus::Result<()>;
+
     /// Dry run of a pool (TOML text): JSON of vgpu-manager's `PoolPlan`.
     fn plan(&self, pool_toml: &str) -> zbus::Result<String>;
 
@@ -87,6 +104,10 @@ pub trait Manager1 {
 
     /// The applied pools: JSON array of [`crate::PoolStatus`].
     fn pool_status(&self) -> zbus::Result<String>;
+
+    /// Every metric family, as text: `format` `prometheus` (or empty) for the Prometheus text format
+    /// 0.0.4, `openmetrics` for OpenMetrics 1.0.
+    fn metrics(&self, format: &str) -> zbus::Result<String>;
 
     /// A GPU's scheduling plan: JSON of vgpu-manager's `SchedPlan`. `requests`: JSON array of
     /// `{"weight": W, …}` or `""` for weight 1 on each existing vGPU.

@@ -58,6 +58,29 @@ pub struct DefinitionInfo {
     pub attrs: Vec<(String, String)>,
 }
 
+/// One device discovery could not read, as `ListFaults` returns it: D-Bus signature `(sssss)`. The device
+/// is not managed (nothing is placed on it, its instances and definitions are kept) until it reads again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct FaultInfo {
+    /// What kind of device: `pci-device`, `mdev-parent`, `mdev-instance` or `iommu-group`.
+    pub scope: String,
+    /// Its id: a PCI address, an mdev parent name, an mdev UUID or an IOMMU group number.
+    pub device: String,
+    /// The kernel path whose read failed.
+    pub path: String,
+    /// What went wrong, as a sentence (`reading failed: EIO`, `it is malformed: …`).
+    pub problem: String,
+    /// What to do about it; `""` when no fix is known.
+    pub fix: String,
+}
+
+impl FaultInfo {
+    /// The fix, if one is known.
+    pub fn fix(&self) -> Option<&str> {
+        non_empty(&self.fix)
+    }
+}
+
 impl DefinitionInfo {
     /// True for a definition vgpud did not write.
     pub fn is_foreign(&self) -> bool {
@@ -141,5 +164,6 @@ mod tests {
     fn signatures_are_the_documented_ones() {
         assert_eq!(InstanceInfo::SIGNATURE.to_string(), "(ssssssbbssit)");
         assert_eq!(GpuInfo::SIGNATURE.to_string(), "(ossssia(su)as)");
+        assert_eq!(FaultInfo::SIGNATURE.to_string(), "(sssss)");
     }
 }

@@ -18,8 +18,11 @@ use vgpu_manager::daemon::api::CoreError;
 use vgpu_manager::daemon::dbus::bus_name::{self, NameError};
 use vgpu_manager::daemon::dbus::embedded_bus::{self, EmbeddedBus, EmbeddedBusError};
 use vgpu_manager::daemon::dbus::{self, Executor, ServeError};
-use vgpu_manager::daemon::engine::{Core, GpuImpact};
+use vgpu_manager::daemon::engine::{
+    Core, FinishedApply, GpuImpact, STARTUP_RETRY_FIRST, StartupRetry, next_retry_delay,
+};
 use vgpu_manager::daemon::mdevctl_dir::{MdevctlDir, watch};
+use vgpu_manager::daemon::metrics;
 use vgpu_manager::daemon::pool_files::{PoolFileOutcome, apply_pool_files};
 use vgpu_manager::profile::Catalog;
 
@@ -55,6 +58,12 @@ struct Args {
     /// Keep no mdevctl definition directory.
     #[arg(long, conflicts_with = "mdevctl_dir")]
     no_mdevctl_dir: bool,
+    /// Serve Prometheus metrics at http://ADDR:PORT/metrics (docs/metrics.md), e.g. 127.0.0.1:9850.
+    /// Off unless given. The metrics are readable by anyone who reaches the address (as vgpud's
+    /// read-only D-Bus methods are by every local user): a non-loopback address exposes them to the
+    /// network, which vgpud logs at start.
+    #[arg(long, value_name = "ADDR:PORT")]
+    metrics_listen: Option<std::net::SocketAddr>,
 }
 
 impl Args {
@@ -104,6 +113,8 @@ enum DaemonError {
     Signals(std::io::Error),
     #[error("a worker thread failed: {0}")]
     Join(String),
+    #[error(transparent)]
+    Metrics(#[from] metrics::http::HttpError),
 }
 
 fn main() -> ExitCode {
@@ -166,6 +177,54 @@ fn forward_uevents(
     }
 }
 
+/// Finishes, on the blocking pool, the pool applies the last shutdown (or a crash) stopped, logging
+/// each outcome. Runs before the pool files are applied; both take the one apply lock in turn.
+fn finish_interrupted_applies(core: &Arc<Core>) {
+    let core = core.clone();
+    tokio::task::spawn_blocking(move || {
+        for f in core.finish_interrupted_applies() {
+            match f {
+                FinishedApply::Applied { pool, steps } => {
+                    info!(%pool, steps, "the pool apply the last shutdown stopped is finished")
+                }
+                FinishedApply::Failed { pool, error } => {
+                    error!(%pool, %error, "the pool apply the last shutdown stopped could not be finished; apply the pool again")
+                }
+            }
+        }
+    });
+}
+
+/// Retries the startup reconcile while it is owed (the host could not be read at start), waiting
+/// `STARTUP_RETRY_FIRST`, then twice as long after each failed try, at most `STARTUP_RETRY_MAX`; every
+/// GPU object is read again once it ran. Kernel events retry it too (`Core::handle_uevent`).
+fn retry_startup_with_back_off(core: &Arc<Core>, gpus: dbus::GpuRefresher) {
+    if !core.startup_owed() {
+        return;
+    }
+    let core = Arc::downgrade(core);
+    tokio::spawn(async move {
+        let mut delay = STARTUP_RETRY_FIRST;
+        loop {
+            tokio::time::sleep(delay).await;
+            let Some(core) = core.upgrade() else { break };
+            match tokio::task::spawn_blocking(move || core.retry_startup()).await {
+                Ok(StartupRetry::Done) => {
+                    gpus.gpus_changed();
+                    break;
+                }
+                // A kernel event ran it meanwhile (and had the GPUs read again).
+                Ok(StartupRetry::NotOwed) => break,
+                Ok(StartupRetry::StillOwed) => delay = next_retry_delay(delay),
+                Err(e) => {
+                    error!(error = %e, "the startup reconcile retry failed; restart vgpud");
+                    break;
+                }
+            }
+        }
+    });
+}
+
 /// Follows changes others make in the mdevctl definition directory (an edit of one of vgpud's
 /// files, a removed one), on a thread of its own.
 fn watch_mdevctl_dir(core: &Arc<Core>) {
@@ -183,6 +242,26 @@ fn watch_mdevctl_dir(core: &Arc<Core>) {
     if let Err(e) = watched {
         warn!(error = %e, "mdevctl definition directory not watched");
     }
+}
+
+/// Starts the metrics listener on `addr` (`--metrics-listen`), rendering from the core's snapshot.
+async fn serve_metrics(
+    core: &Arc<Core>,
+    addr: std::net::SocketAddr,
+) -> Result<tokio::task::JoinHandle<()>, DaemonError> {
+    let listener = metrics::http::MetricsListener::bind(addr).await?;
+    let bound = listener.local_addr().unwrap_or(addr);
+    if bound.ip().is_loopback() {
+        info!(addr = %bound, "serving metrics at http://{bound}/metrics");
+    } else {
+        warn!(addr = %bound, "serving metrics at http://{bound}/metrics on a non-loopback address, as --metrics-listen asks: anyone who reaches it can read what vgpud reports; firewall it or use 127.0.0.1");
+    }
+    let weak = Arc::downgrade(core);
+    let render: metrics::http::Render = Arc::new(move |format| match weak.upgrade() {
+        Some(core) => core.metrics_text(format, metrics::Freshness::Throttled),
+        None => String::new(),
+    });
+    Ok(listener.serve(render, metrics::http::Limits::default()))
 }
 
 /// The pool files and what applies them.
@@ -266,9 +345,14 @@ async fn run(args: Args) -> Result<(), DaemonError> {
     if let Some(rx) = uevents {
         forward_uevents(&core, rx, service.gpu_refresher());
     }
+    retry_startup_with_back_off(&core, service.gpu_refresher());
     // Exclusively: not replaceable, not queued, never taken from another owner.
     let mut name = bus_name::own(&conn, SERVICE, &bus.to_string()).await?;
     info!(name = SERVICE, "ready on {bus}");
+    let metrics_listener = match args.metrics_listen {
+        Some(addr) => Some(serve_metrics(&core, addr).await?),
+        None => None,
+    };
 
     let mut term = signal(SignalKind::terminate()).map_err(DaemonError::Signals)?;
     let mut int = signal(SignalKind::interrupt()).map_err(DaemonError::Signals)?;
@@ -280,6 +364,7 @@ async fn run(args: Args) -> Result<(), DaemonError> {
         catalog: Arc::new(pool_catalog),
         dir: args.pools_dir.clone(),
     };
+    finish_interrupted_applies(&core);
     pools.apply_in_background("start");
     let outcome = {
         // One watch for the whole run (not re-created per loop turn), so that a loss being checked
@@ -288,8 +373,8 @@ async fn run(args: Args) -> Result<(), DaemonError> {
         tokio::pin!(lost);
         loop {
             tokio::select! {
-                _ = term.recv() => { info!("SIGTERM: shutting down"); break Ok(()); }
-                _ = int.recv() => { info!("SIGINT: shutting down"); break Ok(()); }
+                _ = term.recv() => { info!("SIGTERM: shutting down"); core.begin_shutdown(); break Ok(()); }
+                _ = int.recv() => { info!("SIGINT: shutting down"); core.begin_shutdown(); break Ok(()); }
                 _ = hup.recv() => pools.apply_in_background("SIGHUP"),
                 // The name taken away, or the bus connection gone with it. Running on without the
                 // name would leave clients unanswered (or answered by a new owner): exit non-zero
@@ -309,6 +394,9 @@ async fn run(args: Args) -> Result<(), DaemonError> {
         && let Err(e) = name.release(&conn).await
     {
         warn!(error = %e, "cannot release the bus name");
+    }
+    if let Some(l) = metrics_listener {
+        l.abort();
     }
     drop(service);
     drop(conn);

@@ -6,7 +6,9 @@ use std::io::Write;
 
 use clap::{ArgGroup, Args, Subcommand};
 use serde::Serialize;
-use vgpu_client::{BusAddress, Client, DefinitionInfo, GpuInfo, InstanceInfo, NewInstance};
+use vgpu_client::{
+    BusAddress, Client, DefinitionInfo, FaultInfo, GpuInfo, InstanceInfo, NewInstance,
+};
 use zbus::OwnedObjectPath;
 
 use super::{CliError, Table, write_json};
@@ -299,6 +301,68 @@ struct StatusJson<'a> {
     version: String,
     gpus: Vec<GpuJson<'a>>,
     instances: Vec<InstanceJson<'a>>,
+    faults: Vec<FaultJson<'a>>,
+}
+
+#[derive(Debug, Serialize)]
+struct FaultJson<'a> {
+    scope: &'a str,
+    device: &'a str,
+    path: &'a str,
+    problem: &'a str,
+    fix: Option<&'a str>,
+}
+
+impl<'a> From<&'a FaultInfo> for FaultJson<'a> {
+    fn from(f: &'a FaultInfo) -> Self {
+        FaultJson {
+            scope: &f.scope,
+            device: &f.device,
+            path: &f.path,
+            problem: &f.problem,
+            fix: f.fix(),
+        }
+    }
+}
+
+/// The devices vgpud could not read: a table and each known fix below it; nothing on a healthy host.
+fn render_faults(faults: &[FaultInfo]) -> String {
+    if faults.is_empty() {
+        return String::new();
+    }
+    let mut t = Table::new(&["FAULTED", "KIND", "PATH", "PROBLEM"]);
+    for f in faults {
+        t.row(vec![
+            f.device.clone(),
+            f.scope.clone(),
+            f.path.clone(),
+            f.problem.clone(),
+        ]);
+    }
+    let mut s = format!(
+        "\n{} device(s) could not be read and are not managed until they read again (their instances and definitions are kept):\n",
+        faults.len()
+    );
+    s.push_str(&t.render());
+    for f in faults {
+        if let Some(fix) = f.fix() {
+            s.push_str(&format!("  {}: {fix}\n", f.device));
+        }
+    }
+    s
+}
+
+/// The faulted devices, or none from a vgpud without `ListFaults` (older than the method).
+async fn list_faults(client: &Client) -> Result<Vec<FaultInfo>, CliError> {
+    match client.list_faults().await {
+        Ok(f) => Ok(f),
+        // An older vgpud answers UnknownMethod; a refusal of the daemon (a host it cannot read) is shown.
+        Err(e @ vgpu_client::ClientError::Bus { .. }) => {
+            tracing::debug!(error = %e, "no faults listed");
+            Ok(Vec::new())
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 fn dash(s: &str) -> String {
@@ -544,11 +608,13 @@ async fn dispatch(
             let version = client.version().await?;
             let gpus = client.list_gpus().await?;
             let instances = client.list_instances().await?;
+            let faults = list_faults(client).await?;
             if *json {
                 let j = StatusJson {
                     version,
                     gpus: gpus.iter().map(GpuJson::from).collect(),
                     instances: instances.iter().map(InstanceJson::from).collect(),
+                    faults: faults.iter().map(FaultJson::from).collect(),
                 };
                 return write_json(out, &j);
             }
@@ -566,6 +632,7 @@ async fn dispatch(
             } else {
                 write!(out, "{}", gpu_table(&gpus).render())?;
             }
+            write!(out, "{}", render_faults(&faults))?;
         }
     }
     Ok(())

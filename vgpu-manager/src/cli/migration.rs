@@ -11,6 +11,8 @@ use mdev_types::ids::MdevUuid;
 use vgpu_host::discover::discover;
 use vgpu_vfio::{MigrationSupport, VfioTarget, migration_support};
 
+use super::daemon_cmds::BusArgs;
+use super::pool::with_daemon;
 use super::preflight::BackendArg;
 use super::{CliError, HostArgs, write_json};
 use crate::migration::{Fingerprint, Verdict, check, fingerprint};
@@ -36,6 +38,37 @@ pub(super) enum MigrationCommand {
         /// The instance's UUID.
         uuid: String,
     },
+    /// On the target host, through vgpud: make the target instance for the VM that is to arrive
+    /// (refused with every reason when it cannot load the state), held until `complete`, `abort` or
+    /// its timeout. Prints its UUID and the <hostdev> for the target domain XML.
+    Prepare {
+        /// The fingerprint (JSON from `vgpuctl migration fingerprint` on the source); `-` reads stdin.
+        #[arg(long, value_name = "FILE")]
+        target: PathBuf,
+        /// Only this GPU (PCI address or parent name).
+        #[arg(long, value_name = "ADDR")]
+        gpu: Option<String>,
+        /// The target instance's UUID (default: a new random one).
+        #[arg(long, value_name = "UUID")]
+        uuid: Option<String>,
+        /// Release it if no VM took it within this many seconds.
+        #[arg(long, value_name = "SECS", default_value_t = 600,
+              value_parser = clap::value_parser!(u32).range(1..=86_400))]
+        timeout: u32,
+        /// Print JSON (docs/json.md).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Release an incoming target (the migration was given up).
+    Abort {
+        /// The target instance's UUID.
+        uuid: String,
+    },
+    /// Keep an incoming target as an ordinary instance (the migration succeeded).
+    Complete {
+        /// The target instance's UUID.
+        uuid: String,
+    },
     /// On the target host: whether it can take the instance a fingerprint describes; every reason
     /// when not (exit 1).
     Check {
@@ -56,10 +89,66 @@ fn parse_uuid(s: &str) -> Result<MdevUuid, CliError> {
 /// Runs a migration command; `Ok(false)` when the answer is "no" (not migratable, does not fit).
 pub(super) fn run(
     host: &HostArgs,
+    bus: &BusArgs,
     cmd: &MigrationCommand,
     out: &mut dyn Write,
 ) -> Result<bool, CliError> {
     match cmd {
+        MigrationCommand::Prepare {
+            target,
+            gpu,
+            uuid,
+            timeout,
+            json,
+        } => {
+            let text = read_fingerprint(target)?;
+            with_daemon(bus, |client| async move {
+                let reply = client
+                    .prepare_incoming(
+                        &text,
+                        gpu.as_deref(),
+                        uuid.as_deref(),
+                        Some(std::time::Duration::from_secs(u64::from(*timeout))),
+                    )
+                    .await?;
+                let v: serde_json::Value = serde_json::from_str(&reply)
+                    .map_err(|e| CliError::Host(format!("vgpud's PrepareIncoming reply: {e}")))?;
+                if *json {
+                    return write_json(out, &v);
+                }
+                writeln!(
+                    out,
+                    "incoming {} ({} on {}) for source {}, released at {} unless completed",
+                    v["uuid"].as_str().unwrap_or("?"),
+                    v["type"].as_str().unwrap_or("?"),
+                    v["parent"].as_str().unwrap_or("?"),
+                    v["source"].as_str().unwrap_or("?"),
+                    v["until"]
+                )?;
+                write!(out, "{}", v["hostdev_xml"].as_str().unwrap_or(""))?;
+                for n in v["notes"].as_array().into_iter().flatten() {
+                    writeln!(out, "note: {}", n.as_str().unwrap_or(""))?;
+                }
+                Ok(())
+            })?;
+            Ok(true)
+        }
+        MigrationCommand::Abort { uuid } => {
+            with_daemon(bus, |client| async move {
+                client.abort_incoming(uuid).await?;
+                writeln!(out, "released {uuid}")?;
+                Ok(())
+            })?;
+            Ok(true)
+        }
+        MigrationCommand::Complete { uuid } => {
+            with_daemon(bus, |client| async move {
+                client.complete_incoming(uuid).await?;
+                writeln!(out, "completed {uuid}: an ordinary instance now")?;
+                Ok(())
+            })?;
+            Ok(true)
+        }
         MigrationCommand::Info {
             uuid,
             backend,
@@ -86,13 +175,7 @@ pub(super) fn run(
             Ok(true)
         }
         MigrationCommand::Check { target, json } => {
-            let text = if target.as_os_str() == "-" {
-                std::io::read_to_string(std::io::stdin())?
-            } else {
-                std::fs::read_to_string(target).map_err(|e| {
-                    CliError::BadArgument(format!("cannot read {}: {e}", target.display()))
-                })?
-            };
+            let text = read_fingerprint(target)?;
             let fp: Fingerprint = serde_json::from_str(&text).map_err(|e| {
                 CliError::BadArgument(format!(
                     "{} is not a fingerprint of `vgpuctl migration fingerprint`: {e}",
@@ -105,6 +188,16 @@ pub(super) fn run(
             print_verdict(out, &v, *json)?;
             Ok(v.fits)
         }
+    }
+}
+
+/// The fingerprint file's text (`-`: stdin).
+fn read_fingerprint(target: &std::path::Path) -> Result<String, CliError> {
+    if target.as_os_str() == "-" {
+        Ok(std::io::read_to_string(std::io::stdin())?)
+    } else {
+        std::fs::read_to_string(target)
+            .map_err(|e| CliError::BadArgument(format!("cannot read {}: {e}", target.display())))
     }
 }
 

@@ -12,6 +12,7 @@ mod daemon_cmds;
 mod discover;
 mod host_select;
 mod mdevctl;
+mod metrics;
 mod migration;
 mod open_device;
 mod pool;
@@ -132,6 +133,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print every metric family vgpud exports once (through vgpud), e.g. for node_exporter's textfile
+    /// collector.
+    Metrics(metrics::MetricsArgs),
     /// Print the man page, or write one page per command into --dir.
     Manpage {
         /// Write vgpuctl.1 and vgpuctl-COMMAND.1 files here.
@@ -196,7 +200,7 @@ where
         };
     }
     if let Command::Migration(c) = &cli.command {
-        return match migration::run(&cli.host, c, out) {
+        return match migration::run(&cli.host, &cli.bus, c, out) {
             Ok(true) => 0,
             Ok(false) => preflight::EXIT_FAILED,
             Err(e) => {
@@ -251,6 +255,7 @@ fn dispatch(cli: &Cli, out: &mut dyn Write) -> Result<(), CliError> {
         Command::Preflight(_) | Command::OpenDevice(_) | Command::Migration(_) => Ok(()),
         Command::Viability { addr, json } => viability::viability(&cli.host, addr, *json, out),
         Command::Manpage { dir } => completions::manpage(dir.as_deref(), out),
+        Command::Metrics(a) => metrics::run(a, &cli.bus, out),
     }
 }
 

@@ -87,7 +87,7 @@ pub(super) fn run(
 }
 
 /// Runs `f` with a client of vgpud on `bus` in a one-thread runtime.
-fn with_daemon<'a, F, Fut>(bus: &BusArgs, f: F) -> Result<(), CliError>
+pub(super) fn with_daemon<'a, F, Fut>(bus: &BusArgs, f: F) -> Result<(), CliError>
 where
     F: FnOnce(Client) -> Fut,
     Fut: std::future::Future<Output = Result<(), CliError>> + 'a,
@@ -176,7 +176,10 @@ fn slot_rows(slots: &[SlotRow]) -> Table {
             opt(s.gpu.as_deref()),
             numa(s.numa_node),
             opt(s.type_id.as_deref()),
-            s.state.clone(),
+            match &s.fault {
+                Some(f) => format!("{} (GPU faulted: {f})", s.state),
+                None => s.state.clone(),
+            },
         ]);
     }
     t
@@ -325,7 +328,10 @@ pub(super) fn render(p: &PoolPlan) -> String {
             k.slot.uuid.to_string(),
             k.gpu.clone(),
             "-".into(),
-            k.holds.clone(),
+            match &k.fault {
+                Some(f) => format!("{} (kept as is: GPU faulted: {f})", k.holds),
+                None => k.holds.clone(),
+            },
         ]);
     }
     if t.is_empty() {

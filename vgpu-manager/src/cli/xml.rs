@@ -304,6 +304,7 @@ mod tests {
     fn slot(profile: &str, index: u32, uuid: &str, gpu: Option<&str>) -> SlotRow {
         SlotRow {
             vf: None,
+            fault: None,
             profile: profile.into(),
             index,
             uuid: uuid.into(),

@@ -8,6 +8,7 @@ pub mod engine;
 pub mod exec;
 pub mod fd_budget;
 pub mod mdevctl_dir;
+pub mod metrics;
 pub mod pool_files;
 pub mod reconcile;
 pub mod store;

@@ -93,6 +93,9 @@ pub struct Kept {
     pub gpu: String,
     /// The mdev type id or VF address its instance holds.
     pub holds: String,
+    /// Why its GPU cannot be read, when it is faulted: the slot is kept as it is (neither removed nor
+    /// placed elsewhere) until the GPU reads again; `None` on a healthy GPU.
+    pub fault: Option<String>,
 }
 
 /// A profile whose slots do not all fit.
@@ -230,8 +233,17 @@ pub fn plan_pool(
             .profiles
             .get(&slot.profile)
             .is_some_and(|n| slot.index < *n);
-        if wanted && gpu_ok(&gpu) {
-            keep.push(Kept { slot, gpu, holds });
+        // A slot on a GPU that cannot be read stays where it is, wanted or not: its device may still
+        // exist there (a removal would fail or hit a device in a bad state), and placing it elsewhere
+        // would make a second device of its UUID. Once the GPU reads again, the next apply decides.
+        let fault = gpu_fault(inv, &gpu);
+        if fault.is_some() || (wanted && gpu_ok(&gpu)) {
+            keep.push(Kept {
+                slot,
+                gpu,
+                holds,
+                fault,
+            });
         } else {
             released.push(slot.uuid);
             if let Some(h) = held.iter().find(|h| h.slot == slot) {
@@ -427,4 +439,12 @@ fn faulted_gpus(inv: &Inventory) -> Option<String> {
         .map(|f| format!("{} ({}: {})", f.device, f.path.display(), f.cause))
         .collect();
     (!list.is_empty()).then(|| list.join(", "))
+}
+
+/// Why GPU `gpu` (or its mdev parent) cannot be read, if it cannot.
+fn gpu_fault(inv: &Inventory, gpu: &str) -> Option<String> {
+    inv.fault_of(gpu).map(|f| match &f.fix {
+        Some(fix) => format!("{} ({}: {}; {fix})", f.device, f.path.display(), f.cause),
+        None => format!("{} ({}: {})", f.device, f.path.display(), f.cause),
+    })
 }

@@ -222,6 +222,70 @@ fn applying_a_plan_then_planning_again_changes_nothing() {
     }
 }
 
+/// A slot on a GPU that cannot be read is kept as it is, with the fault as the reason: not removed
+/// (not even when the pool no longer wants it) and not placed again elsewhere.
+#[test]
+fn slots_on_a_faulted_gpu_are_kept_with_the_reason() {
+    let host = SimHost::load("demo").unwrap();
+    let mut pool = vdi_floor();
+    pool.select.vendors = vec![mdev_types::model::Vendor::Nvidia];
+    pool.profiles.insert("vdi-2g".into(), 30);
+    let mut held = Vec::new();
+    let plan = plan_pool(&pool, &cat(), &discover(&host).unwrap(), &held).unwrap();
+    apply(&host, &plan, &mut held);
+    let mut inv = discover(&host).unwrap();
+    // The GPU holding the first kept mdev slot stops answering: discovery lists it as a fault.
+    let healthy = plan_pool(&pool, &cat(), &inv, &held).unwrap();
+    let victim = healthy
+        .keep
+        .iter()
+        .find(|k| !k.holds.starts_with("VF "))
+        .unwrap()
+        .gpu
+        .clone();
+    let on_victim = healthy.keep.iter().filter(|k| k.gpu == victim).count();
+    inv.gpus.retain(|g| g.id != victim);
+    inv.faults.push(mdev_types::fault::DeviceFault {
+        scope: mdev_types::fault::FaultScope::PciDevice,
+        device: victim.clone(),
+        path: format!("/sys/bus/pci/devices/{victim}/vendor").into(),
+        cause: mdev_types::fault::FaultCause::AllOnes {
+            text: "0xffff".into(),
+        },
+        fix: Some("reset it".into()),
+    });
+    let faulted = plan_pool(&pool, &cat(), &inv, &held).unwrap();
+    assert!(faulted.is_noop(), "{:?}", faulted.steps);
+    let kept: Vec<_> = faulted.keep.iter().filter(|k| k.gpu == victim).collect();
+    assert_eq!(kept.len(), on_victim);
+    for k in kept {
+        let f = k.fault.as_deref().unwrap();
+        assert!(
+            f.contains(&victim) && f.contains("all ones") && f.contains("reset it"),
+            "{f}"
+        );
+    }
+    assert!(
+        faulted
+            .keep
+            .iter()
+            .filter(|k| k.gpu != victim)
+            .all(|k| k.fault.is_none())
+    );
+    // Shrinking the pool removes no slot of the faulted GPU.
+    pool.profiles.insert("vdi-2g".into(), 1);
+    let shrink = plan_pool(&pool, &cat(), &inv, &held).unwrap();
+    assert!(shrink.removes() > 0);
+    assert!(
+        shrink
+            .steps
+            .iter()
+            .all(|s| !matches!(s, PoolStep::Remove { gpu, .. } if *gpu == victim)),
+        "{:?}",
+        shrink.steps
+    );
+}
+
 /// A VF someone else bound (to vfio-pci for a guest of their own, or to a host driver) is not free: the
 /// plan leaves it alone and places one slot fewer there.
 #[test]

@@ -6,6 +6,7 @@ pub mod crash;
 pub mod flood;
 pub mod fuse_attr;
 pub mod mdevctl;
+pub mod metrics;
 pub mod name;
 pub mod objects;
 pub mod sysbus;

@@ -51,6 +51,25 @@ pub(super) fn read_parents(
     Ok((parents, faults))
 }
 
+/// The fault of registered parent `name`, read on its own as [`read_parents`] reads it; `None` when it
+/// reads, is not registered, or went away meanwhile.
+pub(super) fn parent_fault(host: &dyn Host, name: &str) -> Option<DeviceFault> {
+    let dir = paths::mdev_parent(name);
+    if !host.exists(&dir) {
+        return None;
+    }
+    match classify(
+        host,
+        FaultScope::MdevParent,
+        name,
+        &dir,
+        read_parent(host, name, &dir),
+    ) {
+        Outcome::Faulted(f) => Some(f),
+        Outcome::Read(_) | Outcome::Gone => None,
+    }
+}
+
 fn read_parent(host: &dyn Host, name: &str, dir: &Path) -> Result<MdevParent, DiscoverError> {
     let mut types = Vec::new();
     for ty in host.list_optional(&dir.join("mdev_supported_types"))? {

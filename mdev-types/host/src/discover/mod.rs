@@ -8,7 +8,7 @@ use tracing::{debug, warn};
 
 use crate::{Host, HostError, HostExt, paths};
 use fault::Outcome;
-use mdev_types::fault::FaultScope;
+use mdev_types::fault::{DeviceFault, FaultScope};
 use mdev_types::ids::PciAddress;
 use mdev_types::model::{Assignability, Capability, Gpu, Inventory, MdevParent, PciDevice, Vendor};
 use mdev_types::parse::{ParseError, TypeDescription};
@@ -95,6 +95,28 @@ pub fn discover(host: &dyn Host) -> Result<Inventory, DiscoverError> {
         gpus,
         faults,
     })
+}
+
+/// The fault of GPU `id` (a PCI address or an mdev parent name) now, if it has one: its PCI function
+/// (when `id` is listed under `/sys/bus/pci/devices`) and its mdev parent (when registered), each read
+/// as [`discover`] reads them, and nothing else of the host. A device that is absent, or went away while
+/// it was read, has no fault. The cheap check of one GPU a request names.
+pub fn device_fault(host: &dyn Host, id: &str) -> Option<DeviceFault> {
+    if let Ok(addr) = id.parse::<PciAddress>() {
+        let dir = paths::pci_device(&addr);
+        if host.exists(&dir)
+            && let Outcome::Faulted(f) = fault::classify(
+                host,
+                FaultScope::PciDevice,
+                id,
+                &dir,
+                pci::read_pci_device(host, addr),
+            )
+        {
+            return Some(f);
+        }
+    }
+    mdev::parent_fault(host, id)
 }
 
 /// A virtual parent is a GPU when one of its types describes a display or a vGPU.

@@ -89,6 +89,19 @@ pub enum CoreError {
         /// Whether the placement is proven the most possible.
         proven_optimal: bool,
     },
+    /// vgpud is shutting down: a pool apply stopped at a step boundary, keeping the steps it ran; the
+    /// next start of vgpud finishes it.
+    #[error(
+        "pool {pool}: vgpud is shutting down: the apply stopped after step {done} of {total} (between two steps); the next start of vgpud finishes it (or apply the pool again then)"
+    )]
+    Interrupted {
+        /// The pool.
+        pool: String,
+        /// Steps that ran.
+        done: usize,
+        /// Steps the apply had.
+        total: usize,
+    },
     /// The request needs something vgpud does not do. Nothing was changed.
     #[error(
         "{step}: vgpud does not assign whole GPUs to pool slots; use the passthrough profile outside pools"
@@ -189,6 +202,7 @@ impl CoreError {
             CoreError::NotFound { .. } => "NotFound",
             CoreError::Foreign { .. } => "Foreign",
             CoreError::Exists { .. } => "Exists",
+            CoreError::Invalid(RequestError::Faulted { .. }) => "Faulted",
             CoreError::Invalid(_) | CoreError::Pool(_) => "Invalid",
             CoreError::State(_) => "State",
             CoreError::Lifecycle(e) => lifecycle_kind(e),
@@ -203,6 +217,7 @@ impl CoreError {
             CoreError::Host(_) => "Host",
             CoreError::Store(_) | CoreError::MdevctlDir(_) => "Store",
             CoreError::Shortfall { .. } => "Shortfall",
+            CoreError::Interrupted { .. } => "State",
             CoreError::WholeGpuSlot { .. } => "NotSupported",
             CoreError::PoolStep { cause, .. } => cause.kind(),
         }
@@ -249,7 +264,11 @@ pub enum RequestError {
         type_id: MdevTypeId,
     },
     /// The GPU asked for could not be read (it is faulted): nothing is placed on it until it reads again.
-    #[error("GPU {} is faulted and not used until it reads again: {fault}", clip(.gpu))]
+    #[error(
+        "GPU {} is faulted and not used until it reads again: {fault}{}; nothing was changed (`vgpuctl status` shows when it reads again)",
+        clip(.gpu),
+        fallback_fix(.fault)
+    )]
     Faulted {
         /// The GPU (or parent) asked for.
         gpu: String,
@@ -405,6 +424,22 @@ pub enum StateError {
         /// The command (`stop`, `destroy`).
         action: &'static str,
     },
+    /// A live migration's state cannot load on this host.
+    #[error(
+        "this host cannot take the migrating {type_id} instance: {}", reasons.join("; ")
+    )]
+    Incompatible {
+        /// The type asked for.
+        type_id: MdevTypeId,
+        /// Every reason (`vgpuctl migration check --target FILE` prints the same).
+        reasons: Vec<String>,
+    },
+    /// An incoming-instance request naming an instance that is not incoming.
+    #[error("{uuid} is not an incoming migration target (`vgpuctl list` shows the instances)")]
+    NotIncoming {
+        /// The instance.
+        uuid: MdevUuid,
+    },
     /// Making a definition of a UUID the one vgpud acts on while the UUID's device runs on another
     /// parent (one device per UUID runs at a time; mdevctl.rst "start").
     #[error(
@@ -506,6 +541,15 @@ pub enum VfInUse {
     /// Bound to a driver.
     #[error("it is bound to {0}, so the host or another guest uses it")]
     BoundTo(String),
+}
+
+/// The fix of a fault discovery knows none for (its message already carries a known one).
+fn fallback_fix(fault: &DeviceFault) -> &'static str {
+    if fault.fix.is_some() {
+        ""
+    } else {
+        " (check `dmesg` for the device, then reload its driver or reset it)"
+    }
 }
 
 #[cfg(test)]

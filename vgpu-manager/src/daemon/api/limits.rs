@@ -57,6 +57,8 @@ pub enum ClientText {
     TypeId,
     /// A scheduling request's slot.
     SchedulingSlot,
+    /// A live migration's fingerprint (`PrepareIncoming`).
+    Fingerprint,
 }
 
 impl ClientText {
@@ -71,6 +73,7 @@ impl ClientText {
             ClientText::Gpu => "the GPU id",
             ClientText::TypeId => "the mdev type id",
             ClientText::SchedulingSlot => "a scheduling request's slot",
+            ClientText::Fingerprint => "the migration fingerprint",
         }
     }
 
@@ -78,7 +81,9 @@ impl ClientText {
     pub fn limit(self) -> usize {
         match self {
             ClientText::Label | ClientText::SchedulingLabel => MAX_LABEL_BYTES,
-            ClientText::PoolToml | ClientText::SchedulingRequests => MAX_TEXT_BYTES,
+            ClientText::PoolToml | ClientText::SchedulingRequests | ClientText::Fingerprint => {
+                MAX_TEXT_BYTES
+            }
             ClientText::Profile | ClientText::Gpu | ClientText::SchedulingSlot => MAX_NAME_BYTES,
             ClientText::TypeId => mdev_types::ids::MdevTypeId::MAX_BYTES,
         }

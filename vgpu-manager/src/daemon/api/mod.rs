@@ -14,7 +14,10 @@ mod attrs;
 mod command;
 mod definitions;
 mod error;
+mod faults;
 pub mod limits;
+mod metrics;
+mod migration;
 
 pub use attrs::{
     AttrError, MAX_ATTR_NAME_BYTES, MAX_ATTR_VALUE_BYTES, MAX_ATTRS, MdevAttr, parse_attrs,
@@ -24,6 +27,12 @@ pub use definitions::{
     AdoptDefinition, DefinitionOwner, DefinitionView, ListDefinitions, RedefineInstance,
 };
 pub use error::{CoreError, RequestError, StateError, UndoFailure, VfInUse};
+pub use faults::ListFaults;
+pub use metrics::GetMetrics;
+pub use migration::{
+    AbortIncoming, CompleteIncoming, DEFAULT_INCOMING_TIMEOUT, IncomingView, MAX_INCOMING_TIMEOUT,
+    PrepareIncoming,
+};
 
 /// Who created an instance, which decides whether the daemon may ever remove it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -16,7 +16,7 @@ use crate::daemon::api::limits::{self, ClientText, clip};
 use crate::daemon::api::*;
 use mdev_types::ids::{IdError, MdevUuid};
 use vgpu_client::{
-    DefinitionInfo, GpuInfo, InstanceInfo, TARGET_PROFILE, TARGET_TYPE, instance_path,
+    DefinitionInfo, FaultInfo, GpuInfo, InstanceInfo, TARGET_PROFILE, TARGET_TYPE, instance_path,
 };
 
 /// The manager object.
@@ -153,7 +153,7 @@ impl Manager {
 
 /// The vgpu-manager daemon: GPUs, mdev instances and their lifecycle. Mutating methods need root or
 /// membership in group vgpu-admin (and, where polkit runs, action org.vgpumanager.manage). Errors are
-/// org.vgpumanager.Error.KIND (NotFound, Foreign, Exists, Invalid, State, TypeFull, Kernel, Host,
+/// org.vgpumanager.Error.KIND (NotFound, Foreign, Exists, Invalid, Faulted, State, TypeFull, Kernel, Host,
 /// Store, AccessDenied, Shortfall, NotSupported, LimitsExceeded, Internal) with a one-line message that
 /// says what to do. LimitsExceeded: the caller's connection already has 64 calls pending at vgpud
 /// (Manager1, Instance1, GetManagedObjects and Gpu1.Scheduling reads together); retry once replies
@@ -234,6 +234,21 @@ impl Manager {
                 attrs: d.attrs,
             })
             .collect())
+    }
+
+    /// Every device the host's discovery cannot read now (none on a healthy host): such a device is not
+    /// managed (nothing is placed on it; its instances and definitions are kept) until it reads again.
+    /// Each row: scope (pci-device, mdev-parent, mdev-instance, iommu-group), device (PCI address,
+    /// parent name, UUID or group number), the kernel path whose read failed, the problem, and the
+    /// fix ("" when none is known).
+    #[zbus(out_args("faults"))]
+    async fn list_faults(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<Vec<FaultInfo>, ApiError> {
+        let faults = self.shared.run(conn, &hdr, ListFaults).await?;
+        Ok(faults.iter().map(super::faults::info).collect())
     }
 
     /// Makes the definition of uuid on parent the one later calls naming the UUID act on: a foreign
@@ -380,6 +395,47 @@ impl Manager {
         Ok(())
     }
 
+    /// Makes the target instance of a live migration here from the source's fingerprint (JSON of
+    /// `vgpuctl migration fingerprint`): refused with every reason when its state cannot load on this
+    /// host; else an instance of the type on a parent that fits, with a new UUID, held as incoming
+    /// until CompleteIncoming, AbortIncoming or its timeout (then released, unless a VM holds its
+    /// device). Options: gpu (s), uuid (s), timeout (u, seconds; default 600). Returns JSON: uuid,
+    /// source, parent, gpu, type, until, hostdev_xml (for the target domain XML), target_mdevs
+    /// (source → target UUID, as Nova's libvirt driver passes them), notes.
+    async fn prepare_incoming(
+        &self,
+        fingerprint: &str,
+        options: HashMap<String, OwnedVariant>,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<String, ApiError> {
+        let req = super::migration::parse_prepare(fingerprint, &options)?;
+        let v = self.shared.run(conn, &hdr, req).await?;
+        json_text(&super::migration::IncomingJson::from(&v))
+    }
+
+    /// Releases an incoming migration target (the migration was given up): its device is removed.
+    async fn abort_incoming(
+        &self,
+        uuid: &str,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<(), ApiError> {
+        let uuid = parse_uuid(uuid)?;
+        self.shared.run(conn, &hdr, AbortIncoming { uuid }).await
+    }
+
+    /// Turns an incoming migration target into an ordinary instance (the migration succeeded).
+    async fn complete_incoming(
+        &self,
+        uuid: &str,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<(), ApiError> {
+        let uuid = parse_uuid(uuid)?;
+        self.shared.run(conn, &hdr, CompleteIncoming { uuid }).await
+    }
+
     /// Sets whether a definition starts automatically.
     async fn set_autostart(
         &self,
@@ -442,6 +498,27 @@ impl Manager {
         #[zbus(connection)] conn: &Connection,
     ) -> Result<String, ApiError> {
         json_text(&self.shared.run(conn, &hdr, GetPoolStatus).await?)
+    }
+
+    /// Every metric family vgpud exports (docs/metrics.md), as `vgpud --metrics-listen` serves them at
+    /// /metrics: format "prometheus" (or "") for the Prometheus text format 0.0.4, "openmetrics" for
+    /// OpenMetrics 1.0. Read-only: the host is read only when something changed since the last answer.
+    #[zbus(out_args("text"))]
+    async fn metrics(
+        &self,
+        format: &str,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<String, ApiError> {
+        let format = match format {
+            "" => crate::daemon::metrics::Format::Prometheus,
+            word => word
+                .parse()
+                .map_err(|e: crate::daemon::metrics::text::UnknownFormat| {
+                    ApiError::invalid(e.to_string())
+                })?,
+        };
+        self.shared.run(conn, &hdr, GetMetrics { format }).await
     }
 
     /// A GPU's time-slice scheduling plan as JSON. requests: a JSON array of {"weight": W, "slot"?,

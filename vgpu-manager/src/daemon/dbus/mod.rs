@@ -16,11 +16,13 @@ mod callers;
 pub mod decode;
 pub mod embedded_bus;
 pub mod errors;
+mod faults;
 mod gpu;
 mod gpu_work;
 mod instance;
 mod introspect;
 mod manager;
+mod migration;
 mod mirror;
 mod object_manager;
 mod pools;
@@ -57,6 +59,7 @@ pub trait Executor:
     + Handle<UndefineInstance>
     + Handle<SetAutostart>
     + Handle<ListDefinitions>
+    + Handle<ListFaults>
     + Handle<AdoptDefinition>
     + Handle<RedefineInstance>
     + Handle<Reconcile>
@@ -68,7 +71,11 @@ pub trait Executor:
     + Handle<ApplyScheduling>
     + Handle<Preflight>
     + Handle<MigrationInfo>
+    + Handle<PrepareIncoming>
+    + Handle<AbortIncoming>
+    + Handle<CompleteIncoming>
     + Handle<OpenDevice>
+    + Handle<GetMetrics>
     + Send
     + Sync
     + 'static

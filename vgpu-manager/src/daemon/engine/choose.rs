@@ -2,7 +2,7 @@
 
 use mdev_types::ids::{MdevTypeId, MdevUuid, PciAddress};
 use tracing::warn;
-use vgpu_host::discover::discover;
+use vgpu_host::discover::{device_fault, discover};
 use vgpu_host::{HostExt, paths};
 
 use super::instances::Instances;
@@ -90,6 +90,14 @@ impl Instances {
                     return Err(RequestError::NoParent {
                         parent: p,
                         host: self.host.describe(),
+                    }
+                    .into());
+                }
+                // Checked before anything is written: a faulted GPU gets nothing new.
+                if let Some(fault) = device_fault(self.host.as_ref(), &p) {
+                    return Err(RequestError::Faulted {
+                        gpu: p,
+                        fault: Box::new(fault),
                     }
                     .into());
                 }

@@ -33,6 +33,10 @@ pub(super) struct Instances {
     pub(super) events: broadcast::Sender<Event>,
     /// Bumped after every change of `views` (see [`super::Core::views_generation`]).
     pub(super) views_generation: std::sync::atomic::AtomicU64,
+    /// Whether a startup-scope reconcile has succeeded (see [`super::Core::startup_owed`]).
+    pub(super) startup_done: std::sync::atomic::AtomicBool,
+    /// Operation records and the metrics snapshot (`metrics_source.rs`).
+    pub(super) metrics: Arc<crate::daemon::metrics::Registry>,
 }
 
 impl Instances {
@@ -53,6 +57,8 @@ impl Instances {
             known_parents: Mutex::new(BTreeSet::new()),
             events,
             views_generation: std::sync::atomic::AtomicU64::new(0),
+            startup_done: std::sync::atomic::AtomicBool::new(false),
+            metrics: Arc::default(),
         };
         *lock(&i.known_parents) = i.parents_now();
         i
@@ -77,6 +83,7 @@ impl Instances {
     /// device's `bind` and a module's `add` only after the probe or init that registered the parent.
     /// Returns whether every GPU must be re-read, beyond the instance events sent ([`GpuImpact`]).
     pub(super) fn handle_uevent(&self, ev: &vgpu_host::uevent::Uevent) -> GpuImpact {
+        self.metrics.ops().uevent();
         let impact = gpu_impact::gpu_impact(self.host.as_ref(), ev);
         if !ev.is_relevant() {
             return impact;
@@ -121,6 +128,11 @@ impl Instances {
             .unwrap_or_default()
             .into_iter()
             .collect()
+    }
+
+    /// The devices discovery cannot read now (a fresh read of the host).
+    pub(super) fn list_faults(&self) -> Result<Vec<mdev_types::fault::DeviceFault>, CoreError> {
+        Ok(discover(self.host.as_ref())?.faults)
     }
 
     pub(super) fn list_gpus(&self) -> Result<Vec<GpuView>, CoreError> {

@@ -30,25 +30,31 @@ mod choose;
 mod definitions;
 mod foreign;
 mod gpu_impact;
+mod incoming;
 mod instances;
 mod lifecycle;
 mod locks;
+mod metrics_source;
 pub(crate) mod persist;
 mod pool;
 mod pool_exec;
 #[cfg(test)]
 mod pool_exec_tests;
 mod pool_record;
+mod pool_stop;
 mod reconcile;
 mod routes;
 mod sched;
+mod startup;
 mod vf_make;
 mod vf_slots;
 mod vfio;
 mod views;
 
 pub use gpu_impact::GpuImpact;
+pub use pool_stop::FinishedApply;
 pub use reconcile::ReconcileScope;
+pub use startup::{STARTUP_RETRY_FIRST, STARTUP_RETRY_MAX, StartupRetry, next_retry_delay};
 
 use instances::Instances;
 use pool::Pools;
@@ -153,12 +159,13 @@ impl Core {
             vf_slots,
             pools,
         };
+        incoming::spawn_reaper(Arc::downgrade(&core.instances));
         match core.instances.reconcile(ReconcileScope::Startup) {
             Ok(_) => {}
             // The hardware is not a reason not to serve: the state directory is usable, and the host is
             // read again on every request and uevent.
             Err(CoreError::Host(e)) => {
-                error!(error = %e, "cannot read the host at startup: serving anyway, but the startup reconcile (autostart instances) did not run; check the path named and restart vgpud once it reads")
+                error!(error = %e, "cannot read the host at startup: serving anyway; the startup reconcile (autostart instances) is owed and retried on every kernel event and with a back-off (Core::retry_startup) until the host reads")
             }
             Err(e) => return Err(e),
         }
@@ -194,7 +201,13 @@ impl Core {
     /// noticed); anything else re-reads the registered parents, and a parent that appeared (its driver
     /// loaded late) gets its autostart instances. Returns whether every GPU must be re-read, beyond
     /// the instance events sent ([`GpuImpact`]).
+    ///
+    /// While the startup reconcile is owed (the host could not be read at start), any event retries
+    /// it first ([`Core::retry_startup`]).
     pub fn handle_uevent(&self, ev: &vgpu_host::uevent::Uevent) -> GpuImpact {
+        if let Some(impact) = self.uevent_retries_startup() {
+            return impact;
+        }
         self.instances.handle_uevent(ev)
     }
 

@@ -140,16 +140,29 @@ impl Persist {
         &mut self,
         uuid: &MdevUuid,
     ) -> Result<Option<Definition>, CoreError> {
-        let parent = self.state.get_definition(uuid).map(|d| d.parent.clone());
-        if let (Some(dir), Some(parent)) = (self.mdevctl.clone(), parent) {
+        let def = self.state.get_definition(uuid).cloned();
+        let mut file_removed = None;
+        if let (Some(dir), Some(def)) = (self.mdevctl.clone(), &def) {
             self.step()?;
-            match dir.remove(&parent, uuid) {
-                Ok(_) | Err(MdevctlDirError::Parent { .. }) => {}
+            match dir.remove(&def.parent, uuid) {
+                Ok(_) => file_removed = Some(dir),
+                Err(MdevctlDirError::Parent { .. }) => {}
                 Err(e) => return Err(e.into()),
             }
         }
         self.step()?;
-        Ok(self.state.remove_definition(uuid)?)
+        match self.state.remove_definition(uuid) {
+            Ok(removed) => Ok(removed),
+            Err(e) => {
+                // The definition stays (a full or read-only state directory): so does its file.
+                if let (Some(dir), Some(def)) = (file_removed, &def)
+                    && let Err(w) = dir.write(def)
+                {
+                    warn!(%uuid, error = %w, "the mdevctl definition file of a definition kept could not be written back (written again at the next start)");
+                }
+                Err(e.into())
+            }
+        }
     }
 
     /// Durably stores (creates or replaces) `def` as an alternate of its UUID (a definition on

@@ -77,6 +77,8 @@ pub(super) struct Pools {
     events: broadcast::Sender<Event>,
     pub(super) instances: Arc<Instances>,
     pub(super) vf_slots: Arc<VfSlots>,
+    /// Set when vgpud shuts down: an apply stops at its next step boundary (see `pool_stop`).
+    pub(super) stopping: std::sync::atomic::AtomicBool,
 }
 
 impl Pools {
@@ -96,6 +98,7 @@ impl Pools {
             events,
             instances,
             vf_slots,
+            stopping: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -119,9 +122,24 @@ impl Pools {
 
     /// [`ApplyPool`](crate::daemon::api::ApplyPool): one run of the daemon's executor, kept only
     /// when every step succeeds.
+    ///
+    /// The apply is recorded as in progress before its first change and that record is removed
+    /// once it applied or was undone; vgpud's shutdown stops it at a step boundary, leaving the record
+    /// for the next start to finish the apply ([`super::Core::finish_interrupted_applies`]).
     pub(super) fn apply(&self, text: &str) -> Result<PoolSummary, CoreError> {
         let _one = APPLYING.lock().unwrap_or_else(PoisonError::into_inner);
         let pool = self.parse_pool(text)?;
+        self.mark_applying(&pool, text)?;
+        let outcome = self.apply_marked(&pool, text);
+        if !matches!(outcome, Err(CoreError::Interrupted { .. })) {
+            self.unmark_applying(&pool);
+        }
+        outcome
+    }
+
+    /// The steps of [`Pools::apply`], once the apply is recorded as in progress.
+    fn apply_marked(&self, pool: &Pool, text: &str) -> Result<PoolSummary, CoreError> {
+        let pool = pool.clone();
         let mut slots = Slots(self);
         let mut steps_of = SlotSteps {
             actions: &mut slots,
@@ -138,6 +156,7 @@ impl Pools {
         // VFs they hold (a PF whose VFs a reboot disabled would otherwise look free).
         let restarts = self.stopped_vf_slots(&pool);
         for (i, step) in restarts.iter().enumerate() {
+            self.check_stopping(&pool, i, restarts.len())?;
             run = match run.run(i, step) {
                 Ok(run) => run,
                 Err(failed) => {
@@ -167,6 +186,7 @@ impl Pools {
         let total = u32::try_from(steps.len()).unwrap_or(u32::MAX);
         for (i, step) in steps.iter().enumerate() {
             if i >= first {
+                self.check_stopping(&pool, i, steps.len())?;
                 run = match run.run(i, step) {
                     Ok(run) => run,
                     Err(failed) => {

@@ -83,6 +83,10 @@ impl Pools {
                     };
                     *entry.profiles.entry(profile.clone()).or_default() += 1;
                 }
+                let fault = gpu
+                    .as_deref()
+                    .and_then(|g| inv.fault_of(g))
+                    .map(ToString::to_string);
                 rows.push(SlotRow {
                     profile: profile.clone(),
                     index,
@@ -100,6 +104,7 @@ impl Pools {
                     }
                     .into(),
                     vf: vf.map(|r| r.vf.to_string()),
+                    fault,
                 });
             }
         }

@@ -202,6 +202,13 @@ impl Instances {
 
     /// Plans and executes a reconcile with every other operation held off, then refreshes all views.
     pub(super) fn reconcile(&self, scope: ReconcileScope) -> Result<ExecReport, CoreError> {
+        let run = self.reconcile_run(scope);
+        let ok = matches!(&run, Ok(r) if r.failure.is_none());
+        self.metrics.ops().reconcile(ok);
+        run
+    }
+
+    fn reconcile_run(&self, scope: ReconcileScope) -> Result<ExecReport, CoreError> {
         let report = {
             let _exclusive = self.locks.exclusive();
             let inv = discover(self.host.as_ref())?;
@@ -237,6 +244,10 @@ impl Instances {
             warn!(step = %e.step, error = %e.error, "rollback incomplete; the next reconcile sees what is left");
         }
         self.refresh_all();
+        if scope == ReconcileScope::Startup {
+            self.startup_done
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+        }
         Ok(report)
     }
 }

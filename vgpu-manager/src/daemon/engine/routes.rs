@@ -8,14 +8,22 @@ macro_rules! route {
     ($cmd:ty, |$core:ident, $c:pat_param| $body:expr) => {
         impl Handle<$cmd> for Core {
             fn handle(&self, cmd: $cmd) -> Result<<$cmd as Command>::Reply, CoreError> {
+                let started = std::time::Instant::now();
                 let $core = self;
                 let $c = cmd;
-                $body
+                let result = $body;
+                self.record::<$cmd, _>(started, &result);
+                result
             }
         }
     };
 }
 
+route!(GetMetrics, |core, GetMetrics { format }| Ok(core
+    .metrics_text(
+        format,
+        crate::daemon::metrics::Freshness::Current
+    )));
 route!(ListGpus, |core, ListGpus| core.instances.list_gpus());
 route!(GetGpuCapacity, |core, GetGpuCapacity { id }| Ok(core
     .instances
@@ -50,6 +58,7 @@ route!(SetAutostart, |core, SetAutostart { uuid, autostart }| core
 route!(ListDefinitions, |core, ListDefinitions| Ok(core
     .instances
     .list_definitions()));
+route!(ListFaults, |core, ListFaults| core.instances.list_faults());
 route!(AdoptDefinition, |core, AdoptDefinition { parent, uuid }| {
     core.instances.adopt_definition(parent, uuid)
 });
@@ -81,6 +90,15 @@ route!(Preflight, |core, Preflight { uuid }| core
 route!(MigrationInfo, |core, MigrationInfo { uuid }| core
     .vfio
     .migration_info(uuid));
+route!(PrepareIncoming, |core, req| core
+    .instances
+    .prepare_incoming(req));
+route!(AbortIncoming, |core, AbortIncoming { uuid }| core
+    .instances
+    .abort_incoming(uuid));
+route!(CompleteIncoming, |core, CompleteIncoming { uuid }| core
+    .instances
+    .complete_incoming(uuid));
 route!(OpenDevice, |core,
                     OpenDevice {
                         uuid,

@@ -61,6 +61,48 @@ pub enum StoreError {
         #[source]
         source: io::Error,
     },
+    /// The filesystem holding the state directory is full (`ENOSPC`, or `EDQUOT` for a quota): nothing
+    /// was written (a record is replaced whole or not at all), and the request was refused.
+    #[error(
+        "state directory: could not {op} {path}: the disk is full ({source}); nothing was written: free space on the filesystem holding it (`df {dir}`), then retry; vgpud needs no restart",
+        dir = dir_of(path)
+    )]
+    Full {
+        /// What was being done.
+        op: StoreOp,
+        /// The record file (or directory) it was for.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// The filesystem holding the state directory is mounted read-only (`EROFS`): nothing was written.
+    #[error(
+        "state directory: could not {op} {path}: the filesystem is read-only ({source}); nothing was written: remount it read-write (`mount -o remount,rw` on its mount point; a filesystem the kernel made read-only after errors needs `fsck` first), then retry; vgpud needs no restart"
+    )]
+    ReadOnly {
+        /// What was being done.
+        op: StoreOp,
+        /// The record file (or directory) it was for.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// Where a record file belongs there is a directory (`EISDIR`): someone replaced the file. The
+    /// record stays as it was in memory and is written again by the next change once the path is free.
+    #[error(
+        "state directory: could not {op} {path}: it is a directory, not a record file ({source}); nothing was written: move the directory away (`mv {path} /root/`), then retry; vgpud needs no restart"
+    )]
+    NotAFile {
+        /// What was being done.
+        op: StoreOp,
+        /// The path that is a directory.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
     /// Another process holds the lock on the state directory.
     #[error(
         "state directory {dir} is in use by another vgpud{}: stop it first, or give this one a different --state-dir",
@@ -92,11 +134,22 @@ pub enum StoreError {
 
 impl StoreError {
     /// Wraps an I/O error with the operation and path.
+    /// A full disk, a read-only filesystem and a directory where a file belongs are their own
+    /// variants, each with its fix.
     pub(crate) fn io(op: StoreOp, path: impl Into<PathBuf>, source: io::Error) -> Self {
-        StoreError::Io {
-            op,
-            path: path.into(),
-            source,
+        let path = path.into();
+        match source.raw_os_error().map(nix::errno::Errno::from_raw) {
+            Some(nix::errno::Errno::ENOSPC | nix::errno::Errno::EDQUOT) => {
+                StoreError::Full { op, path, source }
+            }
+            Some(nix::errno::Errno::EROFS) => StoreError::ReadOnly { op, path, source },
+            Some(nix::errno::Errno::EISDIR) => StoreError::NotAFile { op, path, source },
+            _ => StoreError::Io { op, path, source },
         }
     }
+}
+
+/// The directory a path is in, for the `df` of a full disk's fix.
+fn dir_of(path: &std::path::Path) -> String {
+    path.parent().unwrap_or(path).display().to_string()
 }

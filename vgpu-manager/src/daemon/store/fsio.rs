@@ -96,7 +96,8 @@ fn write_temp_at(
         Err(e) => {
             // Best effort: a leftover is also removed on the next open.
             let _ = fs::remove_file(&tmp);
-            Err(StoreError::io(StoreOp::Write, tmp, e))
+            // The record it was for, not the temporary name (which is gone again).
+            Err(StoreError::io(StoreOp::Write, dir.join(final_name), e))
         }
     }
 }

@@ -12,7 +12,11 @@
 //!   ledger/<uuid>.toml            one file per device the daemon created or adopted
 //!   ledger/batch-<n>.toml         entries of many devices written at once (see `batch`)
 //!   pools/<name>.toml             the text of each pool vgpud applied (see `applied_pool`)
+//!   applying/<name>.toml          the text of a pool apply in progress (an applied pool's format):
+//!                                 left by an apply that vgpud's shutdown or a crash stopped, and
+//!                                 finished by the next start
 //!   vf-slots/<uuid>.toml          one file per pool slot held by an SR-IOV VF (see `vf_slot`)
+//!   incoming/<uuid>.toml          one file per incoming live-migration target (see `incoming`)
 //!   corrupt/<name>.<unix-ts>      files that could not be loaded, moved aside
 //! ```
 //!
@@ -89,6 +93,7 @@ mod batch;
 pub mod codec;
 mod error;
 pub(crate) mod fsio;
+mod incoming;
 mod load;
 mod lock;
 mod record;
@@ -103,6 +108,7 @@ use mdev_types::ids::MdevUuid;
 
 pub use applied_pool::AppliedPool;
 pub use error::{StoreError, StoreOp};
+pub use incoming::IncomingRecord;
 pub use load::{AsideReason, LoadReport, SetAside};
 pub use record::{Definition, LedgerEntry, LedgerOwnership, SCHEMA};
 pub use vf_slot::{VfKind, VfSlotRecord};
@@ -123,8 +129,12 @@ const DEFINITIONS: &str = "definitions";
 const LEDGER: &str = "ledger";
 /// Subdirectory of applied pools.
 const POOLS: &str = "pools";
+/// Subdirectory of pool applies in progress.
+const APPLYING: &str = "applying";
 /// Subdirectory of VF slot records.
 const VF_SLOTS: &str = "vf-slots";
+/// Subdirectory of incoming instance records.
+const INCOMING: &str = "incoming";
 /// Subdirectory of files moved aside.
 const CORRUPT: &str = "corrupt";
 
@@ -145,7 +155,9 @@ pub struct StateDir {
     /// Ledger entries that have their own file (which overrides any batch copy).
     own_files: BTreeSet<MdevUuid>,
     pools: BTreeMap<String, AppliedPool>,
+    applying: BTreeMap<String, AppliedPool>,
     vf_slots: BTreeMap<MdevUuid, VfSlotRecord>,
+    incoming: BTreeMap<MdevUuid, IncomingRecord>,
     _lock: DirLock,
 }
 
@@ -156,7 +168,15 @@ impl StateDir {
         let root = path.as_ref().to_path_buf();
         ensure_dir(&root)?;
         let lock = lock_dir(&root)?;
-        for sub in [DEFINITIONS, LEDGER, POOLS, VF_SLOTS, CORRUPT] {
+        for sub in [
+            DEFINITIONS,
+            LEDGER,
+            POOLS,
+            APPLYING,
+            VF_SLOTS,
+            INCOMING,
+            CORRUPT,
+        ] {
             ensure_dir(&root.join(sub))?;
         }
         let corrupt = root.join(CORRUPT);
@@ -189,8 +209,12 @@ impl StateDir {
         }
         let pools: BTreeMap<String, AppliedPool> =
             load_dir(&root.join(POOLS), &corrupt, &mut report, |_| false)?;
+        let applying: BTreeMap<String, AppliedPool> =
+            load_dir(&root.join(APPLYING), &corrupt, &mut report, |_| false)?;
         let vf_slots: BTreeMap<MdevUuid, VfSlotRecord> =
             load_dir(&root.join(VF_SLOTS), &corrupt, &mut report, |_| false)?;
+        let incoming: BTreeMap<MdevUuid, IncomingRecord> =
+            load_dir(&root.join(INCOMING), &corrupt, &mut report, |_| false)?;
         report.definitions = definitions.len() + alternates.len();
         report.ledger_entries = ledger.len();
         report.pools = pools.len();
@@ -204,7 +228,9 @@ impl StateDir {
                 batches,
                 own_files,
                 pools,
+                applying,
                 vf_slots,
+                incoming,
                 _lock: lock,
             },
             report,
@@ -477,6 +503,29 @@ impl StateDir {
         self.pools.values()
     }
 
+    /// Durably records that pool `pool.name` is being applied with `pool.text`. Call before the
+    /// apply's first change; [`StateDir::remove_applying`] once it is applied or undone.
+    pub fn put_applying(&mut self, pool: &AppliedPool) -> Result<(), StoreError> {
+        put(&self.root.join(APPLYING), pool)?;
+        self.applying.insert(pool.name.clone(), pool.clone());
+        Ok(())
+    }
+
+    /// Durably deletes the record of pool `name`'s apply in progress; returns it if there was one.
+    pub fn remove_applying(&mut self, name: &str) -> Result<Option<AppliedPool>, StoreError> {
+        let Some(key) = AppliedPool::key_of_file_name(&format!("{name}.toml")) else {
+            return Ok(None);
+        };
+        remove_durable(&self.root.join(APPLYING), &AppliedPool::file_name(&key))?;
+        Ok(self.applying.remove(name))
+    }
+
+    /// The pool applies in progress (left by a shutdown or a crash when the directory was opened),
+    /// by name.
+    pub fn applying(&self) -> impl ExactSizeIterator<Item = &AppliedPool> + '_ {
+        self.applying.values()
+    }
+
     /// The file that holds (or would hold) applied pool `name`, for messages.
     pub fn pool_file(&self, name: &str) -> PathBuf {
         self.root.join(POOLS).join(format!("{name}.toml"))
@@ -505,6 +554,36 @@ impl StateDir {
     /// All VF slot records, by UUID.
     pub fn vf_slots(&self) -> impl ExactSizeIterator<Item = &VfSlotRecord> + '_ {
         self.vf_slots.values()
+    }
+}
+
+impl StateDir {
+    /// Durably stores (creates or replaces) an incoming instance record. Call *before* creating its
+    /// device.
+    pub fn put_incoming(&mut self, record: &IncomingRecord) -> Result<(), StoreError> {
+        put(&self.root.join(INCOMING), record)?;
+        self.incoming.insert(record.uuid, record.clone());
+        Ok(())
+    }
+
+    /// Durably deletes the incoming record of `uuid`; returns it if there was one. Call after its
+    /// device is gone, or once a VM holds it.
+    pub fn remove_incoming(
+        &mut self,
+        uuid: &MdevUuid,
+    ) -> Result<Option<IncomingRecord>, StoreError> {
+        remove_durable(&self.root.join(INCOMING), &IncomingRecord::file_name(uuid))?;
+        Ok(self.incoming.remove(uuid))
+    }
+
+    /// The incoming record of `uuid`.
+    pub fn get_incoming(&self, uuid: &MdevUuid) -> Option<&IncomingRecord> {
+        self.incoming.get(uuid)
+    }
+
+    /// Every incoming record, by UUID.
+    pub fn incoming(&self) -> impl ExactSizeIterator<Item = &IncomingRecord> + '_ {
+        self.incoming.values()
     }
 }
 

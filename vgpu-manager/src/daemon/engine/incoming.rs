@@ -1,0 +1,202 @@
+//! Incoming live-migration targets ([`crate::daemon::api::PrepareIncoming`]): made from the source's
+//! fingerprint on a parent that can load its state, held as *incoming* (a record in the state
+//! directory, written before the device is made) until completed, aborted or past their deadline.
+//!
+//! A reaper thread looks at the records once a second. One whose deadline passed is released when no
+//! process holds its device (its IOMMU group's `/dev/vfio/N` opens: a VM that took the device holds
+//! it open, and VFIO groups open once); one whose device is held is kept as an ordinary instance, as
+//! a VM is using it. A record whose device is gone (removed by someone, or never made before a crash)
+//! is dropped.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use tracing::{info, warn};
+
+use mdev_types::ids::MdevUuid;
+use qemu_glue::hostdev::{MdevDisplay, mdev_hostdev_xml};
+use vgpu_host::discover::discover;
+use vgpu_host::{HostExt, paths};
+
+use super::instances::Instances;
+use super::lock;
+use crate::daemon::api::{
+    CoreError, IncomingView, InstanceSpec, InstanceTarget, PrepareIncoming, StateError,
+};
+use crate::daemon::store::{IncomingRecord, unix_now};
+use crate::migration::check;
+
+/// How often the reaper looks at the deadlines.
+const REAP_EVERY: Duration = Duration::from_secs(1);
+
+impl Instances {
+    /// See [`PrepareIncoming`].
+    pub(super) fn prepare_incoming(&self, req: PrepareIncoming) -> Result<IncomingView, CoreError> {
+        let fp = req.fingerprint;
+        let inv = discover(self.host.as_ref())?;
+        let verdict = check(self.host.as_ref(), &inv, &fp);
+        let wanted = |parent: &str| req.gpu.as_deref().is_none_or(|g| g == parent);
+        let chosen = verdict
+            .candidates
+            .iter()
+            .find(|c| c.problems.is_empty() && wanted(&c.parent));
+        let chosen = match chosen {
+            Some(c) if verdict.reasons.is_empty() => c.parent.clone(),
+            _ => {
+                let mut reasons = verdict.reasons.clone();
+                for c in verdict.candidates.iter().filter(|c| wanted(&c.parent)) {
+                    reasons.extend(c.problems.iter().map(|p| format!("{}: {p}", c.parent)));
+                }
+                if let Some(g) = &req.gpu
+                    && !verdict.candidates.iter().any(|c| c.parent == *g)
+                {
+                    reasons.push(format!("GPU {g} does not offer {}", fp.type_id));
+                }
+                return Err(StateError::Incompatible {
+                    type_id: fp.type_id.clone(),
+                    reasons,
+                }
+                .into());
+            }
+        };
+        let uuid = req.uuid.unwrap_or_else(MdevUuid::new_random);
+        let until = unix_now().saturating_add(req.timeout.as_secs());
+        // The record first: a crash after the create leaves a record the reaper finishes.
+        lock(&self.store).put_incoming(&IncomingRecord {
+            uuid,
+            source: Some(fp.uuid),
+            until,
+        })?;
+        let made = self.create(InstanceSpec {
+            target: InstanceTarget::Type(fp.type_id.clone()),
+            gpu: Some(chosen),
+            uuid: Some(uuid),
+            autostart: false,
+            label: Some(format!("incoming migration of {}", fp.uuid)),
+            attrs: Vec::new(),
+        });
+        let view = match made {
+            Ok(v) => v,
+            Err(e) => {
+                if !self.device_exists(&uuid)
+                    && let Err(r) = lock(&self.store).remove_incoming(&uuid)
+                {
+                    warn!(%uuid, error = %r, "the incoming record of a target that was not made could not be removed (the reaper drops it)");
+                }
+                return Err(e);
+            }
+        };
+        info!(%uuid, source = %fp.uuid, parent = %view.parent, type_id = %fp.type_id, until, "incoming migration target made");
+        Ok(IncomingView {
+            uuid,
+            source: fp.uuid,
+            parent: view.parent.clone(),
+            gpu: view.gpu.clone(),
+            type_id: fp.type_id.clone(),
+            until,
+            hostdev_xml: mdev_hostdev_xml(&uuid, MdevDisplay::default()),
+            target_mdevs: BTreeMap::from([(fp.uuid.to_string(), uuid.to_string())]),
+            notes: verdict.notes,
+        })
+    }
+
+    /// See [`crate::daemon::api::AbortIncoming`].
+    pub(super) fn abort_incoming(&self, uuid: MdevUuid) -> Result<(), CoreError> {
+        if lock(&self.store).get_incoming(&uuid).is_none() {
+            return Err(StateError::NotIncoming { uuid }.into());
+        }
+        self.release_incoming(uuid)?;
+        info!(%uuid, "incoming migration target released on request");
+        Ok(())
+    }
+
+    /// See [`crate::daemon::api::CompleteIncoming`].
+    pub(super) fn complete_incoming(&self, uuid: MdevUuid) -> Result<(), CoreError> {
+        if lock(&self.store).remove_incoming(&uuid)?.is_none() {
+            return Err(StateError::NotIncoming { uuid }.into());
+        }
+        info!(%uuid, "incoming migration target completed: an ordinary instance now");
+        Ok(())
+    }
+
+    /// Removes the device of incoming instance `uuid` (if it still exists), then its record.
+    fn release_incoming(&self, uuid: MdevUuid) -> Result<(), CoreError> {
+        if self.device_exists(&uuid) {
+            match self.destroy_named(uuid) {
+                Ok(_) | Err(CoreError::NotFound { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        lock(&self.store).remove_incoming(&uuid)?;
+        Ok(())
+    }
+
+    /// Whether a process holds incoming instance `uuid`'s device: its VFIO group cannot be opened
+    /// because someone has it open (EBUSY). A device without a group or group node (a simulated host)
+    /// is held by nobody.
+    fn device_held(&self, uuid: &MdevUuid) -> bool {
+        let Ok(Some(group)) = self
+            .host
+            .link_name(&paths::mdev_device(uuid).join("iommu_group"))
+        else {
+            return false;
+        };
+        let node = Path::new("/dev/vfio").join(group);
+        match std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&node)
+        {
+            Ok(_) => false,
+            Err(e) => e.raw_os_error() == Some(nix::libc::EBUSY),
+        }
+    }
+
+    /// One look at the incoming records at time `now` (see the module docs).
+    pub(super) fn reap_incoming(&self, now: u64) {
+        let records: Vec<IncomingRecord> = lock(&self.store).incoming().cloned().collect();
+        for r in records {
+            let result = if !self.device_exists(&r.uuid) {
+                info!(uuid = %r.uuid, "incoming migration target gone: its record is dropped");
+                lock(&self.store)
+                    .remove_incoming(&r.uuid)
+                    .map(drop)
+                    .map_err(CoreError::from)
+            } else if r.until > now {
+                continue;
+            } else if self.device_held(&r.uuid) {
+                info!(uuid = %r.uuid, "incoming migration target is in use past its deadline: kept as an ordinary instance");
+                lock(&self.store)
+                    .remove_incoming(&r.uuid)
+                    .map(drop)
+                    .map_err(CoreError::from)
+            } else {
+                info!(uuid = %r.uuid, "no VM took the incoming migration target before its deadline: released");
+                self.release_incoming(r.uuid)
+            };
+            if let Err(e) = result {
+                warn!(uuid = %r.uuid, error = %e, "incoming migration target: retried next time");
+            }
+        }
+    }
+}
+
+/// Starts the reaper of `instances`' incoming records; it ends when they are dropped.
+pub(super) fn spawn_reaper(instances: Weak<Instances>) {
+    let started = std::thread::Builder::new()
+        .name("incoming-reaper".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(REAP_EVERY);
+                let Some(i): Option<Arc<Instances>> = instances.upgrade() else {
+                    return;
+                };
+                i.reap_incoming(unix_now());
+            }
+        });
+    if let Err(e) = started {
+        warn!(error = %e, "cannot start the reaper of incoming migration targets: their deadlines are not kept");
+    }
+}

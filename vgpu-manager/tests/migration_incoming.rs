@@ -1,0 +1,225 @@
+//! The target side of a live migration through vgpud on `--sim demo`: `PrepareIncoming` from a source
+//! instance's fingerprint makes a new instance of its type, held as incoming; `CompleteIncoming`
+//! keeps it, `AbortIncoming` releases it, and one nobody completes is released after its timeout —
+//! also when vgpud restarted in between (the record outlives the process). A fingerprint this host
+//! cannot take is refused with every reason and changes nothing; an unprivileged caller is refused.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod dbus_common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use dbus_common::{Daemon, PATIENCE};
+use vgpu_client::{BusAddress, Client};
+use vgpu_host::ops::create_mdev;
+use vgpu_manager::migration::{Fingerprint, fingerprint};
+use vgpu_sim::SimHost;
+
+/// A source instance's fingerprint, made on an in-process demo host (the same machine model vgpud
+/// simulates): an NVIDIA type with room.
+fn source_fingerprint() -> Fingerprint {
+    let sim = SimHost::builtin("demo").unwrap();
+    let inv = vgpu_host::discover::discover(&sim).unwrap();
+    let (parent, ty) = inv
+        .mdev_parents
+        .iter()
+        .find_map(|p| {
+            let t = p
+                .types
+                .iter()
+                .find(|t| t.id.as_str().starts_with("nvidia-") && t.available_instances >= 2)?;
+            Some((p.name.clone(), t.id.clone()))
+        })
+        .expect("the demo host has an NVIDIA type with room");
+    let src = "9e8d7c6b-5a49-4382-9170-6f5e4d3c2b1a".parse().unwrap();
+    create_mdev(&sim, &parent, &ty, &src).unwrap();
+    fingerprint(&sim, &src).unwrap()
+}
+
+async fn started(dir: &Path) -> (Daemon, Client) {
+    let daemon =
+        Daemon::embedded_journaled(dir, "demo", &dir.join("sim.journal"), &dir.join("state")).await;
+    let c = Client::connect(&daemon.bus.parse::<BusAddress>().unwrap())
+        .await
+        .unwrap();
+    (daemon, c)
+}
+
+fn json(s: &str) -> serde_json::Value {
+    serde_json::from_str(s).unwrap()
+}
+
+async fn gone_within(c: &Client, uuid: &str, what: &str) {
+    let deadline = Instant::now() + PATIENCE + Duration::from_secs(5);
+    while c.find_instance(uuid).await.unwrap().is_some() {
+        assert!(Instant::now() < deadline, "{what}: {uuid} still there");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn prepare_complete_abort_and_timeout() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fp = source_fingerprint();
+    let text = serde_json::to_string(&fp).unwrap();
+    let (_daemon, c) = started(tmp.path()).await;
+
+    // Prepared: a new UUID of the source's type, running, with the hostdev and Nova's map.
+    let v = json(&c.prepare_incoming(&text, None, None, None).await.unwrap());
+    let target = v["uuid"].as_str().unwrap().to_string();
+    assert_ne!(target, fp.uuid.to_string());
+    assert_eq!(v["source"], fp.uuid.to_string());
+    assert_eq!(v["type"], fp.type_id.to_string());
+    assert_eq!(v["target_mdevs"][fp.uuid.to_string()], target.as_str());
+    let xml = v["hostdev_xml"].as_str().unwrap();
+    assert!(
+        xml.contains("type='mdev'") && xml.contains(&format!("uuid='{target}'")),
+        "{xml}"
+    );
+    let i = c.get_instance(&target).await.unwrap();
+    assert_eq!(
+        (i.state.as_str(), i.type_id.as_str()),
+        ("running", fp.type_id.as_str())
+    );
+    assert!(i.label.contains("incoming migration of"), "{i:?}");
+    // Completed: an ordinary instance, and no longer incoming.
+    c.complete_incoming(&target).await.unwrap();
+    let e = c.complete_incoming(&target).await.unwrap_err().to_string();
+    assert!(e.contains("is not an incoming migration target"), "{e}");
+    assert!(c.find_instance(&target).await.unwrap().is_some());
+
+    // Aborted: released.
+    let v = json(&c.prepare_incoming(&text, None, None, None).await.unwrap());
+    let aborted = v["uuid"].as_str().unwrap().to_string();
+    c.abort_incoming(&aborted).await.unwrap();
+    assert!(c.find_instance(&aborted).await.unwrap().is_none());
+
+    // Nobody completes it: released after its timeout.
+    let t0 = Instant::now();
+    let v = json(
+        &c.prepare_incoming(&text, None, None, Some(Duration::from_secs(1)))
+            .await
+            .unwrap(),
+    );
+    let lapsed = v["uuid"].as_str().unwrap().to_string();
+    assert!(c.find_instance(&lapsed).await.unwrap().is_some());
+    gone_within(&c, &lapsed, "after its timeout").await;
+    assert!(
+        t0.elapsed() >= Duration::from_secs(1),
+        "not before its timeout"
+    );
+    // The completed one stays.
+    assert!(c.find_instance(&target).await.unwrap().is_some());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lapsed_target_is_released_after_a_restart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let text = serde_json::to_string(&source_fingerprint()).unwrap();
+    let lapsed = {
+        let (daemon, c) = started(tmp.path()).await;
+        let v = json(
+            &c.prepare_incoming(&text, None, None, Some(Duration::from_secs(2)))
+                .await
+                .unwrap(),
+        );
+        let u = v["uuid"].as_str().unwrap().to_string();
+        assert!(daemon.terminate().success());
+        u
+    };
+    let record = tmp
+        .path()
+        .join("state/incoming")
+        .join(format!("{lapsed}.toml"));
+    assert!(record.is_file(), "the record outlives vgpud");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (_daemon, c) = started(tmp.path()).await;
+    gone_within(&c, &lapsed, "past its deadline after a restart").await;
+    let deadline = Instant::now() + PATIENCE;
+    while record.exists() {
+        assert!(Instant::now() < deadline, "the record is removed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fingerprint_this_host_cannot_take_is_refused_with_every_reason() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut fp = source_fingerprint();
+    let (_daemon, c) = started(tmp.path()).await;
+    let before = c.list_instances().await.unwrap().len();
+    fp.type_id = "nvidia-999".parse().unwrap();
+    let e = c
+        .prepare_incoming(&serde_json::to_string(&fp).unwrap(), None, None, None)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("this host cannot take the migrating nvidia-999 instance")
+            && e.contains("no mdev parent here offers type nvidia-999"),
+        "{e}"
+    );
+    let e = c
+        .prepare_incoming("{ not json", None, None, None)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("not the JSON of `vgpuctl migration fingerprint`"),
+        "{e}"
+    );
+    let fp = source_fingerprint();
+    let e = c
+        .prepare_incoming(
+            &serde_json::to_string(&fp).unwrap(),
+            Some("0000:ff:00.0"),
+            None,
+            None,
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("GPU 0000:ff:00.0 does not offer"), "{e}");
+    assert_eq!(
+        c.list_instances().await.unwrap().len(),
+        before,
+        "nothing made"
+    );
+    assert!(
+        std::fs::read_dir(tmp.path().join("state/incoming"))
+            .unwrap()
+            .next()
+            .is_none(),
+        "no record left"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn vgpuctl_migration_prepare_prints_the_hostdev() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("fp.json");
+    std::fs::write(&file, serde_json::to_string(&source_fingerprint()).unwrap()).unwrap();
+    let (daemon, c) = started(tmp.path()).await;
+    let o = dbus_common::vgpuctl(
+        &daemon.bus,
+        &[
+            "migration",
+            "prepare",
+            "--target",
+            file.to_str().unwrap(),
+            "--timeout",
+            "30",
+        ],
+    )
+    .await;
+    let out = dbus_common::ok(&o);
+    assert!(
+        out.starts_with("incoming ") && out.contains("<hostdev"),
+        "{out}"
+    );
+    let uuid = out.split_whitespace().nth(1).unwrap().to_string();
+    assert!(c.find_instance(&uuid).await.unwrap().is_some());
+    dbus_common::ok(&dbus_common::vgpuctl(&daemon.bus, &["migration", "abort", &uuid]).await);
+    assert!(c.find_instance(&uuid).await.unwrap().is_none());
+}
