@@ -67,7 +67,12 @@ pub fn boots_with_mdev(g: &Guest) -> TestResult {
     let result = (|| {
         let pci = loop {
             match s.virsh(&["qemu-monitor-command", "--hmp", name, "info pci"]) {
-                Ok(out) => break out,
+                // The vGPU sits behind a PCIe root port, whose bus QEMU lists once the firmware has
+                // numbered it: polled until then.
+                Ok(out) if out.contains(MBOCHS_INFO_PCI) || t.elapsed() > RUNNING_WITHIN => {
+                    break out;
+                }
+                Ok(_) => std::thread::sleep(Duration::from_millis(500)),
                 Err(e) if t.elapsed() > RUNNING_WITHIN => return Err(e),
                 Err(_) => std::thread::sleep(Duration::from_millis(200)),
             }
@@ -183,7 +188,12 @@ pub fn hook_creates_and_removes(g: &Guest) -> TestResult {
         let t = Instant::now();
         let pci = loop {
             match s.virsh(&["qemu-monitor-command", "--hmp", name, "info pci"]) {
-                Ok(out) => break out,
+                // The vGPU sits behind a PCIe root port, whose bus QEMU lists once the firmware has
+                // numbered it: polled until then.
+                Ok(out) if out.contains(MBOCHS_INFO_PCI) || t.elapsed() > RUNNING_WITHIN => {
+                    break out;
+                }
+                Ok(_) => std::thread::sleep(Duration::from_millis(500)),
                 Err(e) if t.elapsed() > RUNNING_WITHIN => return Err(e),
                 Err(_) => std::thread::sleep(Duration::from_millis(200)),
             }
