@@ -89,7 +89,7 @@ fn info_fingerprint_check(g: &Guest) -> TestResult {
         ensure_eq(
             "mtty dirty logging",
             &v["caps"]["dirty_logging"],
-            &false.into(),
+            &true.into(),
         )?;
         ensure(
             v["caps"]["stop_copy_bytes"].as_u64().is_some_and(|n| n > 0),
