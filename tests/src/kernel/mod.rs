@@ -12,6 +12,8 @@
 //! * [`vgpud`], [`daemon`], [`daemon_events`] — the real `vgpud` on the guest's sysfs, driven over D-Bus.
 //! * [`faults`] — a parent unloaded and VFs vanishing behind the running `vgpud`: the others keep
 //!   working, and the parent is managed again once it is back.
+//! * [`metrics`] — `vgpuctl metrics` after vgpud and sysfs made devices: `promtool check metrics` and
+//!   the values against sysfs.
 //! * [`qemu_attach`] — the host's QEMU (chrooted into its 9p-shared root) attaching an mdev and a VF
 //!   with `qemu-glue`'s arguments.
 //! * [`migration`] — `vgpuctl migration info|fingerprint|check` (VFIO migration uAPI v2) on mtty and mdpy.
@@ -35,6 +37,7 @@ pub mod iommu;
 pub mod libvirt;
 pub mod lifecycle;
 pub mod mdev;
+pub mod metrics;
 pub mod migration;
 pub mod qemu_attach;
 pub mod runner;
@@ -61,6 +64,7 @@ pub fn all_tests() -> Vec<Test<Guest>> {
     tests.extend(migration::tests());
     tests.extend(daemon::tests());
     tests.extend(faults::tests());
+    tests.extend(metrics::tests());
     tests.extend(qemu_attach::tests());
     tests.extend(libvirt::tests());
     tests
