@@ -4,6 +4,7 @@
 //! replays every seed through them without libFuzzer (`tests` below).
 #![forbid(unsafe_code)]
 
+pub mod callout_answer;
 pub mod dbus_args;
 pub mod domain_xml;
 pub mod libvirt_hook;
@@ -25,6 +26,7 @@ pub const TARGETS: &[(&str, fn(&[u8]))] = &[
     ("domain_xml", domain_xml::check),
     ("libvirt_hook", libvirt_hook::check),
     ("dbus_args", dbus_args::check),
+    ("callout_answer", callout_answer::check),
 ];
 
 /// The first byte of `data` chooses among `n` parsers (modulo `n`); the rest is their text, when it is

@@ -508,5 +508,32 @@ fn main() -> Res<()> {
     let mut calls = Seeds::new(&root, "dbus_args")?;
     let pool = fs::read_to_string(repo.join("data/pools.d/vdi-floor.toml"))?;
     dbus(&mut calls, &pool)?;
+
+    // Call-out script answers (mdevctl.rst, "CALLOUT SCRIPTS"): byte 0 even is `get capabilities`,
+    // odd is `get attributes`.
+    let mut answers = Seeds::new(&root, "callout_answer")?;
+    for (k, source, text) in [
+        (
+            0u8,
+            "capabilities-v2",
+            r#"{"supports":{"version":2,"actions":["start","stop","define","undefine","modify","attributes","capabilities"],"events":["pre","post","notify","get","live"]}}"#,
+        ),
+        (
+            0,
+            "capabilities-newer-words",
+            "{\"supports\":{\"version\":3,\"actions\":[\"start\",\"future\"],\"events\":[\"pre\",\"later\"]}}\n\0",
+        ),
+        (0, "capabilities-none", "{\"provides\":{}}"),
+        (
+            1,
+            "attributes-vfio-ap",
+            r#"[{"assign_adapter":"5"},{"assign_domain":"0x47"},{"assign_control_domain":"0x47"}]"#,
+        ),
+        (1, "attributes-empty-object", "[{}]"),
+        (1, "attributes-null", "null\n"),
+        (1, "attributes-bad-item", r#"[{"a":"1","b":"2"}]"#),
+    ] {
+        answers.add_for(k, source, text)?;
+    }
     Ok(())
 }

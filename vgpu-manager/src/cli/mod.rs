@@ -23,6 +23,12 @@ mod table;
 mod viability;
 mod xml;
 
+/// Readers of what mdevctl call-out scripts print: the `get capabilities` answer ([`Capabilities`])
+/// and the `get attributes` answer ([`attributes_from_answer`]).
+pub use mdevctl::callouts::protocol::{
+    AttributesAnswerError, Capabilities, attributes_from_answer,
+};
+
 pub use host_select::HostArgs;
 pub use table::Table;
 

@@ -23,6 +23,8 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
+use protocol::AttributesAnswerError;
+
 pub mod protocol;
 pub mod runner;
 
@@ -280,28 +282,18 @@ impl Callouts {
             return Ok(None);
         };
         let script = t.script.map(|c| c.script).unwrap_or_default();
-        let text = String::from_utf8_lossy(&out.stdout);
-        let text = text.trim_end_matches('\0');
-        if text.is_empty() {
-            return Ok(None);
-        }
-        // mdevctl reads a list holding one empty object as no attributes.
-        if text == "[{}]" {
-            return Ok(Some(Vec::new()));
-        }
-        let value: serde_json::Value =
-            serde_json::from_str(text).map_err(|source| CalloutError::AttributesJson {
-                script: script.clone(),
+        protocol::attributes_from_answer(&out.stdout).map_err(|e| match e {
+            AttributesAnswerError::Json(source) => CalloutError::AttributesJson {
+                script,
                 uuid: dev.uuid.clone(),
                 source,
-            })?;
-        attribute_list(&value)
-            .map(Some)
-            .map_err(|problem| CalloutError::AttributesShape {
+            },
+            AttributesAnswerError::Shape(problem) => CalloutError::AttributesShape {
                 script,
                 uuid: dev.uuid.clone(),
                 problem,
-            })
+            },
+        })
     }
 
     /// `modify --live`: the device's versioned script applies `dev`'s configuration to the running
@@ -502,27 +494,5 @@ impl Callouts {
 
 /// A `get attributes` answer as (name, value) pairs: `null` is none; otherwise a list of objects of
 /// one string member each (mdevctl src/mdev.rs `add_attributes`).
-fn attribute_list(v: &serde_json::Value) -> Result<Vec<(String, String)>, String> {
-    let list = match v {
-        serde_json::Value::Null => return Ok(Vec::new()),
-        serde_json::Value::Array(list) => list,
-        other => return Err(format!("{other} (not a list)")),
-    };
-    let mut attrs = Vec::new();
-    for item in list {
-        let one = item
-            .as_object()
-            .filter(|o| o.len() == 1)
-            .ok_or_else(|| format!("{item} (not an object of one member)"))?;
-        for (k, val) in one {
-            let val = val
-                .as_str()
-                .ok_or_else(|| format!("{item} (the value is not a string)"))?;
-            attrs.push((k.clone(), val.to_string()));
-        }
-    }
-    Ok(attrs)
-}
-
 #[cfg(test)]
 mod tests;

@@ -164,6 +164,62 @@ impl Capabilities {
     }
 }
 
+/// Why a script's `get attributes` answer is not one.
+#[derive(Debug, thiserror::Error)]
+pub enum AttributesAnswerError {
+    /// The answer is not JSON.
+    #[error("not JSON: {0}")]
+    Json(#[source] serde_json::Error),
+    /// The answer is JSON, but not a list of one-member objects with string values.
+    #[error("not a list of one-member objects of strings: {0}")]
+    Shape(String),
+}
+
+/// A script's answer to `get attributes` (mdevctl src/callouts.rs `get_attributes`): its standard
+/// output, read as UTF-8 with invalid bytes replaced and trailing NUL bytes ignored, as a JSON list of
+/// one-member objects `[{"NAME": "VALUE"}, …]` in the device's order. `None` for an empty answer;
+/// `[{}]` (which mdevctl reads as no attributes), `[]` and `null` are an empty list. All or none: one
+/// bad item refuses the whole answer.
+pub fn attributes_from_answer(
+    stdout: &[u8],
+) -> Result<Option<Vec<(String, String)>>, AttributesAnswerError> {
+    let text = String::from_utf8_lossy(stdout);
+    let text = text.trim_end_matches('\0');
+    if text.is_empty() {
+        return Ok(None);
+    }
+    if text == "[{}]" {
+        return Ok(Some(Vec::new()));
+    }
+    let value: serde_json::Value =
+        serde_json::from_str(text).map_err(AttributesAnswerError::Json)?;
+    attribute_list(&value)
+        .map(Some)
+        .map_err(AttributesAnswerError::Shape)
+}
+
+fn attribute_list(v: &serde_json::Value) -> Result<Vec<(String, String)>, String> {
+    let list = match v {
+        serde_json::Value::Null => return Ok(Vec::new()),
+        serde_json::Value::Array(list) => list,
+        other => return Err(format!("{other} (not a list)")),
+    };
+    let mut attrs = Vec::new();
+    for item in list {
+        let one = item
+            .as_object()
+            .filter(|o| o.len() == 1)
+            .ok_or_else(|| format!("{item} (not an object of one member)"))?;
+        for (k, val) in one {
+            let val = val
+                .as_str()
+                .ok_or_else(|| format!("{item} (the value is not a string)"))?;
+            attrs.push((k.clone(), val.to_string()));
+        }
+    }
+    Ok(attrs)
+}
+
 /// What this front end offers a script on the standard input of `get capabilities`: mdevctl's version
 /// 2 (`{"provides": …}`, mdevctl src/callouts.rs `CalloutVersion::V_2`, serialized in its field order).
 pub const PROVIDES: &str = r#"{"provides":{"version":2,"actions":["start","stop","define","undefine","modify","attributes","capabilities"],"events":["pre","post","notify","get","live"]}}"#;
