@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tracing::{info, warn};
 
@@ -62,7 +62,7 @@ impl Instances {
             }
         };
         let uuid = req.uuid.unwrap_or_else(MdevUuid::new_random);
-        let until = unix_now().saturating_add(req.timeout.as_secs());
+        let until = deadline_after(req.timeout);
         // The record first: a crash after the create leaves a record the reaper finishes.
         lock(&self.store).put_incoming(&IncomingRecord {
             uuid,
@@ -184,6 +184,19 @@ impl Instances {
 }
 
 /// Starts the reaper of `instances`' incoming records; it ends when they are dropped.
+/// The deadline `timeout` from now in whole seconds since the Unix epoch, rounded up. The reaper keeps
+/// a target while its deadline is after the clock's whole seconds ([`unix_now`]), so rounding up means
+/// a target is never released before its full timeout (rounding down released a 1 s target as soon as
+/// the clock's second turned).
+fn deadline_after(timeout: Duration) -> u64 {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    let at = now.saturating_add(timeout);
+    at.as_secs()
+        .saturating_add(u64::from(at.subsec_nanos() > 0))
+}
+
 pub(super) fn spawn_reaper(instances: Weak<Instances>) {
     let started = std::thread::Builder::new()
         .name("incoming-reaper".into())
@@ -198,5 +211,24 @@ pub(super) fn spawn_reaper(instances: Weak<Instances>) {
         });
     if let Err(e) = started {
         warn!(error = %e, "cannot start the reaper of incoming migration targets: their deadlines are not kept");
+    }
+}
+
+#[cfg(test)]
+mod deadline_tests {
+    use super::*;
+
+    #[test]
+    fn a_deadline_is_never_before_its_full_timeout() {
+        for ms in [0, 1, 500, 999, 1000, 1001, 2500] {
+            let timeout = Duration::from_millis(ms);
+            let before = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+            let until = deadline_after(timeout);
+            assert!(
+                Duration::from_secs(until) >= before + timeout,
+                "{ms} ms: deadline {until} is before {:?}",
+                before + timeout
+            );
+        }
     }
 }
