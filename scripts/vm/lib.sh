@@ -91,6 +91,40 @@ fetch_deb() {
 	[ -n "$DEB" ] || die "no .deb for $pkg after apt-get download"
 }
 
+# bookworm-backports' libvirt 11.3 for the guest's libvirt tests (tests/src/kernel/libvirt/sysroot.rs):
+# its packages, downloaded once into $CACHE/debs, extracted into the share's libvirt-11.3/, which the
+# guest lays over the host's root (the host keeps bookworm's 9.0 installed: .ci/run installs it).
+# Debian's 11.3 ships the monolithic libvirtd only (no virtnodedevd/virtqemud in these packages).
+LIBVIRT_11_3_VERSION='11.3.0-2~bpo12+1'
+LIBVIRT_11_3_PACKAGES=(libvirt0 libvirt-common libvirt-clients libvirt-daemon libvirt-daemon-common
+	libvirt-daemon-log libvirt-daemon-driver-nodedev libvirt-daemon-driver-qemu)
+prepare_libvirt_11_3() {
+	local dir=$SHARE/libvirt-11.3 pkg deb debs=()
+	mkdir -p "$CACHE/debs"
+	for pkg in "${LIBVIRT_11_3_PACKAGES[@]}"; do
+		deb=$CACHE/debs/${pkg}_${LIBVIRT_11_3_VERSION}_amd64.deb
+		if [ ! -f "$deb" ]; then
+			apt_update_once
+			note "downloading $pkg $LIBVIRT_11_3_VERSION (bookworm-backports)"
+			(cd "$CACHE/debs" && apt-get download -q -o APT::Sandbox::User=root "$pkg=$LIBVIRT_11_3_VERSION" >/dev/null) ||
+				die "apt-get download $pkg=$LIBVIRT_11_3_VERSION failed (bookworm-backports)"
+			[ -f "$deb" ] || die "apt-get download $pkg=$LIBVIRT_11_3_VERSION left no $deb"
+		fi
+		debs+=("$deb")
+	done
+	# Extracted anew when a package is newer than the tree (or the tree is incomplete).
+	if [ -f "$dir/.extracted" ] && [ -z "$(find "${debs[@]}" -newer "$dir/.extracted")" ]; then
+		return 0
+	fi
+	note "extracting libvirt $LIBVIRT_11_3_VERSION into the share"
+	rm -rf "$dir" && mkdir -p "$dir"
+	for deb in "${debs[@]}"; do
+		dpkg-deb -x "$deb" "$dir" || die "dpkg-deb -x $deb failed"
+	done
+	[ -x "$dir/usr/sbin/libvirtd" ] || die "no usr/sbin/libvirtd in the extracted libvirt $LIBVIRT_11_3_VERSION"
+	touch "$dir/.extracted"
+}
+
 # ---------------------------------------------------------------------------------------------------
 # Test binaries
 

@@ -11,7 +11,7 @@ use super::super::runner::{Outcome, TestError, TestResult, ensure};
 use super::super::samples::{Mdevs, test_uuid};
 use super::super::vgpud::TargetKind;
 use super::stack::Stack;
-use super::sysroot::kernel_lacks_overlay;
+use super::sysroot::{Libvirt, kernel_lacks_overlay};
 
 /// How long QEMU may take to answer its monitor after `virsh start` (nested KVM in the TCG guest; the
 /// first start also probes QEMU's capabilities).
@@ -31,11 +31,11 @@ fn domain_type() -> &'static str {
 }
 
 /// Step 4: `virsh define` + `start` of `vgpuctl xml --domain`'s domain with an mbochs mdev.
-pub fn boots_with_mdev(g: &Guest) -> TestResult {
+pub fn boots_with_mdev(g: &Guest, v: Libvirt) -> TestResult {
     if let Some(reason) = kernel_lacks_overlay() {
         return Ok(Outcome::Skipped(reason));
     }
-    let s = Stack::up("libvirt-domain")?;
+    let s = Stack::up("libvirt-domain", v)?;
     let mut mdevs = Mdevs::new(&g.host);
     let u = test_uuid("libvirt-domain", 0);
     mdevs.adopt(u);
@@ -150,11 +150,11 @@ fn mdev_in_sysfs(u: &MdevUuid) -> bool {
 /// Step 5: with vgpu-libvirt-hook installed as libvirt's qemu hook, a domain whose metadata names
 /// its vGPU gets it created at start and removed at stop; a full parent makes the start fail with the
 /// hook's message and leaves nothing behind.
-pub fn hook_creates_and_removes(g: &Guest) -> TestResult {
+pub fn hook_creates_and_removes(g: &Guest, v: Libvirt) -> TestResult {
     if let Some(reason) = kernel_lacks_overlay() {
         return Ok(Outcome::Skipped(reason));
     }
-    let s = Stack::up("libvirt-hook")?;
+    let s = Stack::up("libvirt-hook", v)?;
     let mut mdevs = Mdevs::new(&g.host);
     let u = test_uuid("libvirt-hook", 0);
     mdevs.adopt(u);

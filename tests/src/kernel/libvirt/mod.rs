@@ -1,4 +1,4 @@
-//! Real libvirt in the guest, against vgpud on the real kernel: the host's own udevd, system bus,
+//! Real libvirt in the guest (Debian bookworm's 9.0 and bookworm-backports' 11.3), against vgpud on the real kernel: the host's own udevd, system bus,
 //! libvirtd and virsh (Debian packages on the host that boots the guest), run chrooted into a
 //! writable copy of its root ([`sysroot`]), with our `vgpuctl` as libvirt's `mdevctl`.
 //!
@@ -14,27 +14,46 @@ pub mod sysroot;
 
 use super::guest::Guest;
 use super::runner::Test;
+use sysroot::Libvirt;
 
-/// The libvirt tests (libvirt 9.0, Debian bookworm's).
+/// The libvirt tests, each on Debian bookworm's libvirt 9.0 and on bookworm-backports' 11.3.
 pub fn tests() -> Vec<Test<Guest>> {
     vec![
-        Test::new(
-            "libvirt90_nodedev_lists_mdev_parents",
-            nodedev::lists_mdev_parents,
-        ),
-        Test::new(
-            "libvirt90_nodedev_define_start_destroy_undefine",
-            nodedev::define_start_destroy_undefine,
-        ),
-        Test::new("libvirt90_nodedev_create_destroy", nodedev::create_destroy),
-        Test::new(
-            "libvirt90_nodedev_view_follows_vgpud",
-            nodedev::view_follows_vgpud,
-        ),
-        Test::new("libvirt90_domain_boots_with_mdev", domain::boots_with_mdev),
-        Test::new(
-            "libvirt90_hook_creates_and_removes",
-            domain::hook_creates_and_removes,
-        ),
+        Test::new("libvirt90_nodedev_lists_mdev_parents", |g| {
+            nodedev::lists_mdev_parents(g, Libvirt::V9_0)
+        }),
+        Test::new("libvirt90_nodedev_define_start_destroy_undefine", |g| {
+            nodedev::define_start_destroy_undefine(g, Libvirt::V9_0)
+        }),
+        Test::new("libvirt90_nodedev_create_destroy", |g| {
+            nodedev::create_destroy(g, Libvirt::V9_0)
+        }),
+        Test::new("libvirt90_nodedev_view_follows_vgpud", |g| {
+            nodedev::view_follows_vgpud(g, Libvirt::V9_0)
+        }),
+        Test::new("libvirt90_domain_boots_with_mdev", |g| {
+            domain::boots_with_mdev(g, Libvirt::V9_0)
+        }),
+        Test::new("libvirt90_hook_creates_and_removes", |g| {
+            domain::hook_creates_and_removes(g, Libvirt::V9_0)
+        }),
+        Test::new("libvirt113_nodedev_lists_mdev_parents", |g| {
+            nodedev::lists_mdev_parents(g, Libvirt::V11_3)
+        }),
+        Test::new("libvirt113_nodedev_define_start_destroy_undefine", |g| {
+            nodedev::define_start_destroy_undefine(g, Libvirt::V11_3)
+        }),
+        Test::new("libvirt113_nodedev_create_destroy", |g| {
+            nodedev::create_destroy(g, Libvirt::V11_3)
+        }),
+        Test::new("libvirt113_nodedev_view_follows_vgpud", |g| {
+            nodedev::view_follows_vgpud(g, Libvirt::V11_3)
+        }),
+        Test::new("libvirt113_domain_boots_with_mdev", |g| {
+            domain::boots_with_mdev(g, Libvirt::V11_3)
+        }),
+        Test::new("libvirt113_hook_creates_and_removes", |g| {
+            domain::hook_creates_and_removes(g, Libvirt::V11_3)
+        }),
     ]
 }

@@ -16,7 +16,7 @@ use super::super::runner::{Outcome, TestError, TestResult, ensure};
 use super::super::samples::{Mdevs, SAMPLE_TYPES, available, test_uuid};
 use super::super::vgpud::{TargetKind, find};
 use super::stack::Stack;
-use super::sysroot::kernel_lacks_overlay;
+use super::sysroot::{Libvirt, kernel_lacks_overlay};
 
 /// How long libvirt may take to show a change (the target is well under a second; the bound only
 /// catches a change it never sees).
@@ -141,11 +141,11 @@ fn skip_reason() -> Option<Outcome> {
 }
 
 /// Step 1: the parents libvirt lists, the mtty parent's types against sysfs, no mdevs yet.
-pub fn lists_mdev_parents(g: &Guest) -> TestResult {
+pub fn lists_mdev_parents(g: &Guest, v: Libvirt) -> TestResult {
     if let Some(o) = skip_reason() {
         return Ok(o);
     }
-    let s = Stack::up("libvirt-parents")?;
+    let s = Stack::up("libvirt-parents", v)?;
     let parents = nodedev_list(&s, &["--cap", "mdev_types"])?;
     // What libvirt makes of the three sample parents (none is a PCI device): printed, as the answer
     // to "which of them does libvirt manage".
@@ -214,11 +214,11 @@ fn device_xml(ty: &str, uuid: &MdevUuid, attr: Option<(&str, &str)>) -> String {
 
 /// Step 2, persistent devices: define (with an attribute, then without), start, autostart, destroy,
 /// undefine.
-pub fn define_start_destroy_undefine(g: &Guest) -> TestResult {
+pub fn define_start_destroy_undefine(g: &Guest, v: Libvirt) -> TestResult {
     if let Some(o) = skip_reason() {
         return Ok(o);
     }
-    let s = Stack::up("libvirt-define")?;
+    let s = Stack::up("libvirt-define", v)?;
     let mut mdevs = Mdevs::new(&g.host);
     let u = test_uuid("libvirt-define", 0);
     let node = mdev_node(&u);
@@ -346,11 +346,11 @@ pub fn define_start_destroy_undefine(g: &Guest) -> TestResult {
 
 /// Step 2, transient devices: `nodedev-create` returns promptly (udev tells libvirt of the device) and
 /// `nodedev-destroy` removes it.
-pub fn create_destroy(g: &Guest) -> TestResult {
+pub fn create_destroy(g: &Guest, v: Libvirt) -> TestResult {
     if let Some(o) = skip_reason() {
         return Ok(o);
     }
-    let s = Stack::up("libvirt-create")?;
+    let s = Stack::up("libvirt-create", v)?;
     let mut mdevs = Mdevs::new(&g.host);
     let u = test_uuid("libvirt-create", 0);
     let node = mdev_node(&u);
@@ -394,11 +394,11 @@ pub fn create_destroy(g: &Guest) -> TestResult {
 
 /// Step 3: changes made through vgpud (D-Bus) show in libvirt promptly, and a libvirtd started
 /// before vgpud lists everything once vgpud is up.
-pub fn view_follows_vgpud(g: &Guest) -> TestResult {
+pub fn view_follows_vgpud(g: &Guest, v: Libvirt) -> TestResult {
     if let Some(o) = skip_reason() {
         return Ok(o);
     }
-    let mut s = Stack::up("libvirt-view")?;
+    let mut s = Stack::up("libvirt-view", v)?;
     let mut mdevs = Mdevs::new(&g.host);
     let (a, b) = (test_uuid("libvirt-view", 0), test_uuid("libvirt-view", 1));
     mdevs.adopt(a);

@@ -13,7 +13,7 @@ use nix::unistd::Pid;
 
 use super::super::runner::TestError;
 use super::super::vgpud::{Vgpud, Workdir};
-use super::sysroot::{Sysroot, install_vgpu_manager};
+use super::sysroot::{Libvirt, Sysroot, install_vgpu_manager};
 
 /// How long a service may take to come up under TCG (measured: a few seconds each).
 const UP_WITHIN: Duration = Duration::from_secs(60);
@@ -65,6 +65,7 @@ pub fn tail(path: &Path, n: usize) -> String {
 /// then the sysroot's mounts, then the scratch directory.
 pub struct Stack {
     services: Vec<Service>,
+    libvirt: Libvirt,
     vgpud: Option<Vgpud>,
     /// The root every service runs in.
     pub root: Sysroot,
@@ -85,23 +86,24 @@ impl std::fmt::Debug for Stack {
 }
 
 impl Stack {
-    /// A prepared sysroot with vgpu-manager installed and no service running yet.
-    pub fn new(tag: &str) -> Result<Stack, TestError> {
-        let work = Workdir::new(tag)?;
-        let root = Sysroot::mount()?;
+    /// A prepared sysroot with libvirt `v` and vgpu-manager installed, and no service running yet.
+    pub fn new(tag: &str, v: Libvirt) -> Result<Stack, TestError> {
+        let work = Workdir::new(&format!("{tag}-{}", v.tag()))?;
+        let root = Sysroot::mount(v)?;
         root.prepare_host()?;
         install_vgpu_manager(&root)?;
         Ok(Stack {
             services: Vec::new(),
+            libvirt: v,
             vgpud: None,
             root,
             work,
         })
     }
 
-    /// udevd, the system bus, vgpud and libvirtd, in their units' order.
-    pub fn up(tag: &str) -> Result<Stack, TestError> {
-        let mut s = Stack::new(tag)?;
+    /// udevd, the system bus, vgpud and libvirtd (of libvirt `v`), in their units' order.
+    pub fn up(tag: &str, v: Libvirt) -> Result<Stack, TestError> {
+        let mut s = Stack::new(tag, v)?;
         s.start_udevd()?;
         s.start_dbus()?;
         s.start_vgpud()?;
@@ -226,9 +228,18 @@ impl Stack {
             .ok_or_else(|| TestError::Check("vgpud is not running in the sysroot".into()))
     }
 
-    /// `libvirtd` (9.0, monolithic), up once its socket exists and its node-device driver lists the
+    /// `libvirtd` (monolithic: Debian's 9.0 and its 11.3 from bookworm-backports ship no modular
+    /// daemons such as virtnodedevd or virtqemud, measured from the packages' file lists), up once its socket exists and its node-device driver lists the
     /// mtty parent (it enumerates udev's devices in a thread after start).
     pub fn start_libvirtd(&mut self) -> Result<(), TestError> {
+        let version = self.root.run("libvirtd", &["--version"])?;
+        let want = self.libvirt.version();
+        if version.split_whitespace().last() != Some(want) {
+            return Err(TestError::Check(format!(
+                "the sysroot's libvirtd is not {want}: `libvirtd --version` printed {:?}",
+                version.trim()
+            )));
+        }
         self.spawn("libvirtd", "libvirtd", &[])?;
         let sock = self.root.path(LIBVIRTD_SOCKET);
         self.wait_up("libvirtd", |_| sock.exists())?;

@@ -32,6 +32,39 @@ pub fn kernel_lacks_overlay() -> Option<String> {
     }
 }
 
+/// Which libvirt the sysroot runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Libvirt {
+    /// Debian bookworm's libvirt 9.0, installed on the host that boots the guest (.ci/run installs
+    /// it).
+    V9_0,
+    /// bookworm-backports' libvirt 11.3: its packages extracted by scripts/vm-test into the share's
+    /// [`LIBVIRT_11_3_DIR`], laid over the host's root (the host keeps 9.0 installed).
+    V11_3,
+}
+
+/// The directory of the share holding bookworm-backports' libvirt 11.3 packages, extracted
+/// (scripts/vm/lib.sh `prepare_libvirt_11_3`).
+pub const LIBVIRT_11_3_DIR: &str = "libvirt-11.3";
+
+impl Libvirt {
+    /// A short name for scratch directories and messages.
+    pub fn tag(self) -> &'static str {
+        match self {
+            Libvirt::V9_0 => "libvirt90",
+            Libvirt::V11_3 => "libvirt113",
+        }
+    }
+
+    /// The version `libvirtd --version` prints.
+    pub fn version(self) -> &'static str {
+        match self {
+            Libvirt::V9_0 => "9.0.0",
+            Libvirt::V11_3 => "11.3.0",
+        }
+    }
+}
+
 /// The mounted sysroot; unmounted (lazily, innermost first) when dropped.
 #[derive(Debug)]
 pub struct Sysroot {
@@ -58,8 +91,9 @@ fn run(cmd: &mut Command, what: &str) -> Result<(), TestError> {
 }
 
 impl Sysroot {
-    /// Mounts a new sysroot at `/sysroot-N` (the guest's root is the initramfs, writable).
-    pub fn mount() -> Result<Sysroot, TestError> {
+    /// Mounts a new sysroot at `/sysroot-N` (the guest's root is the initramfs, writable) running
+    /// libvirt `v`.
+    pub fn mount(v: Libvirt) -> Result<Sysroot, TestError> {
         static N: AtomicUsize = AtomicUsize::new(0);
         let n = N.fetch_add(1, Ordering::Relaxed);
         let cmdline = std::fs::read_to_string("/proc/cmdline")
@@ -88,8 +122,23 @@ impl Sysroot {
                 TestError::Check(format!("cannot create {d} in {}: {e}", layers.display()))
             })?;
         }
+        let lower = match v {
+            Libvirt::V9_0 => HOSTROOT.to_string(),
+            Libvirt::V11_3 => {
+                let tree = Path::new(HOSTROOT)
+                    .join(s.share.strip_prefix("/").unwrap_or(&s.share))
+                    .join(LIBVIRT_11_3_DIR);
+                if !tree.join("usr/sbin/libvirtd").is_file() {
+                    return Err(TestError::Check(format!(
+                        "{} holds no libvirtd: scripts/vm-test extracts bookworm-backports' libvirt 11.3 there (prepare_libvirt_11_3)",
+                        tree.display()
+                    )));
+                }
+                format!("{}:{HOSTROOT}", tree.display())
+            }
+        };
         let opts = format!(
-            "lowerdir={HOSTROOT},upperdir={0}/upper,workdir={0}/work",
+            "lowerdir={lower},upperdir={0}/upper,workdir={0}/work",
             layers.display()
         );
         s.mount_one(&["-t", "overlay", "overlay", "-o", &opts], &root)?;
