@@ -5,9 +5,11 @@
 //! * [`sysroot`] — the overlay root and the one function that installs vgpu-manager in it;
 //! * [`stack`] — the services, started in their systemd units' order, and `virsh`;
 //! * [`nodedev`] — `virsh nodedev-*` checked against sysfs, `/etc/mdevctl.d` and vgpud;
-//! * [`domain`] — a domain started by libvirt with our vGPU.
+//! * [`domain`] — a domain started by libvirt with our vGPU;
+//! * [`mixed`] — beside the real mdevctl 1.2.0, one `/etc/mdevctl.d` for both.
 
 pub mod domain;
+pub mod mixed;
 pub mod nodedev;
 pub mod stack;
 pub mod sysroot;
@@ -37,6 +39,9 @@ pub fn tests() -> Vec<Test<Guest>> {
         Test::new("libvirt90_hook_creates_and_removes", |g| {
             domain::hook_creates_and_removes(g, Libvirt::V9_0)
         }),
+        Test::new("libvirt90_mixed_with_real_mdevctl", |g| {
+            mixed::mixed_with_real_mdevctl(g, Libvirt::V9_0)
+        }),
         Test::new("libvirt113_nodedev_lists_mdev_parents", |g| {
             nodedev::lists_mdev_parents(g, Libvirt::V11_3)
         }),
@@ -54,6 +59,9 @@ pub fn tests() -> Vec<Test<Guest>> {
         }),
         Test::new("libvirt113_hook_creates_and_removes", |g| {
             domain::hook_creates_and_removes(g, Libvirt::V11_3)
+        }),
+        Test::new("libvirt113_mixed_with_real_mdevctl", |g| {
+            mixed::mixed_with_real_mdevctl(g, Libvirt::V11_3)
         }),
     ]
 }

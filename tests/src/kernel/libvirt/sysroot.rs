@@ -12,7 +12,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use super::super::qemu_attach::HOSTROOT;
 use super::super::runner::TestError;
 
-/// `PATH` inside the sysroot: `/usr/local/sbin` first, where [`install_vgpu_manager`] puts `mdevctl`.
+/// `PATH` inside the sysroot, as systemd gives services: `/usr/sbin` before `/usr/bin`, so the bare name
+/// `mdevctl` that libvirt runs is `/usr/sbin/mdevctl` (vgpu-manager's link to `vgpuctl`).
 pub const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// Why the guest cannot build a sysroot: a kernel without overlayfs (the custom kernel has
@@ -282,47 +283,59 @@ impl Sysroot {
     }
 }
 
-/// Places vgpu-manager in the sysroot as a package would install it: the ONE place that knows where
-/// our files go on a host, so that moving to the install script changes only this function.
-///
-/// * `vgpud`, `vgpuctl` in `/usr/local/sbin` (links to the static binaries in the share);
-/// * `mdevctl` → `vgpuctl` in `/usr/local/sbin`, ahead of `/usr/sbin` on [`PATH`]: Debian's libvirt
-///   runs the bare name `mdevctl` (its node-device driver was built without an mdevctl path), found
-///   on its `PATH`; `/usr/sbin/mdevctl` of a real mdevctl package stays usable under its full path;
-/// * the bus policy `data/org.vgpumanager.Manager1.conf` in `/usr/share/dbus-1/system.d/` and its
-///   group `vgpu-admin`;
-/// * `vgpu-libvirt-hook` as `/etc/libvirt/hooks/qemu.d/vgpu-manager` (data/README.md);
-/// * mdevctl's definition directory `/etc/mdevctl.d` (libvirt watches it from its start).
+/// Installs vgpu-manager in the sysroot as a host does, from the packages in the share (scripts/vm-test
+/// puts them there): Debian's `mdevctl` 1.2.0 first (libvirt 11's node-device package depends on it, so
+/// a host has it), then our `.deb` (scripts/package) with `dpkg -i`, which diverts mdevctl's
+/// `/usr/bin/mdevctl` and `/usr/bin/lsmdev` to `*.distrib` and links `mdevctl` (`/usr/bin`, and
+/// `/usr/sbin`, which comes first on libvirt's [`PATH`]: Debian's libvirt runs the bare name) to
+/// `vgpuctl`. Then what data/README.md asks the administrator to do: link the hook as
+/// `/etc/libvirt/hooks/qemu.d/vgpu-manager`. `mdevctl`'s dependency on `udev` is the host's own
+/// (installed, not registered in the chroot's dpkg database when the host's is read-only): forced.
 pub fn install_vgpu_manager(root: &Sysroot) -> Result<(), TestError> {
     let share = root.share().to_path_buf();
-    for bin in ["vgpud", "vgpuctl"] {
-        root.symlink(&share.join(bin), &format!("/usr/local/sbin/{bin}"))?;
+    for (deb, what) in [
+        ("mdevctl.deb", "Debian's mdevctl 1.2.0"),
+        ("vgpu-manager.deb", "vgpu-manager (scripts/package)"),
+    ] {
+        let path = share.join(deb);
+        if !root.path(&path.display().to_string()).is_file() {
+            return Err(TestError::Check(format!(
+                "{what} is not in the share as {} (scripts/vm-test puts it there)",
+                path.display()
+            )));
+        }
+        root.run(
+            "dpkg",
+            &["-i", "--force-depends", &path.display().to_string()],
+        )
+        .map_err(|e| TestError::Check(format!("installing {what}: {e}")))?;
     }
-    root.symlink(&share.join("vgpuctl"), "/usr/local/sbin/mdevctl")?;
+    for (path, want) in [
+        ("/usr/sbin/mdevctl", "/usr/bin/vgpuctl"),
+        ("/usr/bin/mdevctl", "/usr/bin/vgpuctl"),
+    ] {
+        let got = root.run("readlink", &["-f", path])?;
+        if got.trim() != want {
+            return Err(TestError::Check(format!(
+                "after dpkg -i, {path} resolves to {:?}, not {want}",
+                got.trim()
+            )));
+        }
+    }
+    if !root.path("/usr/bin/mdevctl.distrib").is_file() {
+        return Err(TestError::Check(
+            "after dpkg -i, the real mdevctl is not diverted to /usr/bin/mdevctl.distrib".into(),
+        ));
+    }
     root.symlink(
-        &share.join("vgpu-libvirt-hook"),
+        Path::new("/usr/libexec/vgpu-manager/vgpu-libvirt-hook"),
         "/etc/libvirt/hooks/qemu.d/vgpu-manager",
     )?;
-    let policy = root.path(&format!(
-        "{}/data/org.vgpumanager.Manager1.conf",
-        share.display()
-    ));
-    let text = std::fs::read_to_string(&policy).map_err(|e| {
-        TestError::Check(format!(
-            "cannot read the bus policy {} (scripts/vm-test copies data/ into the share): {e}",
-            policy.display()
-        ))
-    })?;
-    root.write(
-        "/usr/share/dbus-1/system.d/org.vgpumanager.Manager1.conf",
-        &text,
-    )?;
-    root.run("groupadd", &["-f", "-r", "vgpu-admin"])?;
-    std::fs::create_dir_all(root.path("/etc/mdevctl.d")).map_err(|e| {
-        TestError::Check(format!("cannot create /etc/mdevctl.d in the sysroot: {e}"))
-    })?;
     Ok(())
 }
+
+/// The real mdevctl 1.2.0 in the sysroot, where vgpu-manager's package diverted it.
+pub const REAL_MDEVCTL: &str = "/usr/bin/mdevctl.distrib";
 
 impl Drop for Sysroot {
     fn drop(&mut self) {
