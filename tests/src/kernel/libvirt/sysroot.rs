@@ -135,7 +135,14 @@ impl Sysroot {
                         tree.display()
                     )));
                 }
-                format!("{}:{HOSTROOT}", tree.display())
+                // overlayfs refuses a lower layer inside another one ("overlapping lowerdir path"),
+                // and the share is inside the host's root: the tree (12 MB) is copied to the tmpfs.
+                let copy = layers.join("libvirt-11.3");
+                run(
+                    Command::new("cp").arg("-a").arg(&tree).arg(&copy),
+                    &format!("cp -a {} {}", tree.display(), copy.display()),
+                )?;
+                format!("{}:{HOSTROOT}", copy.display())
             }
         };
         let opts = format!(
@@ -293,6 +300,7 @@ impl Sysroot {
 /// (installed, not registered in the chroot's dpkg database when the host's is read-only): forced.
 pub fn install_vgpu_manager(root: &Sysroot) -> Result<(), TestError> {
     let share = root.share().to_path_buf();
+    let mut log = String::new();
     for (deb, what) in [
         ("mdevctl.deb", "Debian's mdevctl 1.2.0"),
         ("vgpu-manager.deb", "vgpu-manager (scripts/package)"),
@@ -304,11 +312,13 @@ pub fn install_vgpu_manager(root: &Sysroot) -> Result<(), TestError> {
                 path.display()
             )));
         }
-        root.run(
-            "dpkg",
-            &["-i", "--force-depends", &path.display().to_string()],
-        )
-        .map_err(|e| TestError::Check(format!("installing {what}: {e}")))?;
+        let said = root
+            .run(
+                "dpkg",
+                &["-i", "--force-depends", &path.display().to_string()],
+            )
+            .map_err(|e| TestError::Check(format!("installing {what}: {e}")))?;
+        log.push_str(&said);
     }
     for (path, want) in [
         ("/usr/sbin/mdevctl", "/usr/bin/vgpuctl"),
@@ -322,10 +332,19 @@ pub fn install_vgpu_manager(root: &Sysroot) -> Result<(), TestError> {
             )));
         }
     }
-    if !root.path("/usr/bin/mdevctl.distrib").is_file() {
-        return Err(TestError::Check(
-            "after dpkg -i, the real mdevctl is not diverted to /usr/bin/mdevctl.distrib".into(),
-        ));
+    if !root.path(REAL_MDEVCTL).is_file() {
+        let files = root
+            .run(
+                "sh",
+                &[
+                    "-c",
+                    "ls -la /usr/bin/mdevctl* /usr/sbin/mdevctl*; dpkg-divert --list",
+                ],
+            )
+            .unwrap_or_else(|e| e.to_string());
+        return Err(TestError::Check(format!(
+            "after dpkg -i, the real mdevctl is not diverted to {REAL_MDEVCTL}:\n{files}\ndpkg said:\n{log}"
+        )));
     }
     root.symlink(
         Path::new("/usr/libexec/vgpu-manager/vgpu-libvirt-hook"),
