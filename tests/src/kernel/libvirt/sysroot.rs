@@ -313,8 +313,10 @@ pub fn install_vgpu_manager(root: &Sysroot) -> Result<(), TestError> {
             )));
         }
         let said = root
+            // The full path: the guest's busybox chroot prefers its own applets (it has a `dpkg`)
+            // over a bare name.
             .run(
-                "dpkg",
+                "/usr/bin/dpkg",
                 &["-i", "--force-depends", &path.display().to_string()],
             )
             .map_err(|e| TestError::Check(format!("installing {what}: {e}")))?;
