@@ -24,7 +24,7 @@ pub const SYSTEM_BUS: &str = "/run/dbus/system_bus_socket";
 /// libvirtd's socket (libvirt 9.0's monolithic daemon).
 pub const LIBVIRTD_SOCKET: &str = "/run/libvirt/libvirt-sock";
 /// Subsystems replayed by `udevadm trigger`: what libvirt's node-device driver needs to see.
-const TRIGGER: &[&str] = &["pci", "mdev", "mtty", "mdpy", "mbochs", "net"];
+pub const TRIGGER: &[&str] = &["pci", "mdev", "mtty", "mdpy", "mbochs", "net"];
 
 /// One running service.
 #[derive(Debug)]
