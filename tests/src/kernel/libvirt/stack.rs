@@ -13,7 +13,7 @@ use nix::unistd::Pid;
 
 use super::super::runner::TestError;
 use super::super::vgpud::{Vgpud, Workdir};
-use super::sysroot::{Libvirt, Sysroot, install_vgpu_manager};
+use super::sysroot::{Libvirt, Sysroot};
 
 /// How long a service may take to come up under TCG (measured: a few seconds each).
 const UP_WITHIN: Duration = Duration::from_secs(60);
@@ -86,12 +86,11 @@ impl std::fmt::Debug for Stack {
 }
 
 impl Stack {
-    /// A prepared sysroot with libvirt `v` and vgpu-manager installed, and no service running yet.
+    /// A sysroot with libvirt `v` and vgpu-manager installed (see [`Sysroot::mount`]), and no service
+    /// running yet.
     pub fn new(tag: &str, v: Libvirt) -> Result<Stack, TestError> {
         let work = Workdir::new(&format!("{tag}-{}", v.tag()))?;
         let root = Sysroot::mount(v)?;
-        root.prepare_host()?;
-        install_vgpu_manager(&root)?;
         Ok(Stack {
             services: Vec::new(),
             libvirt: v,

@@ -7,6 +7,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::super::qemu_attach::HOSTROOT;
@@ -76,6 +77,72 @@ pub struct Sysroot {
     share: PathBuf,
 }
 
+/// The host path of the test share (`vmtest.share=` on the kernel command line).
+fn share_path() -> Result<PathBuf, TestError> {
+    let cmdline = std::fs::read_to_string("/proc/cmdline")
+        .map_err(|e| TestError::Check(format!("cannot read /proc/cmdline: {e}")))?;
+    cmdline
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("vmtest.share="))
+        .map(PathBuf::from)
+        .ok_or_else(|| TestError::Check("no vmtest.share= on the kernel command line".into()))
+}
+
+/// The lower layers of every sysroot of libvirt `v`, made on first use in this boot: the host's root,
+/// for 11.3 under a copy of its extracted packages (overlayfs refuses a lower layer inside another,
+/// "overlapping lowerdir path", and the share is inside the host's root; 12 MB), and on top the upper
+/// layer of a sysroot in which [`Sysroot::prepare_host`] and [`install_vgpu_manager`] ran (dpkg over
+/// 9p under TCG takes minutes: once per boot, not per test). Kept in a tmpfs at
+/// `/run/sysroot-base-<tag>` for the rest of the boot.
+fn base_lower(v: Libvirt) -> Result<String, TestError> {
+    static BASES: Mutex<Vec<(Libvirt, String)>> = Mutex::new(Vec::new());
+    let mut bases = BASES
+        .lock()
+        .map_err(|_| TestError::Check("a sysroot base failed in another test".into()))?;
+    if let Some((_, lower)) = bases.iter().find(|(b, _)| *b == v) {
+        return Ok(lower.clone());
+    }
+    let dir = PathBuf::from(format!("/run/sysroot-base-{}", v.tag()));
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| TestError::Check(format!("cannot create {}: {e}", dir.display())))?;
+    run(
+        Command::new("mount")
+            .args(["-t", "tmpfs", "tmpfs"])
+            .arg(&dir),
+        &format!("mount -t tmpfs tmpfs {}", dir.display()),
+    )?;
+    let below = match v {
+        Libvirt::V9_0 => HOSTROOT.to_string(),
+        Libvirt::V11_3 => {
+            let share = share_path()?;
+            let tree = Path::new(HOSTROOT)
+                .join(share.strip_prefix("/").unwrap_or(&share))
+                .join(LIBVIRT_11_3_DIR);
+            if !tree.join("usr/sbin/libvirtd").is_file() {
+                return Err(TestError::Check(format!(
+                    "{} holds no libvirtd: scripts/vm-test extracts bookworm-backports' libvirt 11.3 there (prepare_libvirt_11_3)",
+                    tree.display()
+                )));
+            }
+            let copy = dir.join(LIBVIRT_11_3_DIR);
+            run(
+                Command::new("cp").arg("-a").arg(&tree).arg(&copy),
+                &format!("cp -a {} {}", tree.display(), copy.display()),
+            )?;
+            format!("{}:{HOSTROOT}", copy.display())
+        }
+    };
+    let installed = dir.join("installed");
+    {
+        let s = Sysroot::mount_over(&below, Some(&installed))?;
+        s.prepare_host()?;
+        install_vgpu_manager(&s)?;
+    }
+    let lower = format!("{}/upper:{below}", installed.display());
+    bases.push((v, lower.clone()));
+    Ok(lower)
+}
+
 fn run(cmd: &mut Command, what: &str) -> Result<(), TestError> {
     let out = cmd
         .output()
@@ -93,58 +160,43 @@ fn run(cmd: &mut Command, what: &str) -> Result<(), TestError> {
 
 impl Sysroot {
     /// Mounts a new sysroot at `/sysroot-N` (the guest's root is the initramfs, writable) running
-    /// libvirt `v`.
+    /// libvirt `v`, with vgpu-manager installed: over the base layer of `v` ([`base_lower`]), made
+    /// once per boot, so each sysroot starts from the same freshly installed host.
     pub fn mount(v: Libvirt) -> Result<Sysroot, TestError> {
+        let lower = base_lower(v)?;
+        Sysroot::mount_over(&lower, None)
+    }
+
+    /// A sysroot whose overlay has the lower layers `lower` (overlayfs's `lowerdir=`, topmost first)
+    /// and its upper and work directories in `layers` (a tmpfs the caller keeps mounted) or, for
+    /// `None`, in a tmpfs of its own, unmounted with it.
+    fn mount_over(lower: &str, layers: Option<&Path>) -> Result<Sysroot, TestError> {
         static N: AtomicUsize = AtomicUsize::new(0);
         let n = N.fetch_add(1, Ordering::Relaxed);
-        let cmdline = std::fs::read_to_string("/proc/cmdline")
-            .map_err(|e| TestError::Check(format!("cannot read /proc/cmdline: {e}")))?;
-        let share = cmdline
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix("vmtest.share="))
-            .map(PathBuf::from)
-            .ok_or_else(|| {
-                TestError::Check("no vmtest.share= on the kernel command line".into())
-            })?;
-        let layers = PathBuf::from(format!("/run/sysroot-layers-{n}"));
+        let share = share_path()?;
         let root = PathBuf::from(format!("/sysroot-{n}"));
         let mut s = Sysroot {
             root: root.clone(),
             mounts: Vec::new(),
             share,
         };
-        for d in [&layers, &root] {
-            std::fs::create_dir_all(d)
-                .map_err(|e| TestError::Check(format!("cannot create {}: {e}", d.display())))?;
-        }
-        s.mount_one(&["-t", "tmpfs", "tmpfs"], &layers)?;
+        let layers = match layers {
+            Some(l) => l.to_path_buf(),
+            None => {
+                let l = PathBuf::from(format!("/run/sysroot-layers-{n}"));
+                std::fs::create_dir_all(&l)
+                    .map_err(|e| TestError::Check(format!("cannot create {}: {e}", l.display())))?;
+                s.mount_one(&["-t", "tmpfs", "tmpfs"], &l)?;
+                l
+            }
+        };
+        std::fs::create_dir_all(&root)
+            .map_err(|e| TestError::Check(format!("cannot create {}: {e}", root.display())))?;
         for d in ["upper", "work"] {
             std::fs::create_dir_all(layers.join(d)).map_err(|e| {
                 TestError::Check(format!("cannot create {d} in {}: {e}", layers.display()))
             })?;
         }
-        let lower = match v {
-            Libvirt::V9_0 => HOSTROOT.to_string(),
-            Libvirt::V11_3 => {
-                let tree = Path::new(HOSTROOT)
-                    .join(s.share.strip_prefix("/").unwrap_or(&s.share))
-                    .join(LIBVIRT_11_3_DIR);
-                if !tree.join("usr/sbin/libvirtd").is_file() {
-                    return Err(TestError::Check(format!(
-                        "{} holds no libvirtd: scripts/vm-test extracts bookworm-backports' libvirt 11.3 there (prepare_libvirt_11_3)",
-                        tree.display()
-                    )));
-                }
-                // overlayfs refuses a lower layer inside another one ("overlapping lowerdir path"),
-                // and the share is inside the host's root: the tree (12 MB) is copied to the tmpfs.
-                let copy = layers.join("libvirt-11.3");
-                run(
-                    Command::new("cp").arg("-a").arg(&tree).arg(&copy),
-                    &format!("cp -a {} {}", tree.display(), copy.display()),
-                )?;
-                format!("{}:{HOSTROOT}", copy.display())
-            }
-        };
         let opts = format!(
             "lowerdir={lower},upperdir={0}/upper,workdir={0}/work",
             layers.display()
@@ -301,6 +353,9 @@ impl Sysroot {
 pub fn install_vgpu_manager(root: &Sysroot) -> Result<(), TestError> {
     let share = root.share().to_path_buf();
     let mut log = String::new();
+    // man-db's dpkg trigger rebuilds the manual index (minutes over 9p under TCG) unless this file is
+    // gone (man-db's postinst checks it); the manual pages are not under test.
+    let _ = std::fs::remove_file(root.path("/var/lib/man-db/auto-update"));
     for (deb, what) in [
         ("mdevctl.deb", "Debian's mdevctl 1.2.0"),
         ("vgpu-manager.deb", "vgpu-manager (scripts/package)"),
