@@ -207,6 +207,11 @@ impl Sysroot {
             s.mount_one(&["--bind", &from], &root.join(d))?;
         }
         s.mount_one(&["-t", "tmpfs", "tmpfs"], &root.join("run"))?;
+        // What a host's tmpfiles.d makes in /run at boot and the services below expect.
+        for d in ["run/dbus"] {
+            std::fs::create_dir_all(root.join(d))
+                .map_err(|e| TestError::Check(format!("cannot create /{d} in the sysroot: {e}")))?;
+        }
         Ok(s)
     }
 
@@ -333,7 +338,6 @@ impl Sysroot {
             "/var/lib/libvirt",
             "/var/cache/libvirt",
             "/var/log/libvirt/qemu",
-            "/run/dbus",
         ] {
             std::fs::create_dir_all(self.path(d))
                 .map_err(|e| TestError::Check(format!("cannot create {d} in the sysroot: {e}")))?;
