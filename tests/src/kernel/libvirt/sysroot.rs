@@ -208,10 +208,9 @@ impl Sysroot {
         }
         s.mount_one(&["-t", "tmpfs", "tmpfs"], &root.join("run"))?;
         // What a host's tmpfiles.d makes in /run at boot and the services below expect.
-        for d in ["run/dbus"] {
-            std::fs::create_dir_all(root.join(d))
-                .map_err(|e| TestError::Check(format!("cannot create /{d} in the sysroot: {e}")))?;
-        }
+        std::fs::create_dir_all(root.join("run/dbus")).map_err(|e| {
+            TestError::Check(format!("cannot create /run/dbus in the sysroot: {e}"))
+        })?;
         Ok(s)
     }
 
