@@ -35,6 +35,18 @@ pub enum ClientError {
         /// The bus, as [`crate::BusAddress`] displays it.
         bus: String,
     },
+    /// vgpud is not running and the bus could not start it through D-Bus activation (an
+    /// `org.freedesktop.DBus.Error.Spawn.*` answer: e.g. its activation file names a systemd unit on a
+    /// host without systemd, or the launch helper failed).
+    #[error(
+        "vgpud is not running on {bus} and the bus could not start it ({detail}): start it with `systemctl start vgpud` or `vgpud --listen ADDRESS`"
+    )]
+    ActivationFailed {
+        /// The bus, as [`crate::BusAddress`] displays it.
+        bus: String,
+        /// The bus's error name and message.
+        detail: String,
+    },
     /// The daemon refused or failed the request; `message` says why and what to do.
     #[error("{message}")]
     Daemon {
@@ -87,6 +99,10 @@ pub enum ClientError {
     },
 }
 
+/// The prefix of the bus's errors for a failed D-Bus activation (D-Bus specification, "Message Bus
+/// Starting Services"; dbus-daemon's `DBUS_ERROR_SPAWN_*`).
+const SPAWN_ERROR_PREFIX: &str = "org.freedesktop.DBus.Error.Spawn.";
+
 impl ClientError {
     /// Classifies the failure of calling `method` on `bus`.
     pub fn from_call(method: &str, bus: &str, e: zbus::Error) -> ClientError {
@@ -102,8 +118,31 @@ impl ClientError {
                 };
             }
         }
+        if let zbus::Error::MethodError(name, desc, _) = &e
+            && name.as_str().starts_with(SPAWN_ERROR_PREFIX)
+        {
+            return ClientError::ActivationFailed {
+                bus: bus.to_string(),
+                detail: format!("{name}: {}", desc.as_deref().unwrap_or("")),
+            };
+        }
         match e {
             zbus::Error::FDO(fdo) => match *fdo {
+                e @ (zbus::fdo::Error::SpawnChildExited(_)
+                | zbus::fdo::Error::SpawnChildSignaled(_)
+                | zbus::fdo::Error::SpawnConfigInvalid(_)
+                | zbus::fdo::Error::SpawnExecFailed(_)
+                | zbus::fdo::Error::SpawnFailed(_)
+                | zbus::fdo::Error::SpawnFailedToSetup(_)
+                | zbus::fdo::Error::SpawnFileInvalid(_)
+                | zbus::fdo::Error::SpawnForkFailed(_)
+                | zbus::fdo::Error::SpawnNoMemory(_)
+                | zbus::fdo::Error::SpawnPermissionsInvalid(_)
+                | zbus::fdo::Error::SpawnServiceNotFound(_)
+                | zbus::fdo::Error::SpawnServiceNotValid(_)) => ClientError::ActivationFailed {
+                    bus: bus.to_string(),
+                    detail: e.to_string(),
+                },
                 zbus::fdo::Error::AccessDenied(detail) => ClientError::PolicyDenied {
                     method: method.to_string(),
                     detail,
@@ -131,5 +170,27 @@ impl ClientError {
             ClientError::Daemon { kind, .. } => Some(kind),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod activation_tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_activation_is_named_as_such_not_as_a_bus_error() {
+        let e = zbus::Error::FDO(Box::new(zbus::fdo::Error::SpawnChildExited(
+            "Launch helper exited with unknown return code 1".into(),
+        )));
+        let c = ClientError::from_call("ListInstances", "system", e);
+        assert!(
+            matches!(&c, ClientError::ActivationFailed { bus, .. } if bus == "system"),
+            "{c:?}"
+        );
+        let text = c.to_string();
+        assert!(
+            text.contains("could not start it") && text.contains("Launch helper exited"),
+            "{text}"
+        );
     }
 }

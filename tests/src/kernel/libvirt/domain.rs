@@ -80,7 +80,7 @@ pub fn boots_with_mdev(g: &Guest, v: Libvirt) -> TestResult {
     let t = Instant::now();
     let started = s.virsh(&["start", "--paused", name]);
     if let Err(e) = started {
-        let _ = s.virsh(&["undefine", name]);
+        let _ = s.virsh(&["undefine", "--nvram", name]);
         return Err(e);
     }
     let result = (|| -> Result<(), TestError> {
@@ -92,7 +92,7 @@ pub fn boots_with_mdev(g: &Guest, v: Libvirt) -> TestResult {
         Ok(())
     })();
     let destroyed = s.virsh(&["destroy", name]);
-    let undefined = s.virsh(&["undefine", name]);
+    let undefined = s.virsh(&["undefine", "--nvram", name]);
     result?;
     destroyed?;
     undefined?;
@@ -230,7 +230,7 @@ pub fn hook_creates_and_removes(g: &Guest, v: Libvirt) -> TestResult {
         Ok(())
     })();
     let _ = s.virsh(&["destroy", name]);
-    let undefined = s.virsh(&["undefine", name]);
+    let undefined = s.virsh(&["undefine", "--nvram", name]);
     outcome?;
     undefined?;
     mdevs.forget(&u);

@@ -15,12 +15,16 @@ use vgpu_client::ClientError;
 use super::{ListArgs, print_list, same_uuid};
 use crate::cli::CliError;
 
-/// Whether `e` means that vgpud cannot be asked at all (no bus, or nobody owns its name), so that a
-/// read-only command may fall back to the files.
+/// Whether `e` means that vgpud cannot be asked at all (no bus, nobody owns its name, or the bus failed
+/// to start it by D-Bus activation), so that a read-only command may fall back to the files.
 pub(super) fn daemon_absent(e: &CliError) -> bool {
     matches!(
         e,
-        CliError::Daemon(ClientError::NotRunning { .. } | ClientError::Connect { .. })
+        CliError::Daemon(
+            ClientError::NotRunning { .. }
+                | ClientError::ActivationFailed { .. }
+                | ClientError::Connect { .. }
+        )
     )
 }
 
