@@ -1,4 +1,4 @@
-//! A libvirt domain that boots with our vGPU: the domain XML `vgpuctl xml --domain` makes for an mdev
+//! A libvirt domain that boots with our vGPU (and one with an SR-IOV VF): the domain XML `vgpuctl xml --domain` makes for an mdev
 //! that vgpud created, defined and started by libvirtd (QEMU started by libvirt), the device checked in
 //! QEMU's own `info qtree`, and `virsh destroy` releasing it (vgpud can remove it afterwards).
 
@@ -6,9 +6,12 @@ use std::time::{Duration, Instant};
 
 use mdev_types::ids::MdevUuid;
 
-use super::super::guest::Guest;
+use qemu_glue::{DomainSpec, Hostdev, PciHostdev};
+
+use super::super::guest::{Guest, driver_of};
 use super::super::runner::{Outcome, TestError, TestResult, ensure};
 use super::super::samples::{Mdevs, test_uuid};
+use super::super::sriov::{Pf, PfGuard};
 use super::super::vgpud::TargetKind;
 use super::stack::Stack;
 use super::sysroot::{Libvirt, kernel_lacks_overlay};
@@ -234,5 +237,89 @@ pub fn hook_creates_and_removes(g: &Guest, v: Libvirt) -> TestResult {
     outcome?;
     undefined?;
     mdevs.forget(&u);
+    Ok(Outcome::Passed)
+}
+
+/// Polls QEMU's `info qtree` until it shows a `vfio-pci` device on host function `addr` (see
+/// [`qemu_holds_mdev`] for why the domain runs paused).
+fn qemu_holds_pci(s: &Stack, name: &str, addr: &str, t: Instant) -> Result<(), TestError> {
+    let want = format!("host = \"{addr}\"");
+    loop {
+        match s.virsh(&["qemu-monitor-command", "--hmp", name, "info qtree"]) {
+            Ok(out) if out.contains("dev: vfio-pci") && out.contains(&want) => return Ok(()),
+            Ok(out) if t.elapsed() > RUNNING_WITHIN => {
+                return Err(s.failure(&format!(
+                    "QEMU's info qtree shows no vfio-pci device with {want}:\n{out}"
+                )));
+            }
+            Ok(_) => std::thread::sleep(Duration::from_millis(500)),
+            Err(e) if t.elapsed() > RUNNING_WITHIN => return Err(e),
+            Err(_) => std::thread::sleep(Duration::from_millis(200)),
+        }
+    }
+}
+
+/// A domain with an SR-IOV VF: an igb VF (the guest's stand-in for a GPU's VF) as `<hostdev
+/// type='pci' managed='yes'>` in the XML qemu-glue's `DomainSpec` writes (what `vgpuctl xml --domain`
+/// prints for a VF pool slot); libvirt detaches it to vfio-pci at start, QEMU holds it, and `virsh
+/// destroy` gives it back to the driver it had.
+pub fn boots_with_vf(g: &Guest, v: Libvirt) -> TestResult {
+    if let Some(reason) = kernel_lacks_overlay() {
+        return Ok(Outcome::Skipped(reason));
+    }
+    let s = Stack::up("libvirt-vf", v)?;
+    let h: &dyn vgpu_host::Host = &g.host;
+    let guard = PfGuard::new(h, Pf::Igb)?;
+    let vf = guard.enable_vfs(1)?[0];
+    let original = driver_of(h, &vf)?;
+    let name = "vgpu-libvirt-vf";
+    let mut spec = DomainSpec::desktop(
+        name,
+        vec![Hostdev::Pci(PciHostdev {
+            address: vf,
+            managed: true,
+        })],
+    );
+    spec.memory_mib = 128;
+    spec.vcpus = 1;
+    spec.network = None;
+    let xml = spec
+        .to_xml()
+        .map_err(|e| TestError::Check(format!("DomainSpec::to_xml: {e}")))?;
+    let xml = xml.replacen("<graphics type='spice'", "<graphics type='vnc'", 1);
+    let xml = if domain_type() == "kvm" {
+        xml
+    } else {
+        xml.replacen("type='kvm'", "type='qemu'", 1)
+    };
+    ensure(xml.contains("type='pci'"), || {
+        format!("DomainSpec wrote no PCI hostdev for {vf}: {xml}")
+    })?;
+    let file = s.file("vf-domain.xml", &xml)?;
+    s.virsh(&["define", &file])?;
+    let t = Instant::now();
+    let result = (|| -> Result<(), TestError> {
+        s.virsh(&["start", "--paused", name])?;
+        qemu_holds_pci(&s, name, &vf.to_string(), t)?;
+        ensure(driver_of(h, &vf)?.as_deref() == Some("vfio-pci"), || {
+            format!("{vf} is not bound to vfio-pci while the domain runs")
+        })?;
+        println!(
+            "libvirt: domain with VF {vf} started (paused), QEMU holds it {:?} after virsh start",
+            t.elapsed()
+        );
+        Ok(())
+    })();
+    let destroyed = s.virsh(&["destroy", name]);
+    let undefined = s.virsh(&["undefine", "--nvram", name]);
+    result?;
+    destroyed?;
+    undefined?;
+    s.wait_until(
+        "libvirt gives the VF back to its driver after virsh destroy",
+        Duration::from_secs(20),
+        |_| Ok(driver_of(h, &vf)? == original),
+    )?;
+    guard.set_numvfs(0)?;
     Ok(Outcome::Passed)
 }

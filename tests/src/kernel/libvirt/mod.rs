@@ -36,6 +36,9 @@ pub fn tests() -> Vec<Test<Guest>> {
         Test::new("libvirt90_domain_boots_with_mdev", |g| {
             domain::boots_with_mdev(g, Libvirt::V9_0)
         }),
+        Test::new("libvirt90_domain_boots_with_vf", |g| {
+            domain::boots_with_vf(g, Libvirt::V9_0)
+        }),
         Test::new("libvirt90_hook_creates_and_removes", |g| {
             domain::hook_creates_and_removes(g, Libvirt::V9_0)
         }),
@@ -56,6 +59,9 @@ pub fn tests() -> Vec<Test<Guest>> {
         }),
         Test::new("libvirt113_domain_boots_with_mdev", |g| {
             domain::boots_with_mdev(g, Libvirt::V11_3)
+        }),
+        Test::new("libvirt113_domain_boots_with_vf", |g| {
+            domain::boots_with_vf(g, Libvirt::V11_3)
         }),
         Test::new("libvirt113_hook_creates_and_removes", |g| {
             domain::hook_creates_and_removes(g, Libvirt::V11_3)
