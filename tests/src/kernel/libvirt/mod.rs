@@ -57,6 +57,9 @@ pub fn tests() -> Vec<Test<Guest>> {
         Test::new("libvirt113_nodedev_view_follows_vgpud", |g| {
             nodedev::view_follows_vgpud(g, Libvirt::V11_3)
         }),
+        Test::new("libvirt113_nodedev_update_defined", |g| {
+            nodedev::update_defined(g, Libvirt::V11_3)
+        }),
         Test::new("libvirt113_domain_boots_with_mdev", |g| {
             domain::boots_with_mdev(g, Libvirt::V11_3)
         }),

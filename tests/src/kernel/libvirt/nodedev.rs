@@ -467,3 +467,48 @@ pub fn view_follows_vgpud(g: &Guest, v: Libvirt) -> TestResult {
     mdevs.forget(&b);
     Ok(Outcome::Passed)
 }
+
+/// `virsh nodedev-update` (libvirt ≥ 10.1; run on 11.3): an attribute added to a defined, inactive
+/// mtty device with `--config` reaches vgpud's definition and its file in /etc/mdevctl.d (libvirt
+/// runs `mdevctl modify --defined --jsonfile`), and libvirt shows it; the device stays stopped.
+pub fn update_defined(g: &Guest, v: Libvirt) -> TestResult {
+    if let Some(o) = skip_reason() {
+        return Ok(o);
+    }
+    let s = Stack::up("libvirt-update", v)?;
+    let mut mdevs = Mdevs::new(&g.host);
+    let u = test_uuid("libvirt-update", 0);
+    let node = mdev_node(&u);
+    mdevs.adopt(u);
+    let plain = s.file("plain.xml", &device_xml("mtty-1", &u, None))?;
+    s.virsh(&["nodedev-define", &plain])?;
+    s.wait_until("libvirt lists the defined device", SEEN_WITHIN, |s| {
+        listed(s, &["--cap", "mdev", "--inactive"], &node)
+    })?;
+    let with_attr = s.file(
+        "update.xml",
+        &device_xml("mtty-1", &u, Some(("sample_attr", "2"))),
+    )?;
+    s.virsh(&["nodedev-update", &node, &with_attr, "--config"])?;
+    let attrs = mdevctl_file(&s, &u)?.map(|v| v["attrs"].clone());
+    ensure(
+        attrs
+            .as_ref()
+            .is_some_and(|a| a.to_string().contains("sample_attr")),
+        || format!("after nodedev-update the definition file's attrs are {attrs:?}"),
+    )?;
+    ensure_seen(
+        &s,
+        &u,
+        "nodedev-update --config",
+        defined("mtty-1", "manual", "stopped", false),
+    )?;
+    s.wait_until("libvirt shows the updated attribute", SEEN_WITHIN, |s| {
+        Ok(s.virsh(&["nodedev-dumpxml", "--inactive", &node])?
+            .contains("sample_attr"))
+    })?;
+    s.virsh(&["nodedev-undefine", &node])?;
+    ensure_seen(&s, &u, "nodedev-undefine", GONE)?;
+    mdevs.forget(&u);
+    Ok(Outcome::Passed)
+}
