@@ -102,7 +102,7 @@ fn gpu_object_follows(g: &Guest, d: &Vgpud, parent: &str, ty: &str) -> Result<()
 }
 
 /// Runs a busybox module tool (`modprobe`, as the guest's /init loads modules, or `rmmod`).
-fn module_tool(tool: &str, args: &[&str]) -> Result<(), TestError> {
+pub(super) fn module_tool(tool: &str, args: &[&str]) -> Result<(), TestError> {
     let out = Command::new(tool)
         .args(args)
         .output()

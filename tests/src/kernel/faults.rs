@@ -5,14 +5,13 @@
 //!
 //! Each test leaves the sample parents and the PF as it found them, even when it fails.
 
-use std::process::Command;
-
 use mdev_types::ids::MdevUuid;
 use vgpu_host::{Host, paths};
 
 use super::daemon::{
     EVENT_WITHIN, availability, device_exists, ensure_entry, ensure_restored, listed,
 };
+use super::daemon_events::module_tool;
 use super::guest::{Guest, wait_for};
 use super::runner::{Outcome, Test, TestError, TestResult, ensure};
 use super::samples::{Mdevs, test_uuid};
@@ -28,20 +27,6 @@ pub fn tests() -> Vec<Test<Guest>> {
         ),
         Test::new("faults_vfs_vanish_behind_vgpud", vfs_vanish),
     ]
-}
-
-fn module_tool(tool: &str, args: &[&str]) -> Result<(), TestError> {
-    let out = Command::new(tool)
-        .args(args)
-        .output()
-        .map_err(|e| TestError::Check(format!("cannot run {tool} {args:?}: {e}")))?;
-    ensure(out.status.success(), || {
-        format!(
-            "{tool} {args:?} failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        )
-    })
 }
 
 /// Loads mbochs again when dropped, if its parent is missing, so a failing test leaves the guest whole.
