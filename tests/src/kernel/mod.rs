@@ -75,6 +75,7 @@ pub fn all_tests() -> Vec<Test<Guest>> {
 pub fn all_benches() -> Vec<Test<Guest>> {
     let mut benches = bench::benches();
     benches.extend(vfio_bench::benches());
+    benches.extend(libvirt::boot_bench::benches());
     benches
 }
 

@@ -6,8 +6,11 @@
 //! * [`stack`] — the services, started in their systemd units' order, and `virsh`;
 //! * [`nodedev`] — `virsh nodedev-*` checked against sysfs, `/etc/mdevctl.d` and vgpud;
 //! * [`domain`] — a domain started by libvirt with our vGPU;
+//! * [`boot_bench`] — benchmark: parent driver loaded to every autostart vGPU in `virsh`, vgpu-manager
+//!   against the real mdevctl's udev rule;
 //! * [`mixed`] — beside the real mdevctl 1.2.0, one `/etc/mdevctl.d` for both.
 
+pub mod boot_bench;
 pub mod domain;
 pub mod mixed;
 pub mod nodedev;
