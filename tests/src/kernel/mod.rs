@@ -17,6 +17,8 @@
 //! * [`qemu_attach`] — the host's QEMU (chrooted into its 9p-shared root) attaching an mdev and a VF
 //!   with `qemu-glue`'s arguments.
 //! * [`migration`] — `vgpuctl migration info|fingerprint|check` (VFIO migration uAPI v2) on mtty and mdpy.
+//! * [`migration_qemu`] — a live migration of an mtty mdev between two QEMUs, the target made by
+//!   `vgpuctl migration prepare`.
 //! * [`vfio`] — VFIO preflight, backends, viability and binding on the real kernel; [`vfio_bench`] its
 //!   benchmarks.
 //! * [`bench`](mod@bench) — benchmarks ([`all_benches`]), run only when a filter names them;
@@ -39,6 +41,7 @@ pub mod lifecycle;
 pub mod mdev;
 pub mod metrics;
 pub mod migration;
+pub mod migration_qemu;
 pub mod qemu_attach;
 pub mod runner;
 pub mod samples;
@@ -62,6 +65,7 @@ pub fn all_tests() -> Vec<Test<Guest>> {
     tests.extend(vfio::tests());
     tests.extend(handoff::tests());
     tests.extend(migration::tests());
+    tests.extend(migration_qemu::tests());
     tests.extend(daemon::tests());
     tests.extend(faults::tests());
     tests.extend(metrics::tests());

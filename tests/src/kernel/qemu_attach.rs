@@ -90,7 +90,7 @@ impl QemuRun {
 }
 
 /// Drops the terminal escapes the monitor's line editor echoes (`ESC [ ... letter`).
-fn strip_escapes(s: &str) -> String {
+pub(super) fn strip_escapes(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     let mut chars = s.chars().peekable();
     while let Some(c) = chars.next() {
