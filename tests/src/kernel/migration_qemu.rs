@@ -211,7 +211,7 @@ fn in_sysfs(u: &MdevUuid) -> bool {
 }
 
 fn two_qemus(g: &Guest) -> TestResult {
-    if !kernel_version().is_some_and(|v| v >= (6, 7)) {
+    if kernel_version().is_none_or(|v| v < (6, 7)) {
         return Ok(Outcome::Skipped(
             "mtty implements VFIO migration only since Linux 6.7 (samples/vfio-mdev/mtty.c)".into(),
         ));
