@@ -485,10 +485,16 @@ pub fn update_defined(g: &Guest, v: Libvirt) -> TestResult {
     s.wait_until("libvirt lists the defined device", SEEN_WITHIN, |s| {
         listed(s, &["--cap", "mdev", "--inactive"], &node)
     })?;
-    let with_attr = s.file(
-        "update.xml",
-        &device_xml("mtty-1", &u, Some(("sample_attr", "2"))),
-    )?;
+    // What a user edits: libvirt's own XML of the device, with an attribute added.
+    let current = s.virsh(&["nodedev-dumpxml", "--inactive", &node])?;
+    let Some(at) = current.rfind("</capability>") else {
+        return Err(TestError::Check(format!(
+            "nodedev-dumpxml --inactive {node} has no capability: {current}"
+        )));
+    };
+    let mut edited = current.clone();
+    edited.insert_str(at, "<attr name='sample_attr' value='2'/>\n");
+    let with_attr = s.file("update.xml", &edited)?;
     s.virsh(&["nodedev-update", &node, &with_attr, "--config"])?;
     let attrs = mdevctl_file(&s, &u)?.map(|v| v["attrs"].clone());
     ensure(

@@ -366,6 +366,14 @@ impl Sysroot {
                 "id -u libvirt-qemu >/dev/null 2>&1 || useradd -r -g libvirt-qemu -d /var/lib/libvirt -s /usr/sbin/nologin libvirt-qemu",
             ],
         )?;
+        // libvirt ≥ 10 looks for a VFIO variant driver of a PCI hostdev in the running kernel's
+        // modules.alias (virpci.c, virPCIDeviceFindBestVFIOVariant) and refuses the start without
+        // the file; a host has it for its kernel, the host root here has it for another.
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map_err(|e| TestError::Check(format!("cannot read the kernel release: {e}")))?;
+        let alias = format!("/lib/modules/{}/modules.alias", release.trim());
+        let text = std::fs::read_to_string(&alias).unwrap_or_default();
+        self.write(&alias, &text)?;
         self.write(
             "/etc/libvirt/qemu.conf",
             "user = \"root\"\ngroup = \"root\"\nstdio_handler = \"file\"\nsecurity_driver = \"none\"\nnamespaces = [ ]\n",
