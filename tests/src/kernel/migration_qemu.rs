@@ -283,6 +283,11 @@ fn two_qemus(g: &Guest) -> TestResult {
             .collect::<Vec<_>>()
             .join("\n")
     );
+    // QEMU lists the VFIO devices' share of the stream once one took part (mtty's state is a few
+    // hundred bytes, printed as 0 kbytes).
+    ensure(info.contains("vfio device transferred"), || {
+        format!("the source's info migrate shows no VFIO device in the migration:\n{info}")
+    })?;
     let qtree = b.hmp("info qtree")?;
     ensure(
         qtree.contains(&format!("/sys/bus/mdev/devices/{target}")),
