@@ -197,7 +197,7 @@ fn run(cmd: &mut Command, what: &str) -> Result<(), TestError> {
 
 impl Sysroot {
     /// Mounts a new sysroot at `/sysroot-N` (the guest's root is the initramfs, writable) running
-    /// libvirt `v`, with vgpu-manager installed: over the base layer of `v` ([`base_lower`]), made
+    /// libvirt `v`, with vgpu-manager installed: over the base layer of `v` (`base_lower`), made
     /// once per boot, so each sysroot starts from the same freshly installed host.
     pub fn mount(v: Libvirt) -> Result<Sysroot, TestError> {
         let lower = base_lower(v)?;
