@@ -503,7 +503,9 @@ fn list_follows_each_call(g: &Guest) -> TestResult {
 }
 
 /// Runs the shipped `vgpuctl ARGS --bus <d's bus>`.
-fn vgpuctl(d: &Vgpud, args: &[&str]) -> Result<Output, TestError> {
+/// Runs the shipped `vgpuctl ARGS --bus BUS` against `d` (the guest's environment cleared of
+/// `VGPU_BUS`/`VGPU_SYSFS_ROOT`).
+pub(super) fn vgpuctl(d: &Vgpud, args: &[&str]) -> Result<Output, TestError> {
     let bin = super::vgpud::binary()?.with_file_name("vgpuctl");
     Command::new(&bin)
         .args(args)

@@ -8,7 +8,7 @@
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use super::daemon::{availability, daemon, ensure_restored};
+use super::daemon::{availability, daemon, ensure_restored, vgpuctl};
 use super::guest::Guest;
 use super::qemu_attach::HOSTROOT;
 use super::runner::{Outcome, Test, TestError, TestResult, ensure, ensure_eq};
@@ -138,13 +138,7 @@ fn label_of(
 
 /// `vgpuctl metrics --bus BUS`: its text.
 fn scrape(d: &Vgpud) -> Result<String, TestError> {
-    let bin = super::vgpud::binary()?.with_file_name("vgpuctl");
-    let out = Command::new(&bin)
-        .args(["metrics", "--bus", d.bus()])
-        .env_remove("VGPU_BUS")
-        .env_remove("VGPU_SYSFS_ROOT")
-        .output()
-        .map_err(|e| TestError::Check(format!("cannot run {}: {e}", bin.display())))?;
+    let out = vgpuctl(d, &["metrics"])?;
     ensure(out.status.success(), || {
         format!(
             "vgpuctl metrics failed ({}): {}",

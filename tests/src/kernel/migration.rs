@@ -59,8 +59,8 @@ fn json(args: &[&str], text: &str, err: &str) -> Result<serde_json::Value, TestE
     })
 }
 
-/// (major, minor) of the running kernel.
-fn kernel_version(release: &str) -> Option<(u32, u32)> {
+/// (major, minor) of a kernel release text (`6.12.117+deb12-amd64` → (6, 12)).
+pub(super) fn kernel_version(release: &str) -> Option<(u32, u32)> {
     let mut it = release.split(|c: char| !c.is_ascii_digit());
     Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
 }

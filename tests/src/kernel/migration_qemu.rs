@@ -12,19 +12,20 @@
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use mdev_types::ids::MdevUuid;
 use qemu_glue::{MdevDisplay, mdev_qemu_args};
 
-use super::daemon::{availability, daemon, ensure_restored};
+use super::daemon::{availability, daemon, device_exists, ensure_restored, vgpuctl};
 use super::guest::Guest;
-use super::qemu_attach::{HOSTROOT, QEMU, strip_escapes};
+use super::migration::kernel_version;
+use super::qemu_attach::{HOSTROOT, QEMU, strip_escapes, vm_args};
 use super::runner::{Outcome, Test, TestError, TestResult, ensure};
 use super::samples::{Mdevs, test_uuid};
-use super::vgpud::{TargetKind, Vgpud};
+use super::vgpud::TargetKind;
 
 /// The tests.
 pub fn tests() -> Vec<Test<Guest>> {
@@ -42,8 +43,8 @@ struct Qemu {
 }
 
 impl Qemu {
-    /// Starts the host's QEMU chrooted into [`HOSTROOT`]: nested KVM, q35, 64 MB, no display, CPUs
-    /// stopped, `extra` arguments (the device, `-incoming`).
+    /// Starts the host's QEMU chrooted into [`HOSTROOT`] with qemu_attach's VM ([`vm_args`]: CPUs
+    /// stopped), its monitor on a Unix socket and `extra` arguments (the device, `-incoming`).
     fn spawn(name: &str, extra: &[String]) -> Result<Qemu, TestError> {
         let monitor = PathBuf::from(format!("/tmp/kernel-tests-{name}.monitor"));
         let log = PathBuf::from(format!("/tmp/kernel-tests-{name}.log"));
@@ -53,22 +54,7 @@ impl Qemu {
         let err = file
             .try_clone()
             .map_err(|e| TestError::Check(format!("cannot share {}: {e}", log.display())))?;
-        let mut args: Vec<String> = [
-            "-accel",
-            "kvm",
-            "-machine",
-            "q35",
-            "-cpu",
-            "host",
-            "-m",
-            "64M",
-            "-nodefaults",
-            "-display",
-            "none",
-            "-S",
-        ]
-        .map(String::from)
-        .to_vec();
+        let mut args = vm_args();
         args.push("-monitor".into());
         args.push(format!("unix:{},server=on,wait=off", monitor.display()));
         args.extend_from_slice(extra);
@@ -165,17 +151,6 @@ fn read_to_prompt(s: &mut UnixStream) -> std::io::Result<String> {
     Ok(String::from_utf8_lossy(&buf).into_owned())
 }
 
-fn vgpuctl(d: &Vgpud, args: &[&str]) -> Result<Output, TestError> {
-    let bin = super::vgpud::binary()?.with_file_name("vgpuctl");
-    Command::new(&bin)
-        .args(args)
-        .args(["--bus", d.bus()])
-        .env_remove("VGPU_BUS")
-        .env_remove("VGPU_SYSFS_ROOT")
-        .output()
-        .map_err(|e| TestError::Check(format!("cannot run {}: {e}", bin.display())))
-}
-
 fn ok_out(args: &[&str], out: Output) -> Result<String, TestError> {
     ensure(out.status.success(), || {
         format!(
@@ -185,13 +160,6 @@ fn ok_out(args: &[&str], out: Output) -> Result<String, TestError> {
         )
     })?;
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// (major, minor) of the running kernel.
-fn kernel_version() -> Option<(u32, u32)> {
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
-    let mut it = release.trim().split(|c: char| !c.is_ascii_digit());
-    Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
 }
 
 /// `-device vfio-pci,sysfsdev=…,enable-migration=on,x-device-dirty-page-tracking=off` for mdev `u`.
@@ -207,14 +175,9 @@ fn device_args(u: &MdevUuid) -> Vec<String> {
     args
 }
 
-fn in_sysfs(u: &MdevUuid) -> bool {
-    Path::new("/sys/bus/mdev/devices")
-        .join(u.to_string())
-        .exists()
-}
-
 fn two_qemus(g: &Guest) -> TestResult {
-    if kernel_version().is_none_or(|v| v < (6, 7)) {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    if kernel_version(release.trim()).is_none_or(|v| v < (6, 7)) {
         return Ok(Outcome::Skipped(
             "mtty implements VFIO migration only since Linux 6.7 (samples/vfio-mdev/mtty.c)".into(),
         ));
@@ -247,7 +210,7 @@ fn two_qemus(g: &Guest) -> TestResult {
         .and_then(|u| u.parse().ok())
         .ok_or_else(|| TestError::Check(format!("migration prepare named no UUID: {v}")))?;
     mdevs.adopt(target);
-    ensure(in_sysfs(&target), || {
+    ensure(device_exists(g, &target), || {
         format!("the prepared target {target} is not in sysfs")
     })?;
 
@@ -302,7 +265,7 @@ fn two_qemus(g: &Guest) -> TestResult {
     a.quit()?;
     d.destroy(&source)?;
     mdevs.forget(&source);
-    ensure(!in_sysfs(&source), || {
+    ensure(!device_exists(g, &source), || {
         format!("source {source} is still in sysfs")
     })?;
     let t_s = target.to_string();

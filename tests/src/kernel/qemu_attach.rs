@@ -110,10 +110,10 @@ pub(super) fn strip_escapes(s: &str) -> String {
     out
 }
 
-/// The arguments of every run besides the device: nested KVM, a bare q35 with 128 MB, no display,
-/// CPUs stopped (`-S`: the devices are realized — VFIO opens them and maps guest memory for DMA — but
-/// no guest code runs) and the monitor on stdio (the command line measured to work with QEMU 10.0).
-fn base_args() -> Vec<String> {
+/// The VM of every run besides its device and monitor: nested KVM, a bare q35 with 128 MB, no
+/// display, CPUs stopped (`-S`: the devices are realized — VFIO opens them and maps guest memory for
+/// DMA — but no guest code runs; the command line measured to work with QEMU 10.0).
+pub(super) fn vm_args() -> Vec<String> {
     [
         "-accel",
         "kvm",
@@ -127,11 +127,16 @@ fn base_args() -> Vec<String> {
         "-display",
         "none",
         "-S",
-        "-monitor",
-        "stdio",
     ]
     .map(String::from)
     .to_vec()
+}
+
+/// [`vm_args`] with the monitor on stdio.
+fn base_args() -> Vec<String> {
+    let mut args = vm_args();
+    args.extend(["-monitor".to_string(), "stdio".to_string()]);
+    args
 }
 
 /// Fails loudly unless the guest can run the host's QEMU with KVM: every kernel scripts/vm-test boots

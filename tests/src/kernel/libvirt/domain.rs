@@ -8,6 +8,7 @@ use mdev_types::ids::MdevUuid;
 
 use qemu_glue::{DomainSpec, Hostdev, PciHostdev};
 
+use super::super::daemon::device_exists;
 use super::super::guest::{Guest, driver_of};
 use super::super::runner::{Outcome, TestError, TestResult, ensure};
 use super::super::samples::{Mdevs, test_uuid};
@@ -21,19 +22,19 @@ use super::sysroot::{Libvirt, kernel_lacks_overlay};
 const RUNNING_WITHIN: Duration = Duration::from_secs(120);
 
 /// Polls QEMU's `info qtree` (through `virsh qemu-monitor-command --hmp`) until it shows a `vfio-pci`
-/// device whose `sysfsdev` is mdev `u`: QEMU realized it, which opens the device through VFIO. The
-/// domain runs paused (`virsh start --paused`): its vCPUs never run, because nested KVM executing a
-/// guest inside the TCG guest aborts the outer QEMU (bookworm-backports' 10.0.2: "tcg_handle_interrupt:
-/// assertion failed: (bql_locked())", measured), and a paused QEMU already holds every device; `info
-/// pci` would wait for firmware to number the PCIe root port's bus.
-fn qemu_holds_mdev(s: &Stack, name: &str, u: &MdevUuid, t: Instant) -> Result<(), TestError> {
-    let want = format!("/sys/bus/mdev/devices/{u}");
+/// device and `property` (its `sysfsdev` path for an mdev, `host = "ADDR"` for a PCI function): QEMU realized
+/// it, which opens the device through VFIO. The domain runs paused (`virsh start --paused`): its
+/// vCPUs never run, because nested KVM executing a guest inside the TCG guest aborts the outer QEMU
+/// (bookworm-backports' 10.0.2: "tcg_handle_interrupt: assertion failed: (bql_locked())", measured),
+/// and a paused QEMU already holds every device; `info pci` would wait for firmware to number the
+/// PCIe root port's bus.
+fn qemu_holds(s: &Stack, name: &str, property: &str, t: Instant) -> Result<(), TestError> {
     loop {
         match s.virsh(&["qemu-monitor-command", "--hmp", name, "info qtree"]) {
-            Ok(out) if out.contains("dev: vfio-pci") && out.contains(&want) => return Ok(()),
+            Ok(out) if out.contains("dev: vfio-pci") && out.contains(property) => return Ok(()),
             Ok(out) if t.elapsed() > RUNNING_WITHIN => {
                 return Err(s.failure(&format!(
-                    "QEMU's info qtree shows no vfio-pci device with sysfsdev {want}:\n{out}"
+                    "QEMU's info qtree shows no vfio-pci device with {property}:\n{out}"
                 )));
             }
             Ok(_) => std::thread::sleep(Duration::from_millis(500)),
@@ -41,6 +42,11 @@ fn qemu_holds_mdev(s: &Stack, name: &str, u: &MdevUuid, t: Instant) -> Result<()
             Err(_) => std::thread::sleep(Duration::from_millis(200)),
         }
     }
+}
+
+/// What `info qtree` shows of a vfio-pci device attaching mdev `u`: its `sysfsdev` path.
+fn sysfsdev(u: &MdevUuid) -> String {
+    format!("/sys/bus/mdev/devices/{u}")
 }
 
 /// What accelerator the domain gets: KVM when the guest has /dev/kvm (`kvm_amd` nested in TCG).
@@ -87,7 +93,7 @@ pub fn boots_with_mdev(g: &Guest, v: Libvirt) -> TestResult {
         return Err(e);
     }
     let result = (|| -> Result<(), TestError> {
-        qemu_holds_mdev(&s, name, &u, t)?;
+        qemu_holds(&s, name, &sysfsdev(&u), t)?;
         println!(
             "libvirt: domain started (paused) and QEMU holds the vGPU {:?} after virsh start",
             t.elapsed()
@@ -101,12 +107,9 @@ pub fn boots_with_mdev(g: &Guest, v: Libvirt) -> TestResult {
     undefined?;
     // Released: vgpud removes the device, which the kernel refuses while QEMU holds it open.
     s.vgpud()?.destroy(&u)?;
-    ensure(
-        !std::path::Path::new("/sys/bus/mdev/devices")
-            .join(u.to_string())
-            .exists(),
-        || format!("mdev {u} is still in sysfs after virsh destroy and vgpud Destroy"),
-    )?;
+    ensure(!device_exists(g, &u), || {
+        format!("mdev {u} is still in sysfs after virsh destroy and vgpud Destroy")
+    })?;
     mdevs.forget(&u);
     let left = s.virsh(&["list", "--all", "--name"])?;
     ensure(left.trim().is_empty(), || format!("domains left: {left}"))
@@ -130,26 +133,25 @@ fn domain_xml(s: &Stack, u: &MdevUuid, name: &str) -> Result<String, TestError> 
             &u.to_string(),
         ],
     )?;
-    // The harness's QEMU (bookworm-backports' qemu-system-x86) is installed without Debian's spice
-    // module (package qemu-system-modules-spice), so libvirt refuses the example's SPICE display: the
-    // same display over VNC, which QEMU has built in. Nothing else of the XML changes.
+    Ok(fit_for_guest(&xml))
+}
+
+/// A domain XML made for a host, as the guest can run it: the harness's QEMU (bookworm-backports'
+/// qemu-system-x86) is installed without Debian's spice module (package qemu-system-modules-spice),
+/// so libvirt refuses a SPICE display: the same display over VNC, which QEMU has built in. A network
+/// interface names libvirt's `default` network, which libvirt-daemon-system defines (with dnsmasq);
+/// the guest has neither, and the tests need no network: the interface goes. Without /dev/kvm the
+/// domain type is `qemu` (TCG). Nothing else changes.
+fn fit_for_guest(xml: &str) -> String {
     let mut xml = xml.replacen("<graphics type='spice'", "<graphics type='vnc'", 1);
-    // Its network interface names libvirt's `default` network, which libvirt-daemon-system defines
-    // (with dnsmasq); the guest has neither, and the test needs no network: the interface goes.
     if let (Some(a), Some(b)) = (xml.find("<interface "), xml.find("</interface>")) {
         xml.replace_range(a..b + "</interface>".len(), "");
     }
-    Ok(if domain_type() == "kvm" {
+    if domain_type() == "kvm" {
         xml
     } else {
         xml.replacen("type='kvm'", "type='qemu'", 1)
-    })
-}
-
-fn mdev_in_sysfs(u: &MdevUuid) -> bool {
-    std::path::Path::new("/sys/bus/mdev/devices")
-        .join(u.to_string())
-        .exists()
+    }
 }
 
 /// Step 5: with vgpu-libvirt-hook installed as libvirt's qemu hook, a domain whose metadata names
@@ -173,14 +175,14 @@ pub fn hook_creates_and_removes(g: &Guest, v: Libvirt) -> TestResult {
         format!("vgpuctl xml --domain wrote no vgpu-manager metadata: {xml}")
     })?;
     s.vgpud()?.destroy(&u)?;
-    ensure(!mdev_in_sysfs(&u), || {
+    ensure(!device_exists(g, &u), || {
         format!("{u} still exists after Destroy")
     })?;
     let file = s.file("hook-domain.xml", &xml)?;
     s.virsh(&["define", &file])?;
     let outcome = (|| -> Result<(), TestError> {
         s.virsh(&["start", "--paused", name])?;
-        ensure(mdev_in_sysfs(&u), || {
+        ensure(device_exists(g, &u), || {
             format!("the hook did not create {u} at start")
         })?;
         let info = s.vgpud()?.get_instance(&u)?;
@@ -190,12 +192,12 @@ pub fn hook_creates_and_removes(g: &Guest, v: Libvirt) -> TestResult {
                 info.label
             )
         })?;
-        qemu_holds_mdev(&s, name, &u, Instant::now())?;
+        qemu_holds(&s, name, &sysfsdev(&u), Instant::now())?;
         s.virsh(&["destroy", name])?;
         s.wait_until(
             "the hook removes the vGPU at stop",
             Duration::from_secs(30),
-            |_| Ok(!mdev_in_sysfs(&u)),
+            |_| Ok(!device_exists(g, &u)),
         )?;
         let left = s.vgpud()?.list_instances()?;
         ensure(left.is_empty(), || {
@@ -215,7 +217,7 @@ pub fn hook_creates_and_removes(g: &Guest, v: Libvirt) -> TestResult {
         ensure(err.contains("vgpu-manager") || err.contains("hook"), || {
             format!("the failed start does not show the hook's message: {err}")
         })?;
-        ensure(!mdev_in_sysfs(&u), || {
+        ensure(!device_exists(g, &u), || {
             format!("{u} was left behind by the failed start")
         })?;
         let state = s.virsh(&["domstate", name])?;
@@ -238,25 +240,6 @@ pub fn hook_creates_and_removes(g: &Guest, v: Libvirt) -> TestResult {
     undefined?;
     mdevs.forget(&u);
     Ok(Outcome::Passed)
-}
-
-/// Polls QEMU's `info qtree` until it shows a `vfio-pci` device on host function `addr` (see
-/// [`qemu_holds_mdev`] for why the domain runs paused).
-fn qemu_holds_pci(s: &Stack, name: &str, addr: &str, t: Instant) -> Result<(), TestError> {
-    let want = format!("host = \"{addr}\"");
-    loop {
-        match s.virsh(&["qemu-monitor-command", "--hmp", name, "info qtree"]) {
-            Ok(out) if out.contains("dev: vfio-pci") && out.contains(&want) => return Ok(()),
-            Ok(out) if t.elapsed() > RUNNING_WITHIN => {
-                return Err(s.failure(&format!(
-                    "QEMU's info qtree shows no vfio-pci device with {want}:\n{out}"
-                )));
-            }
-            Ok(_) => std::thread::sleep(Duration::from_millis(500)),
-            Err(e) if t.elapsed() > RUNNING_WITHIN => return Err(e),
-            Err(_) => std::thread::sleep(Duration::from_millis(200)),
-        }
-    }
 }
 
 /// A domain with an SR-IOV VF: an igb VF (the guest's stand-in for a GPU's VF) as `<hostdev
@@ -286,12 +269,7 @@ pub fn boots_with_vf(g: &Guest, v: Libvirt) -> TestResult {
     let xml = spec
         .to_xml()
         .map_err(|e| TestError::Check(format!("DomainSpec::to_xml: {e}")))?;
-    let xml = xml.replacen("<graphics type='spice'", "<graphics type='vnc'", 1);
-    let xml = if domain_type() == "kvm" {
-        xml
-    } else {
-        xml.replacen("type='kvm'", "type='qemu'", 1)
-    };
+    let xml = fit_for_guest(&xml);
     ensure(xml.contains("type='pci'"), || {
         format!("DomainSpec wrote no PCI hostdev for {vf}: {xml}")
     })?;
@@ -300,7 +278,7 @@ pub fn boots_with_vf(g: &Guest, v: Libvirt) -> TestResult {
     let t = Instant::now();
     let result = (|| -> Result<(), TestError> {
         s.virsh(&["start", "--paused", name])?;
-        qemu_holds_pci(&s, name, &vf.to_string(), t)?;
+        qemu_holds(&s, name, &format!("host = \"{vf}\""), t)?;
         ensure(driver_of(h, &vf)?.as_deref() == Some("vfio-pci"), || {
             format!("{vf} is not bound to vfio-pci while the domain runs")
         })?;

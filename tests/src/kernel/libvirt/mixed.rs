@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use mdev_types::ids::MdevUuid;
 
+use super::super::daemon::device_exists;
 use super::super::guest::Guest;
 use super::super::runner::{Outcome, TestError, TestResult, ensure};
 use super::super::samples::{Mdevs, test_uuid};
@@ -96,12 +97,9 @@ pub fn mixed_with_real_mdevctl(g: &Guest, v: Libvirt) -> TestResult {
 
     // The real mdevctl starts it: in sysfs, running and foreign for vgpud, active for libvirt.
     s.root.run(REAL_MDEVCTL, &["start", "-u", &a_s])?;
-    ensure(
-        std::path::Path::new("/sys/bus/mdev/devices")
-            .join(&a_s)
-            .exists(),
-        || format!("{REAL_MDEVCTL} start made no {a} in sysfs"),
-    )?;
+    ensure(device_exists(g, &a), || {
+        format!("{REAL_MDEVCTL} start made no {a} in sysfs")
+    })?;
     s.wait_until(
         "vgpud lists the real mdevctl's device running",
         SEEN_WITHIN,
@@ -127,12 +125,9 @@ pub fn mixed_with_real_mdevctl(g: &Guest, v: Libvirt) -> TestResult {
     })?;
     // The real mdevctl starts vgpud's definition too (one directory, one format).
     s.root.run(REAL_MDEVCTL, &["start", "-u", &b_s])?;
-    ensure(
-        std::path::Path::new("/sys/bus/mdev/devices")
-            .join(&b_s)
-            .exists(),
-        || format!("{REAL_MDEVCTL} start of vgpud's definition {b} made no device"),
-    )?;
+    ensure(device_exists(g, &b), || {
+        format!("{REAL_MDEVCTL} start of vgpud's definition {b} made no device")
+    })?;
     s.root.run(REAL_MDEVCTL, &["stop", "-u", &b_s])?;
 
     // The real mdevctl stops and undefines A: gone for everyone.
@@ -154,12 +149,9 @@ pub fn mixed_with_real_mdevctl(g: &Guest, v: Libvirt) -> TestResult {
         format!("{REAL_MDEVCTL} still lists {b} after vgpuctl undefine")
     })?;
     for u in [&a, &b] {
-        ensure(
-            !std::path::Path::new("/sys/bus/mdev/devices")
-                .join(u.to_string())
-                .exists(),
-            || format!("{u} is still in sysfs at the end"),
-        )?;
+        ensure(!device_exists(g, u), || {
+            format!("{u} is still in sysfs at the end")
+        })?;
         mdevs.forget(u);
     }
     Ok(Outcome::Passed)

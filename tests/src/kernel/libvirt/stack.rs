@@ -259,13 +259,7 @@ impl Stack {
     /// `virsh -q -c qemu:///system args…` in the sysroot: its stdout, or an error with its stderr and
     /// libvirtd's log.
     pub fn virsh(&self, args: &[&str]) -> Result<String, TestError> {
-        let out = self
-            .root
-            .command("virsh")
-            .args(["-q", "-c", "qemu:///system"])
-            .args(args)
-            .output()
-            .map_err(|e| TestError::Check(format!("cannot run virsh: {e}")))?;
+        let out = self.run_virsh(args)?;
         if out.status.success() {
             Ok(String::from_utf8_lossy(&out.stdout).into_owned())
         } else {
@@ -278,15 +272,19 @@ impl Stack {
         }
     }
 
-    /// `virsh args…`, which must fail: its stderr.
-    pub fn virsh_fails(&self, args: &[&str]) -> Result<String, TestError> {
-        let out = self
-            .root
+    /// `virsh -q -c qemu:///system args…` in the sysroot, run to completion.
+    fn run_virsh(&self, args: &[&str]) -> Result<std::process::Output, TestError> {
+        self.root
             .command("virsh")
             .args(["-q", "-c", "qemu:///system"])
             .args(args)
             .output()
-            .map_err(|e| TestError::Check(format!("cannot run virsh: {e}")))?;
+            .map_err(|e| TestError::Check(format!("cannot run virsh: {e}")))
+    }
+
+    /// `virsh args…`, which must fail: its stderr.
+    pub fn virsh_fails(&self, args: &[&str]) -> Result<String, TestError> {
+        let out = self.run_virsh(args)?;
         if out.status.success() {
             return Err(self.failure(&format!(
                 "`virsh {}` succeeded, expected a failure; it printed: {}",
