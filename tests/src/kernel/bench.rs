@@ -59,7 +59,7 @@ impl Samples {
 }
 
 /// The `p`th percentile (nearest rank) of `v`.
-fn percentile(v: &[Duration], p: u32) -> Duration {
+pub(super) fn percentile(v: &[Duration], p: u32) -> Duration {
     let mut s = v.to_vec();
     s.sort_unstable();
     if s.is_empty() {
@@ -69,11 +69,11 @@ fn percentile(v: &[Duration], p: u32) -> Duration {
     s[rank - 1]
 }
 
-fn ms(d: Duration) -> String {
+pub(super) fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1e3)
 }
 
-fn ratio(a: Duration, b: Duration) -> f64 {
+pub(super) fn ratio(a: Duration, b: Duration) -> f64 {
     a.as_secs_f64() / b.as_secs_f64().max(1e-9)
 }
 

@@ -21,12 +21,14 @@
 //!   `vgpuctl migration prepare`.
 //! * [`vfio`] — VFIO preflight, backends, viability and binding on the real kernel; [`vfio_bench`] its
 //!   benchmarks.
+//! * [`bench_cli`] — provisioning benchmarks: one process per operation against mdevctl, pool apply.
 //! * [`bench`](mod@bench) — benchmarks ([`all_benches`]), run only when a filter names them;
 //!   [`bus_daemon`] a real dbus-daemon for them.
 //!
 //! Later suites (VFIO) add modules here and list their tests in [`all_tests`].
 
 pub mod bench;
+pub mod bench_cli;
 pub mod bus_daemon;
 pub mod daemon;
 pub mod daemon_events;
@@ -78,6 +80,7 @@ pub fn all_tests() -> Vec<Test<Guest>> {
 /// contains `bench` (they print measurements and fail only when an operation fails).
 pub fn all_benches() -> Vec<Test<Guest>> {
     let mut benches = bench::benches();
+    benches.extend(bench_cli::benches());
     benches.extend(vfio_bench::benches());
     benches.extend(libvirt::boot_bench::benches());
     benches

@@ -30,6 +30,10 @@ const BUILTIN: &[(&str, &str)] = &[
         include_str!("../../../profiles/sample-display-16m.toml"),
     ),
     (
+        "sample-display-4m.toml",
+        include_str!("../../../profiles/sample-display-4m.toml"),
+    ),
+    (
         "sample-display-1080p.toml",
         include_str!("../../../profiles/sample-display-1080p.toml"),
     ),

@@ -78,7 +78,7 @@ pub struct Sysroot {
 }
 
 /// The host path of the test share (`vmtest.share=` on the kernel command line).
-fn share_path() -> Result<PathBuf, TestError> {
+pub fn share_path() -> Result<PathBuf, TestError> {
     let cmdline = std::fs::read_to_string("/proc/cmdline")
         .map_err(|e| TestError::Check(format!("cannot read /proc/cmdline: {e}")))?;
     cmdline

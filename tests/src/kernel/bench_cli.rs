@@ -1,0 +1,683 @@
+//! Provisioning benchmarks on the real kernel (scripts/bench-vm), each figure printed beside its floor
+//! and beside Debian's mdevctl 1.2.0 doing the same work in the same boot. Like [`super::bench`], they
+//! print and fail only when an operation fails; no ratio is asserted.
+//!
+//! `bench_cli_per_op`: one process per operation, as libvirt and scripts call them: `vgpuctl create`,
+//! `destroy`, `start`, `stop`, `list`, `--version`; the same through our mdevctl front end (`vgpuctl`
+//! run as `mdevctl`); the real `mdevctl start`/`stop`/`list`/`--version`; a dynamic `true`; and the
+//! parts of the floor, each measured in the run: the binary's start-up (`vgpuctl --version`), a fresh
+//! bus connection (authentication and `Hello`), one round trip (`Peer.Ping` of vgpud) and the raw sysfs
+//! write. Floor of an operation = start-up + connection + one round trip + its sysfs write.
+//!
+//! `bench_pool_apply`: `Manager1.Apply` of a pool growing from 1 to 49 slots of `sample-display-4m`
+//! (mbochs-small), the same apply again (nothing to do), and the shrink back to 1, from one persistent
+//! client, against the raw create and remove loops of the same 48 devices, with the number of signals
+//! vgpud sent for each.
+//!
+//! Every process runs from the guest's tmpfs (copies), so that no run pages its binary in over 9p. The
+//! host's dynamic binaries (`mdevctl`, `true`) run through the host's dynamic loader with the host's
+//! library directories, as an exec of them on the host loads the same objects.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use mdev_types::ids::MdevUuid;
+use vgpu_host::{Host, paths};
+
+use super::bench::{ms, percentile, ratio};
+use super::bus_daemon::BusDaemon;
+use super::guest::Guest;
+use super::libvirt::sysroot::share_path;
+use super::qemu_attach::HOSTROOT;
+use super::runner::{Outcome, Test, TestError, TestResult, ensure};
+use super::samples::{Mdevs, available, create_path, test_uuid};
+use super::vgpud::{Vgpud, Workdir};
+
+/// The benchmarks of this module (selected by a filter containing `bench`).
+pub fn benches() -> Vec<Test<Guest>> {
+    vec![
+        Test::new("bench_cli_per_op", cli_per_op),
+        Test::new("bench_pool_apply", pool_apply),
+    ]
+}
+
+const PARENT: &str = "mbochs";
+const TYPE: &str = "mbochs-small";
+/// The shipped profile served by [`TYPE`].
+const PROFILE: &str = "sample-display-4m";
+/// Measured iterations of the per-operation loop, after [`WARMUP`].
+const ITERATIONS: u32 = 24;
+const WARMUP: u32 = 3;
+/// The pool's rounds (grow, nothing to do, shrink).
+const ROUNDS: u32 = 3;
+/// Slots the pool grows by in each round.
+const GROW: u32 = 48;
+/// The targets, printed beside the ratios.
+const TARGET_FLOOR: f64 = 1.2;
+const TARGET_STARTUP: f64 = 1.2;
+const TARGET_POOL: f64 = 1.5;
+
+/// The host's dynamic loader and library path, inside [`HOSTROOT`] (Debian 12, merged /usr).
+const LOADER: &str = "/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2";
+const LIB_DIRS: &str = "/usr/lib/x86_64-linux-gnu:/lib/x86_64-linux-gnu";
+
+/// One program the benchmark runs.
+struct Program {
+    /// argv[0]..: the command line before the operation's own arguments.
+    argv: Vec<String>,
+    env: Vec<(String, String)>,
+}
+
+impl Program {
+    /// A static binary at `path`.
+    fn direct(path: &Path) -> Program {
+        Program {
+            argv: vec![path.display().to_string()],
+            env: Vec::new(),
+        }
+    }
+
+    /// A dynamic binary of the host (its path outside [`HOSTROOT`] as given), started by the host's
+    /// loader.
+    fn host_dynamic(path: &Path) -> Program {
+        let lib_path = LIB_DIRS
+            .split(':')
+            .map(|d| format!("{HOSTROOT}{d}"))
+            .collect::<Vec<_>>()
+            .join(":");
+        Program {
+            argv: vec![
+                format!("{HOSTROOT}{LOADER}"),
+                "--library-path".into(),
+                lib_path,
+                path.display().to_string(),
+            ],
+            env: Vec::new(),
+        }
+    }
+
+    fn with_env(mut self, k: &str, v: &str) -> Program {
+        self.env.push((k.into(), v.into()));
+        self
+    }
+
+    /// Runs the program with `args`, timing fork, exec and wait; fails unless it exits 0.
+    fn run(&self, args: &[&str]) -> Result<Duration, TestError> {
+        let mut cmd = Command::new(&self.argv[0]);
+        cmd.args(&self.argv[1..])
+            .args(args)
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        let t = Instant::now();
+        let out = cmd.output().map_err(|e| {
+            TestError::Check(format!("cannot run {} {args:?}: {e}", self.argv.join(" ")))
+        })?;
+        let took = t.elapsed();
+        ensure(out.status.success(), || {
+            format!(
+                "{} {args:?} failed ({}): {}{}",
+                self.argv.join(" "),
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })?;
+        Ok(took)
+    }
+}
+
+/// Copies the shipped binary `name` (next to kernel-tests) into `dir`.
+fn shipped_copy(name: &str, dir: &Path) -> Result<PathBuf, TestError> {
+    let exe = std::env::current_exe()
+        .map_err(|e| TestError::Check(format!("cannot find the running test binary: {e}")))?;
+    let shipped = exe.with_file_name(name);
+    let copy = dir.join(name);
+    std::fs::copy(&shipped, &copy).map_err(|e| {
+        TestError::Check(format!(
+            "cannot copy {} (scripts/vm-test ships it next to kernel-tests): {e}",
+            shipped.display()
+        ))
+    })?;
+    Ok(copy)
+}
+
+/// Debian's mdevctl 1.2.0 binary, extracted from the share's package into `dir` (tmpfs), by the
+/// host's `dpkg-deb` chrooted into [`HOSTROOT`] (the guest's /tmp is bind-mounted there).
+fn real_mdevctl(dir: &Path) -> Result<PathBuf, TestError> {
+    let deb = share_path()?.join("mdevctl.deb");
+    let out = Command::new("chroot")
+        .arg(HOSTROOT)
+        .arg("/usr/bin/dpkg-deb")
+        .arg("-x")
+        .arg(&deb)
+        .arg(dir)
+        .output()
+        .map_err(|e| TestError::Check(format!("cannot run dpkg-deb: {e}")))?;
+    ensure(out.status.success(), || {
+        format!(
+            "dpkg-deb -x {} failed: {}",
+            deb.display(),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })?;
+    let bin = dir.join("usr/bin/mdevctl");
+    ensure(bin.is_file(), || {
+        format!("{} has no usr/bin/mdevctl", deb.display())
+    })?;
+    Ok(bin)
+}
+
+/// Samples of one operation, by who did it.
+#[derive(Default)]
+struct Op {
+    ours: Vec<Duration>,
+    front_end: Vec<Duration>,
+    mdevctl: Vec<Duration>,
+    raw: Vec<Duration>,
+}
+
+/// What one row of the table compares.
+struct Row<'a> {
+    name: &'a str,
+    op: &'a Op,
+    /// The floor's parts other than the sysfs write.
+    base_floor: Duration,
+}
+
+fn print_row(r: &Row<'_>) {
+    let p = |v: &[Duration]| (!v.is_empty()).then(|| percentile(v, 50));
+    let ours = p(&r.op.ours);
+    let floor = r.base_floor + p(&r.op.raw).unwrap_or_default();
+    let mut line = format!("bench:   {:<9}", r.name);
+    if let Some(o) = ours {
+        let q = ratio(o, floor);
+        line += &format!(
+            " vgpuctl {:>9}  floor {:>9} ({q:.2}x{})",
+            ms(o),
+            ms(floor),
+            if q <= TARGET_FLOOR { "" } else { " ABOVE" }
+        );
+    }
+    if let Some(f) = p(&r.op.front_end) {
+        line += &format!("  front end {:>9} ({:.2}x floor)", ms(f), ratio(f, floor));
+    }
+    if let Some(m) = p(&r.op.mdevctl) {
+        line += &format!("  mdevctl {:>9}", ms(m));
+        if let Some(o) = ours {
+            let q = ratio(o, m);
+            line += &format!(
+                " (vgpuctl/mdevctl {q:.2}x{})",
+                if q <= 1.0 { "" } else { " ABOVE" }
+            );
+        }
+        if let Some(f) = p(&r.op.front_end) {
+            line += &format!(" (front end/mdevctl {:.2}x)", ratio(f, m));
+        }
+    }
+    if let Some(raw) = p(&r.op.raw) {
+        line += &format!("  sysfs {}", ms(raw));
+    }
+    println!("{line}");
+}
+
+/// A fresh connection to `bus` (authentication and `Hello`), timed, then dropped.
+fn fresh_connection(rt: &tokio::runtime::Runtime, bus: &str) -> Result<Duration, TestError> {
+    let t = Instant::now();
+    let conn = rt
+        .block_on(async { zbus::connection::Builder::address(bus).build().await })
+        .map_err(|e| TestError::Check(format!("cannot connect to {bus}: {e}")))?;
+    let took = t.elapsed();
+    drop(conn);
+    Ok(took)
+}
+
+fn cli_per_op(g: &Guest) -> TestResult {
+    let avail = available(&g.host, PARENT, TYPE)?;
+    ensure(avail > 0, || format!("{TYPE} has no room"))?;
+    let work = Workdir::new("bench-cli")?;
+    let state = Workdir::new("bench-cli-state")?;
+    let bus = BusDaemon::start(work.path())?;
+    let d = Vgpud::spawn_on_bus(work.path(), state.path(), bus.address())?;
+    let vgpuctl =
+        Program::direct(&shipped_copy("vgpuctl", work.path())?).with_env("VGPU_BUS", d.bus());
+    // The front end: vgpuctl under the name mdevctl, finding the bus in VGPU_BUS.
+    let fe_dir = work.path().join("front-end");
+    std::fs::create_dir_all(&fe_dir).map_err(|e| TestError::Check(e.to_string()))?;
+    let fe_bin = fe_dir.join("mdevctl");
+    std::os::unix::fs::symlink(work.path().join("vgpuctl"), &fe_bin)
+        .map_err(|e| TestError::Check(format!("cannot link {}: {e}", fe_bin.display())))?;
+    let front_end = Program::direct(&fe_bin).with_env("VGPU_BUS", d.bus());
+    let mdevctl = Program::host_dynamic(&real_mdevctl(&work.path().join("mdevctl-deb"))?);
+    let dyn_true = Program::host_dynamic(Path::new(&format!("{HOSTROOT}/usr/bin/true")));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| TestError::Check(format!("cannot start a tokio runtime: {e}")))?;
+
+    let mut mdevs = Mdevs::new(&g.host);
+    let create_file = create_path(PARENT, TYPE)?;
+    let (mut create, mut destroy, mut start, mut stop, mut list, mut version) = (
+        Op::default(),
+        Op::default(),
+        Op::default(),
+        Op::default(),
+        Op::default(),
+        Op::default(),
+    );
+    let (mut true_s, mut connect, mut ping) = (Vec::new(), Vec::new(), Vec::new());
+    let mut seq = 0u32;
+    let mut next_uuid = || {
+        seq += 1;
+        test_uuid("bench_cli_per_op", seq)
+    };
+    let gone = |u: &MdevUuid| -> Result<(), TestError> {
+        ensure(!g.host.exists(&paths::mdev_device(u)), || {
+            format!("{u} still present after its removal returned")
+        })
+    };
+    let there = |u: &MdevUuid| -> Result<(), TestError> {
+        ensure(g.host.exists(&paths::mdev_device(u)), || {
+            format!("{u} missing after its creation returned")
+        })
+    };
+    let ty_args = ["--type", TYPE, "--gpu", PARENT];
+    for i in 0..WARMUP + ITERATIONS {
+        let counted = i >= WARMUP;
+        let keep = |v: &mut Vec<Duration>, d: Duration| {
+            if counted {
+                v.push(d)
+            }
+        };
+        // Rotate who goes first, so that drift hits every one alike.
+        for k in 0..4 {
+            match (i + k) % 4 {
+                0 => {
+                    let u = next_uuid();
+                    let t = Instant::now();
+                    g.host.write(&create_file, &u.to_string())?;
+                    keep(&mut create.raw, t.elapsed());
+                    mdevs.adopt(u);
+                    there(&u)?;
+                    let remove = paths::mdev_device(&u).join("remove");
+                    let t = Instant::now();
+                    g.host.write(&remove, "1")?;
+                    keep(&mut destroy.raw, t.elapsed());
+                    mdevs.forget(&u);
+                    gone(&u)?;
+                }
+                1 => {
+                    let u = next_uuid();
+                    let us = u.to_string();
+                    let mut args = vec!["create"];
+                    args.extend(ty_args);
+                    args.extend(["--uuid", &us]);
+                    keep(&mut create.ours, vgpuctl.run(&args)?);
+                    mdevs.adopt(u);
+                    there(&u)?;
+                    keep(&mut destroy.ours, vgpuctl.run(&["destroy", &us])?);
+                    mdevs.forget(&u);
+                    gone(&u)?;
+                    // start/stop of a definition.
+                    let u = next_uuid();
+                    let us = u.to_string();
+                    let mut args = vec!["define"];
+                    args.extend(ty_args);
+                    args.extend(["--uuid", &us]);
+                    vgpuctl.run(&args)?;
+                    keep(&mut start.ours, vgpuctl.run(&["start", &us])?);
+                    mdevs.adopt(u);
+                    there(&u)?;
+                    keep(&mut stop.ours, vgpuctl.run(&["stop", &us])?);
+                    mdevs.forget(&u);
+                    gone(&u)?;
+                    vgpuctl.run(&["undefine", &us])?;
+                    keep(&mut list.ours, vgpuctl.run(&["list"])?);
+                    keep(&mut version.ours, vgpuctl.run(&["--version"])?);
+                }
+                2 => {
+                    let u = next_uuid();
+                    let us = u.to_string();
+                    let args = ["start", "-u", &us, "-p", PARENT, "-t", TYPE];
+                    keep(&mut create.mdevctl, mdevctl.run(&args)?);
+                    mdevs.adopt(u);
+                    there(&u)?;
+                    keep(&mut destroy.mdevctl, mdevctl.run(&["stop", "-u", &us])?);
+                    mdevs.forget(&u);
+                    gone(&u)?;
+                    let u = next_uuid();
+                    let us = u.to_string();
+                    mdevctl.run(&["define", "-u", &us, "-p", PARENT, "-t", TYPE])?;
+                    keep(&mut start.mdevctl, mdevctl.run(&["start", "-u", &us])?);
+                    mdevs.adopt(u);
+                    there(&u)?;
+                    keep(&mut stop.mdevctl, mdevctl.run(&["stop", "-u", &us])?);
+                    mdevs.forget(&u);
+                    gone(&u)?;
+                    mdevctl.run(&["undefine", "-u", &us])?;
+                    keep(&mut list.mdevctl, mdevctl.run(&["list"])?);
+                    keep(&mut version.mdevctl, mdevctl.run(&["--version"])?);
+                    keep(&mut true_s, dyn_true.run(&[])?);
+                }
+                _ => {
+                    let u = next_uuid();
+                    let us = u.to_string();
+                    let args = ["start", "-u", &us, "-p", PARENT, "-t", TYPE];
+                    keep(&mut create.front_end, front_end.run(&args)?);
+                    mdevs.adopt(u);
+                    there(&u)?;
+                    keep(&mut destroy.front_end, front_end.run(&["stop", "-u", &us])?);
+                    mdevs.forget(&u);
+                    gone(&u)?;
+                    let u = next_uuid();
+                    let us = u.to_string();
+                    front_end.run(&["define", "-u", &us, "-p", PARENT, "-t", TYPE])?;
+                    keep(&mut start.front_end, front_end.run(&["start", "-u", &us])?);
+                    mdevs.adopt(u);
+                    there(&u)?;
+                    keep(&mut stop.front_end, front_end.run(&["stop", "-u", &us])?);
+                    mdevs.forget(&u);
+                    gone(&u)?;
+                    front_end.run(&["undefine", "-u", &us])?;
+                    keep(&mut list.front_end, front_end.run(&["list"])?);
+                    keep(&mut connect, fresh_connection(&rt, d.bus())?);
+                    let t = Instant::now();
+                    d.ping()?;
+                    keep(&mut ping, t.elapsed());
+                }
+            }
+        }
+    }
+    // A definition's start writes the same sysfs file as a create.
+    start.raw = create.raw.clone();
+    stop.raw = destroy.raw.clone();
+    d.stop()?;
+    let startup = percentile(&version.ours, 50);
+    let (conn, rtt) = (percentile(&connect, 50), percentile(&ping, 50));
+    let base = startup + conn + rtt;
+    println!(
+        "bench: one process per operation, vgpud on dbus-daemon, {TYPE} on {PARENT}: {ITERATIONS} iterations after {WARMUP} warm-up, p50"
+    );
+    println!(
+        "bench:   floor parts: vgpuctl start-up (--version) {}, fresh bus connection {}, one round trip (Peer.Ping) {}",
+        ms(startup),
+        ms(conn),
+        ms(rtt)
+    );
+    for (name, op) in [
+        ("create", &create),
+        ("destroy", &destroy),
+        ("start", &start),
+        ("stop", &stop),
+        ("list", &list),
+    ] {
+        print_row(&Row {
+            name,
+            op,
+            base_floor: base,
+        });
+    }
+    let t = percentile(&true_s, 50);
+    let q = ratio(startup, t);
+    println!(
+        "bench:   --version vgpuctl {} vs dynamic true {}: {q:.2}x (target <= {TARGET_STARTUP}x{}); mdevctl --version {}",
+        ms(startup),
+        ms(t),
+        if q <= TARGET_STARTUP { "" } else { ": ABOVE" },
+        ms(percentile(&version.mdevctl, 50))
+    );
+    println!(
+        "bench:   targets: vgpuctl and the front end <= {TARGET_FLOOR}x floor (start-up + connection + round trip + sysfs) and <= mdevctl"
+    );
+    mdevs.remove_all()?;
+    Ok(Outcome::Passed)
+}
+
+/// Counts the signals vgpud sends, on a connection of its own that matches them all.
+struct SignalCounter {
+    rt: tokio::runtime::Runtime,
+    stream: zbus::MessageStream,
+    _conn: zbus::Connection,
+}
+
+impl SignalCounter {
+    fn new(bus: &str) -> Result<SignalCounter, TestError> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| TestError::Check(format!("cannot start a tokio runtime: {e}")))?;
+        let (conn, stream) = rt
+            .block_on(async {
+                let conn = zbus::connection::Builder::address(bus).build().await?;
+                let rule = zbus::MatchRule::builder()
+                    .msg_type(zbus::message::Type::Signal)
+                    .sender(vgpu_client::SERVICE)
+                    .build()?;
+                let stream = zbus::MessageStream::for_match_rule(
+                    rule,
+                    &conn,
+                    std::num::NonZeroUsize::new(100_000),
+                )
+                .await?;
+                Ok::<_, zbus::Error>((conn, stream))
+            })
+            .map_err(|e| TestError::Check(format!("cannot subscribe to vgpud's signals: {e}")))?;
+        Ok(SignalCounter {
+            rt,
+            stream,
+            _conn: conn,
+        })
+    }
+
+    /// The signals received since the last call, by member name, waiting `settle` for late ones.
+    fn take(&mut self, settle: Duration) -> std::collections::BTreeMap<String, usize> {
+        let mut counts = std::collections::BTreeMap::new();
+        let stream = &mut self.stream;
+        self.rt.block_on(async {
+            loop {
+                let next = std::future::poll_fn(|cx| {
+                    futures_core::Stream::poll_next(std::pin::Pin::new(&mut *stream), cx)
+                });
+                match tokio::time::timeout(settle, next).await {
+                    Ok(Some(Ok(m))) => {
+                        let name = m
+                            .header()
+                            .member()
+                            .map(|m| m.to_string())
+                            .unwrap_or_default();
+                        *counts.entry(name).or_insert(0) += 1;
+                    }
+                    Ok(Some(Err(_))) => {}
+                    _ => break,
+                }
+            }
+        });
+        counts
+    }
+}
+
+fn pool_toml(slots: u32) -> String {
+    format!(
+        "name = \"bench\"\nautostart = true\n\n[profiles]\n{PROFILE} = {slots}\n\n[select]\ngpus = [\"{PARENT}\"]\n"
+    )
+}
+
+fn pool_apply(g: &Guest) -> TestResult {
+    let avail = available(&g.host, PARENT, TYPE)?;
+    ensure(avail > GROW, || {
+        format!(
+            "{TYPE} has room for {avail}, the benchmark needs {}",
+            GROW + 1
+        )
+    })?;
+    let work = Workdir::new("bench-pool")?;
+    let state = Workdir::new("bench-pool-state")?;
+    let bus = BusDaemon::start(work.path())?;
+    let d = Vgpud::spawn_on_bus(work.path(), state.path(), bus.address())?;
+    let bus_addr: vgpu_client::BusAddress = d
+        .bus()
+        .parse()
+        .map_err(|e| TestError::Check(format!("{e}")))?;
+    let client = vgpu_client::blocking::Client::connect(&bus_addr)
+        .map_err(|e| TestError::Check(format!("cannot connect to vgpud: {e}")))?;
+    let mut signals = SignalCounter::new(d.bus())?;
+    let apply = |slots: u32| -> Result<(Duration, vgpu_client::PoolSummary), TestError> {
+        let toml = pool_toml(slots);
+        let t = Instant::now();
+        let s = client
+            .block_on(
+                client
+                    .async_client()
+                    .apply_pool::<vgpu_client::ClientError>(&toml, |_| Ok(())),
+            )
+            .map_err(|e| TestError::Check(format!("Apply of {slots} slots: {e}")))?;
+        Ok((t.elapsed(), s))
+    };
+    let mut mdevs = Mdevs::new(&g.host);
+    let create_file = create_path(PARENT, TYPE)?;
+    let mut last_slots = apply(1)?.1.slots;
+    signals.take(Duration::from_millis(200));
+    let (mut grow, mut noop, mut shrink) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut raw_create, mut raw_remove, mut ping, mut discover) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut sig_grow = Default::default();
+    let mut sig_noop = Default::default();
+    let mut sig_shrink = Default::default();
+    let mut seq = 0;
+    for round in 0..ROUNDS {
+        // The raw loops: GROW creates, then GROW removes.
+        let uuids: Vec<MdevUuid> = (0..GROW)
+            .map(|_| {
+                seq += 1;
+                test_uuid("bench_pool_apply", seq)
+            })
+            .collect();
+        let t = Instant::now();
+        for u in &uuids {
+            g.host.write(&create_file, &u.to_string())?;
+            mdevs.adopt(*u);
+        }
+        raw_create.push(t.elapsed());
+        let t = Instant::now();
+        for u in &uuids {
+            g.host.write(&paths::mdev_device(u).join("remove"), "1")?;
+            mdevs.forget(u);
+        }
+        raw_remove.push(t.elapsed());
+        let (took, s) = apply(GROW + 1)?;
+        ensure(s.created.len() == GROW as usize, || {
+            format!(
+                "round {round}: the grow created {} slots, not {GROW}",
+                s.created.len()
+            )
+        })?;
+        grow.push(took);
+        sig_grow = signals.take(Duration::from_millis(300));
+        let (took, s) = apply(GROW + 1)?;
+        ensure(!s.changed, || {
+            format!("round {round}: the second apply changed the host")
+        })?;
+        noop.push(took);
+        sig_noop = signals.take(Duration::from_millis(300));
+        let (took, s) = apply(1)?;
+        ensure(s.removed.len() == GROW as usize, || {
+            format!(
+                "round {round}: the shrink removed {} slots, not {GROW}",
+                s.removed.len()
+            )
+        })?;
+        shrink.push(took);
+        last_slots = s.slots;
+        sig_shrink = signals.take(Duration::from_millis(300));
+        for _ in 0..3 {
+            let t = Instant::now();
+            d.ping()?;
+            ping.push(t.elapsed());
+            let t = Instant::now();
+            d.list_gpus()?;
+            discover.push(t.elapsed());
+        }
+    }
+    let p = |v: &[Duration]| percentile(v, 50);
+    let rtt = p(&ping);
+    println!(
+        "bench: pool apply through vgpud on dbus-daemon, {PROFILE} ({TYPE}) on {PARENT}, one persistent client: {ROUNDS} rounds, p50"
+    );
+    println!(
+        "bench:   one round trip (Peer.Ping) {}, one discovery (ListGpus) {}",
+        ms(rtt),
+        ms(p(&discover))
+    );
+    let report = |what: &str, took: Duration, floor: Duration, target: &str, q: f64, ok: bool| {
+        println!(
+            "bench:   {what:<28} {:>10}  floor {:>10}  {q:.2}x (target {target}{})",
+            ms(took),
+            ms(floor),
+            if ok { "" } else { ": ABOVE" }
+        );
+    };
+    let floor = p(&raw_create) + rtt;
+    let q = ratio(p(&grow), floor);
+    report(
+        &format!("grow by {GROW} (1 -> {})", GROW + 1),
+        p(&grow),
+        floor,
+        "<= 1.5x raw create loop + 1 round trip",
+        q,
+        q <= TARGET_POOL,
+    );
+    let floor = rtt * 3 + p(&discover);
+    let q = ratio(p(&noop), floor);
+    report(
+        "again, nothing to do",
+        p(&noop),
+        floor,
+        "<= 3 round trips + one discovery",
+        q,
+        q <= 1.0,
+    );
+    let floor = p(&raw_remove) + rtt;
+    let q = ratio(p(&shrink), floor);
+    report(
+        &format!("shrink by {GROW} ({} -> 1)", GROW + 1),
+        p(&shrink),
+        floor,
+        "<= 1.5x raw remove loop + 1 round trip",
+        q,
+        q <= TARGET_POOL,
+    );
+    println!(
+        "bench:   raw loops of {GROW}: create {}, remove {}",
+        ms(p(&raw_create)),
+        ms(p(&raw_remove))
+    );
+    for (what, counts) in [
+        ("grow", &sig_grow),
+        ("nothing to do", &sig_noop),
+        ("shrink", &sig_shrink),
+    ] {
+        let total: usize = counts.values().sum();
+        let each: Vec<String> = counts.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        println!(
+            "bench:   signals vgpud sent ({what}, last round): {total}: {}",
+            each.join(", ")
+        );
+    }
+    d.stop()?;
+    // The slot left keeps its device after vgpud stops; its definition goes with the state directory.
+    for row in &last_slots {
+        if let Ok(u) = row.uuid.parse::<MdevUuid>()
+            && g.host.exists(&paths::mdev_device(&u))
+        {
+            mdevs.adopt(u);
+        }
+    }
+    mdevs.remove_all()?;
+    Ok(Outcome::Passed)
+}
