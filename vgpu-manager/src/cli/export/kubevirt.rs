@@ -451,4 +451,61 @@ mod tests {
         assert_eq!(parse_version("1.10"), Some((1, 10)));
         assert_eq!(parse_version("one"), None);
     }
+
+    fn slot(model: &str, holds: Holds) -> crate::cli::export::Slot {
+        crate::cli::export::Slot {
+            pool: "p".into(),
+            profile: "x".into(),
+            gpu: "0000:85:00.0".into(),
+            vendor: "nvidia".into(),
+            model: model.into(),
+            holds,
+        }
+    }
+
+    #[test]
+    fn one_resource_per_type_name_and_per_vf_id() {
+        use crate::cli::export::PciIds;
+        let mdev = |id: &str, name: Option<&str>| Holds::Mdev {
+            parent: "0000:83:00.0".into(),
+            type_id: id.into(),
+            type_name: name.map(Into::into),
+        };
+        let vf = |device: u16, t: &str| Holds::Vf {
+            vf: None,
+            pf: None,
+            ids: PciIds {
+                vendor: 0x10de,
+                device,
+            },
+            vgpu_type: Some(t.into()),
+        };
+        let slots = Slots {
+            slots: vec![
+                slot("NVIDIA T4", mdev("nvidia-231", Some("GRID T4-2Q"))),
+                slot("NVIDIA T4", mdev("nvidia-231", Some("GRID T4-2Q"))),
+                slot("mbochs", mdev("mbochs-4", None)),
+                slot("NVIDIA A16", vf(0x25b6, "NVIDIA A16-1B")),
+                slot("NVIDIA A16", vf(0x25b6, "NVIDIA A16-2B")),
+            ],
+            ..Slots::default()
+        };
+        let r = resources(&slots, None);
+        let names: Vec<(&str, &str, u32)> = r
+            .iter()
+            .map(|r| (r.selector.as_str(), r.resource_name.as_str(), r.slots))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("GRID T4-2Q", "nvidia.com/GRID_T4-2Q", 2),
+                ("mbochs-4", "nvidia.com/mbochs-4", 1),
+                // Two vGPU types behind one id: KubeVirt cannot tell them apart, so the model names it.
+                ("10DE:25B6", "nvidia.com/NVIDIA_A16_VF", 2),
+            ]
+        );
+        assert_eq!(r[2].env, "PCI_RESOURCE_NVIDIA_COM_NVIDIA_A16_VF");
+        let own = resources(&slots, Some("gpu.example.com"));
+        assert_eq!(own[0].resource_name, "gpu.example.com/GRID_T4-2Q");
+    }
 }

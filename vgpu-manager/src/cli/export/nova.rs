@@ -359,4 +359,68 @@ mod tests {
             "CUSTOM_I915_GVTG_V5_4"
         );
     }
+
+    #[test]
+    fn a_parent_under_two_types_is_refused() {
+        let group = |parent: &str| MdevGroup {
+            parents: BTreeSet::from([parent.to_string()]),
+            ..MdevGroup::default()
+        };
+        let mut groups = BTreeMap::from([
+            ("i915-GVTg_V5_4".to_string(), group("0000:00:02.0")),
+            ("i915-GVTg_V5_8".to_string(), group("0000:00:03.0")),
+        ]);
+        assert!(check_one_type_per_parent(&groups).is_ok());
+        groups.insert("i915-GVTg_V5_1".into(), group("0000:00:02.0"));
+        let e = check_one_type_per_parent(&groups).unwrap_err().to_string();
+        assert!(
+            e.starts_with("mdev parent 0000:00:02.0 holds slots of two types (i915-GVTg_V5_1 and i915-GVTg_V5_4)"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn aliases_are_named_after_the_one_vgpu_type_or_the_model() {
+        use crate::cli::export::Slot;
+        let vf = |model: &str, device: u16, t: Option<&str>| Slot {
+            pool: "p".into(),
+            profile: "x".into(),
+            gpu: "0000:85:00.0".into(),
+            vendor: "nvidia".into(),
+            model: model.into(),
+            holds: Holds::Vf {
+                vf: None,
+                pf: None,
+                ids: PciIds {
+                    vendor: 0x10de,
+                    device,
+                },
+                vgpu_type: t.map(Into::into),
+            },
+        };
+        let slots = Slots {
+            slots: vec![
+                vf("NVIDIA L40S", 1, Some("NVIDIA L40S-2Q")),
+                vf("NVIDIA L40S", 1, Some("NVIDIA L40S-2Q")),
+                vf("NVIDIA A16", 2, Some("NVIDIA A16-1B")),
+                vf("NVIDIA A16", 2, Some("NVIDIA A16-2B")),
+            ],
+            ..Slots::default()
+        };
+        let names = alias_names(&slots);
+        assert_eq!(
+            names[&PciIds {
+                vendor: 0x10de,
+                device: 1
+            }],
+            "nvidia-l40s-2q"
+        );
+        assert_eq!(
+            names[&PciIds {
+                vendor: 0x10de,
+                device: 2
+            }],
+            "nvidia-a16-vf"
+        );
+    }
 }
