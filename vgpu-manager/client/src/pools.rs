@@ -27,6 +27,16 @@ pub struct SlotRow {
     /// The mdev type id of its instance (`type` in JSON), when it has one.
     #[serde(rename = "type")]
     pub type_id: Option<String>,
+    /// The mdev parent its instance is on (a PCI address such as `0000:3b:00.0`, or a parent name such
+    /// as `mbochs`), which is not always the GPU (an SR-IOV GPU's mdevs sit on its VFs); `None` for VF
+    /// slots, slots without an instance, and from older vgpud.
+    #[serde(default)]
+    pub parent: Option<String>,
+    /// The human name of what it holds: the mdev type's `name` attribute (`GRID T4-2Q`, what KubeVirt's
+    /// `mdevNameSelector` matches) or the NVIDIA vGPU type of a vendor-VFIO VF (`NVIDIA L40S-2Q`);
+    /// `None` when the type has no name, for a plain SR-IOV VF, and from older vgpud.
+    #[serde(default)]
+    pub type_name: Option<String>,
     /// `running`, `stopped`, `waiting-for-parent`, or `missing` (no instance).
     pub state: String,
     /// For a slot held by an SR-IOV VF (xe/i915/GIM VF on vfio-pci, NVIDIA vendor-VFIO vGPU): the VF's
@@ -34,6 +44,11 @@ pub struct SlotRow {
     /// NVIDIA driver owns it, so libvirt must not rebind it); `None` for mdev slots.
     #[serde(default)]
     pub vf: Option<String>,
+    /// For a VF slot: the VF's PCI `vendor:device` id in lower-case hex (`10de:26b9`), what KubeVirt's
+    /// `pciVendorSelector` and Nova's `vendor_id`/`product_id` match; `None` for mdev slots and from
+    /// older vgpud.
+    #[serde(default)]
+    pub pci_id: Option<String>,
     /// Why the slot's GPU cannot be read, when it is faulted (the path, the problem and the fix): the
     /// slot is kept as it is until the GPU reads again; `None` on a healthy GPU (and from older vgpud).
     #[serde(default)]

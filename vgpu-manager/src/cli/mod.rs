@@ -10,6 +10,7 @@ use thiserror::Error;
 mod completions;
 mod daemon_cmds;
 mod discover;
+mod export;
 mod host_select;
 mod mdevctl;
 mod metrics;
@@ -109,6 +110,10 @@ enum Command {
     /// Pools of vGPU slots: `plan FILE` (offline dry run), `apply FILE` and `status` (through vgpud).
     #[command(subcommand)]
     Pool(pool::PoolCommand),
+    /// Configuration for fleet engines: the KubeVirt CR fragment or the nova.conf fragment that hands
+    /// the pools' slots to their guests.
+    #[command(subcommand)]
+    Export(export::ExportCommand),
     /// Time-slice scheduling of a GPU: plan, apply, show (weights → the vendor's knob).
     #[command(subcommand)]
     Sched(sched::SchedCommand),
@@ -253,6 +258,7 @@ fn dispatch(cli: &Cli, out: &mut dyn Write) -> Result<(), CliError> {
             profiles::check(files, *json, out)
         }
         Command::Pool(c) => pool::run(c, &cli.host, &cli.bus, out),
+        Command::Export(c) => export::run(c, &cli.host, &cli.bus, out),
         Command::Sched(c) => sched::run(c, &cli.host, out),
         Command::Xml(a) => xml::run(a, &cli.bus, out),
         Command::Mdevctl(c) => mdevctl::run(c, &cli.bus, &cli.host, out),

@@ -304,6 +304,9 @@ mod tests {
     fn slot(profile: &str, index: u32, uuid: &str, gpu: Option<&str>) -> SlotRow {
         SlotRow {
             vf: None,
+            pci_id: None,
+            parent: None,
+            type_name: None,
             fault: None,
             profile: profile.into(),
             index,

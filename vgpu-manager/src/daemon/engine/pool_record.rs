@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 
+use mdev_types::ids::{MdevTypeId, PciAddress};
 use mdev_types::model::Inventory;
 use tracing::warn;
 
@@ -96,6 +97,13 @@ impl Pools {
                     type_id: view
                         .map(|v| v.type_id.to_string())
                         .or_else(|| vf.map(|r| r.holds_text())),
+                    parent: view.map(|v| v.parent.clone()),
+                    type_name: match (view, vf) {
+                        (Some(v), _) => mdev_type_name(inv, &v.parent, &v.type_id),
+                        (None, Some(r)) => r.type_name().map(str::to_string),
+                        (None, None) => None,
+                    },
+                    pci_id: vf.and_then(|r| vf_pci_id(inv, r.pf, r.vf)),
                     state: match (view, vf) {
                         (Some(v), _) => v.state.as_str(),
                         (None, Some(r)) if self.vf_slots.vf_slot_running(r) => "running",
@@ -141,4 +149,28 @@ impl Pools {
         }
         Ok(out)
     }
+}
+
+/// The `name` attribute of mdev type `type_id` on `parent`, as discovery read it.
+fn mdev_type_name(inv: &Inventory, parent: &str, type_id: &MdevTypeId) -> Option<String> {
+    inv.mdev_parents
+        .iter()
+        .find(|p| p.name == parent)?
+        .types
+        .iter()
+        .find(|t| &t.id == type_id)?
+        .name
+        .clone()
+}
+
+/// VF `vf`'s PCI `vendor:device` id (`10de:26b9`): the VF's own ids when discovery lists it, else its
+/// PF's vendor and `sriov_vf_device` (the id every VF of the PF has, Documentation/ABI/testing/sysfs-bus-pci).
+fn vf_pci_id(inv: &Inventory, pf: PciAddress, vf: PciAddress) -> Option<String> {
+    let text =
+        |v: mdev_types::ids::PciId, d: mdev_types::ids::PciId| format!("{:04x}:{:04x}", v.0, d.0);
+    if let Some(d) = inv.pci_devices.iter().find(|d| d.address == vf) {
+        return Some(text(d.vendor, d.device));
+    }
+    let p = inv.pci_devices.iter().find(|d| d.address == pf)?;
+    Some(text(p.vendor, p.sriov.as_ref()?.vf_device?))
 }

@@ -56,6 +56,14 @@ impl VfSlotRecord {
         }
     }
 
+    /// The NVIDIA vGPU type name its VF holds (`NVIDIA L40S-2Q`); `None` for a plain SR-IOV VF.
+    pub(super) fn type_name(&self) -> Option<&str> {
+        match &self.holds {
+            VfKind::SriovVf => None,
+            VfKind::NvidiaVgpu { type_name, .. } => Some(type_name),
+        }
+    }
+
     /// What it holds, for status rows (`VF 0000:03:00.1`, `NVIDIA L40S-2Q on VF …`).
     pub(super) fn holds_text(&self) -> String {
         match &self.holds {
