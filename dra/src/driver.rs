@@ -162,7 +162,7 @@ pub enum DriverError {
         claim: String,
         /// The daemon's or the bus's error.
         #[source]
-        source: ClientError,
+        source: Box<ClientError>,
     },
     /// The vGPU with our UUID is not what we would have made.
     #[error(
@@ -270,10 +270,10 @@ impl Driver {
     /// Prepares claim `c`; the same claim again gives the same answer without making anything new.
     pub async fn prepare(&self, c: &ClaimRef) -> Result<Vec<Prepared>, DriverError> {
         let mut ck = self.state.lock().await;
-        if let Some(rec) = ck.get(&c.uid).cloned() {
-            if rec.phase == Phase::Completed {
-                return self.reprepare(&mut ck, c, rec).await;
-            }
+        if let Some(rec) = ck.get(&c.uid).cloned()
+            && rec.phase == Phase::Completed
+        {
+            return self.reprepare(&mut ck, c, rec).await;
         }
         let claim = self.claims.get(&c.namespace, &c.name).await?;
         if claim.metadata.uid != c.uid {
@@ -324,12 +324,12 @@ impl Driver {
             phase: Phase::Started,
             devices,
         };
-        if let Some(old) = ck.get(&c.uid).cloned() {
-            if old.devices != rec.devices {
-                // The allocation is immutable, so this is a checkpoint from a different claim
-                // object with a reused UID: undo what it made before recording the new plan.
-                self.teardown(&c.uid, &old).await?;
-            }
+        if let Some(old) = ck.get(&c.uid).cloned()
+            && old.devices != rec.devices
+        {
+            // The allocation is immutable, so this is a checkpoint from a different claim object
+            // with a reused UID: undo what it made before recording the new plan.
+            self.teardown(&c.uid, &old).await?;
         }
         // Phase one: the plan, durable before the first vGPU exists.
         ck.put(&c.uid, rec.clone())?;
@@ -397,7 +397,7 @@ impl Driver {
             profile: d.profile.clone(),
             gpu: d.gpu.clone(),
             claim: format!("{}/{}", c.namespace, c.name),
-            source,
+            source: Box::new(source),
         };
         let inst = match self
             .vgpud
@@ -445,7 +445,7 @@ impl Driver {
                     profile: d.profile.clone(),
                     gpu: d.gpu.clone(),
                     claim: format!("{}/{}", rec.namespace, rec.name),
-                    source,
+                    source: Box::new(source),
                 })?;
             if gone {
                 tracing::info!(uuid = %d.uuid, claim = %uid, "vGPU destroyed");

@@ -100,7 +100,7 @@ pub enum PluginError {
     #[error(
         "cannot roll back a prepare cut short by the last stop; the plugin retries at its next start"
     )]
-    Recover(#[source] DriverError),
+    Recover(#[source] Box<DriverError>),
     /// A directory could not be made.
     #[error(transparent)]
     Fs(#[from] FsError),
@@ -162,7 +162,10 @@ pub async fn serve(
         claims,
         checkpoint,
     ));
-    let rec = driver.recover().await.map_err(PluginError::Recover)?;
+    let rec = driver
+        .recover()
+        .await
+        .map_err(|e| PluginError::Recover(Box::new(e)))?;
     tracing::info!(
         rolled_back = rec.rolled_back.len(),
         destroyed = rec.destroyed.len(),
@@ -218,10 +221,10 @@ pub async fn serve(
 /// Binds a Unix socket at `path`, replacing a stale socket a killed plugin left there.
 fn listen(path: &Path) -> Result<UnixListener, PluginError> {
     use std::os::unix::fs::FileTypeExt;
-    if let Ok(m) = std::fs::symlink_metadata(path) {
-        if m.file_type().is_socket() {
-            let _ = std::fs::remove_file(path);
-        }
+    if let Ok(m) = std::fs::symlink_metadata(path)
+        && m.file_type().is_socket()
+    {
+        let _ = std::fs::remove_file(path);
     }
     UnixListener::bind(path).map_err(|source| PluginError::Listen {
         path: path.to_path_buf(),
