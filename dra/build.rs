@@ -7,6 +7,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/pluginregistration_v1.proto",
         "proto/dra_v1.proto",
         "proto/dra_v1beta1.proto",
+        "proto/dra_health_v1alpha1.proto",
+        "proto/dra_health_v1.proto",
     ];
     for p in protos {
         println!("cargo:rerun-if-changed={p}");

@@ -208,6 +208,19 @@ pub struct Driver {
     uuid_ns: Uuid,
 }
 
+/// The health of one prepared device, as [`Driver::health`] finds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceHealth {
+    /// Its pool.
+    pub pool: String,
+    /// Its device name.
+    pub device: String,
+    /// Its vGPU runs and its GPU reads.
+    pub healthy: bool,
+    /// Why, in words.
+    pub message: String,
+}
+
 /// What [`Driver::recover`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Recovery {
@@ -365,6 +378,46 @@ impl Driver {
             ck.put(&c.uid, rec.clone())?;
         }
         Ok(self.answer(&c.uid, &rec))
+    }
+
+    /// The health of every device of every completed claim: healthy while its vGPU runs and vgpud
+    /// reads its GPU without fault. Two vgpud calls whatever the number of devices.
+    pub async fn health(&self) -> Result<Vec<DeviceHealth>, ClientError> {
+        let devices: Vec<PreparedDevice> = {
+            let ck = self.state.lock().await;
+            ck.claims()
+                .filter(|(_, r)| r.phase == Phase::Completed)
+                .flat_map(|(_, r)| r.devices.iter().cloned())
+                .collect()
+        };
+        if devices.is_empty() {
+            return Ok(Vec::new());
+        }
+        let instances = self.vgpud.list_instances().await?;
+        let faults = self.vgpud.list_faults().await?;
+        Ok(devices
+            .into_iter()
+            .map(|d| {
+                let fault = faults
+                    .iter()
+                    .find(|f| canonical_pci(&f.device).as_deref() == Some(d.gpu.as_str()));
+                let (healthy, message) = match (instances.iter().find(|i| i.uuid == d.uuid), fault)
+                {
+                    (None, _) => (false, format!("vGPU {} is gone", d.uuid)),
+                    (Some(i), _) if i.state != "running" => {
+                        (false, format!("vGPU {} is {}", d.uuid, i.state))
+                    }
+                    (Some(_), Some(f)) => (false, format!("GPU {}: {}", d.gpu, f.problem)),
+                    (Some(_), None) => (true, format!("vGPU {} runs on {}", d.uuid, d.gpu)),
+                };
+                DeviceHealth {
+                    pool: d.pool,
+                    device: d.device,
+                    healthy,
+                    message,
+                }
+            })
+            .collect())
     }
 
     /// Unprepares claim `c`: destroys its vGPUs, removes its files, forgets it. A claim the plugin

@@ -1,6 +1,6 @@
 //! The gRPC services the kubelet calls: `pluginregistration.Registration` on the registration socket
 //! and `k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin` (and its v1beta1 twin, for kubelets before 1.34)
-//! on the plugin socket. They translate between the wire messages and [`Driver`]; per-claim failures
+//! on the plugin socket, beside the health stream ([`crate::health`]). They translate between the wire messages and [`Driver`]; per-claim failures
 //! travel in each claim's `error` field, as the DRA API defines, never as a gRPC error.
 
 use std::sync::Arc;
@@ -9,7 +9,10 @@ use tokio::sync::watch;
 use tonic::{Request, Response, Status};
 
 use crate::driver::{ClaimRef, Driver, Prepared};
-use crate::pb::{dra_v1, dra_v1beta1, pluginregistration as reg};
+use crate::health::HealthService;
+use crate::pb::{
+    dra_health_v1, dra_health_v1alpha1, dra_v1, dra_v1beta1, pluginregistration as reg,
+};
 
 /// `type` of a DRA driver in `PluginInfo` (kubernetes/kubelet `pkg/apis/pluginregistration/v1/constants.go`).
 pub const PLUGIN_TYPE: &str = "DRAPlugin";
@@ -242,21 +245,29 @@ impl dra_v1beta1::dra_plugin_server::DraPlugin for DraService {
 
 type V1Server = dra_v1::dra_plugin_server::DraPluginServer<DraService>;
 type V1beta1Server = dra_v1beta1::dra_plugin_server::DraPluginServer<DraService>;
+type HealthV1alpha1Server =
+    dra_health_v1alpha1::dra_resource_health_server::DraResourceHealthServer<HealthService>;
+type HealthV1Server =
+    dra_health_v1::dra_resource_health_server::DraResourceHealthServer<HealthService>;
 
-/// Both DRA service versions on one socket, dispatched by the gRPC path's service name: tonic's own
-/// router would link axum for two routes.
+/// The services of the DRA socket, dispatched by the gRPC path's service name (tonic's own router
+/// would link axum for four routes): the DRA service v1 and v1beta1, the health stream v1alpha1 and v1.
 #[derive(Clone)]
 pub struct DraRouter {
     v1: V1Server,
     v1beta1: V1beta1Server,
+    health_v1alpha1: HealthV1alpha1Server,
+    health_v1: HealthV1Server,
 }
 
 impl DraRouter {
-    /// Serves `svc` as v1 and v1beta1.
-    pub fn new(svc: DraService) -> Self {
+    /// Serves `svc` as v1 and v1beta1 and `health` as v1alpha1 and v1.
+    pub fn new(svc: DraService, health: HealthService) -> Self {
         DraRouter {
             v1: V1Server::new(svc.clone()),
             v1beta1: V1beta1Server::new(svc),
+            health_v1alpha1: HealthV1alpha1Server::new(health.clone()),
+            health_v1: HealthV1Server::new(health),
         }
     }
 }
@@ -289,6 +300,12 @@ impl tonic::codegen::Service<tonic::codegen::http::Request<tonic::body::Body>> f
             Box::pin(async move { s.call(req).await })
         } else if calls(path, V1beta1Server::NAME) {
             let mut s = self.v1beta1.clone();
+            Box::pin(async move { s.call(req).await })
+        } else if calls(path, HealthV1alpha1Server::NAME) {
+            let mut s = self.health_v1alpha1.clone();
+            Box::pin(async move { s.call(req).await })
+        } else if calls(path, HealthV1Server::NAME) {
+            let mut s = self.health_v1.clone();
             Box::pin(async move { s.call(req).await })
         } else {
             let status = Status::unimplemented(format!("{path} is not served on this socket"));

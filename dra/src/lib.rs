@@ -7,7 +7,8 @@
 //! from the API server ([`claim`]), maps each allocated device name ([`device_name`]) to a GPU and a
 //! profile, has vgpud make the vGPU ([`vgpud`]), and writes the CDI spec ([`cdi`]) and the
 //! device-metadata file KubeVirt reads ([`metadata`]), all recorded in a crash-safe two-phase
-//! [`checkpoint`]. `docs/dra.md` is the operator's guide.
+//! [`checkpoint`]; [`health`] streams the prepared devices' health to the kubelet. `docs/dra.md` is
+//! the operator's guide.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
@@ -18,6 +19,7 @@ pub mod device_name;
 pub mod driver;
 pub mod fsutil;
 pub mod grpc;
+pub mod health;
 pub mod metadata;
 pub mod pb;
 pub mod plugin;

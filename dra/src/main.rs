@@ -42,6 +42,9 @@ struct Args {
         default_value = "unix:/run/vgpu-dra/kube-api.sock"
     )]
     api_proxy: ProxyEndpoint,
+    /// How often the device-health stream reports to the kubelet, in milliseconds.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..))]
+    health_interval_ms: u64,
     /// Crash tests only: stop for good at this point of a prepare (`after-plan`, `after-create`).
     #[arg(long, env = "VGPU_DRA_FAILPOINT", hide = true)]
     failpoint: Option<Failpoint>,
@@ -65,6 +68,7 @@ async fn main() -> ExitCode {
         metadata_dir: a.metadata_dir,
         bus: a.bus,
         api: a.api_proxy,
+        health_interval: std::time::Duration::from_millis(a.health_interval_ms),
         failpoint: a.failpoint,
     };
     match plugin::run(cfg).await {

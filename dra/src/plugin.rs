@@ -16,6 +16,7 @@ use crate::claim::{ApiServer, ClaimSource, ProxyEndpoint};
 use crate::driver::{Driver, DriverConfig, DriverError, Failpoint};
 use crate::fsutil::{self, FsError};
 use crate::grpc::{DraRouter, DraService, RegistrationService};
+use crate::health::HealthService;
 use crate::pb::pluginregistration as reg;
 use crate::vgpud::Vgpud;
 
@@ -47,6 +48,8 @@ pub struct PluginConfig {
     pub bus: BusAddress,
     /// The API server proxy.
     pub api: ProxyEndpoint,
+    /// How often the health stream reports.
+    pub health_interval: std::time::Duration,
     /// Where a prepare stops for good (crash tests only).
     pub failpoint: Option<Failpoint>,
 }
@@ -174,8 +177,9 @@ pub async fn serve(
     );
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stop_for_servers = stop_rx.clone();
     let stopped = move || {
-        let mut rx = stop_rx.clone();
+        let mut rx = stop_for_servers.clone();
         async move {
             let _ = rx.wait_for(|s| *s).await;
         }
@@ -183,8 +187,9 @@ pub async fn serve(
 
     let dra_path = cfg.dra_socket();
     let dra_listener = listen(&dra_path)?;
+    let health = HealthService::new(driver.clone(), cfg.health_interval, stop_rx.clone());
     let dra = Server::builder().serve_with_incoming_shutdown(
-        DraRouter::new(DraService::new(driver)),
+        DraRouter::new(DraService::new(driver), health),
         UnixListenerStream::new(dra_listener),
         stopped(),
     );

@@ -1,7 +1,7 @@
 //! The calls the plugin makes to vgpud, as a trait so the driver logic is independent of the bus;
 //! implemented by [`vgpu_client::Client`], the project's client of vgpud's D-Bus API.
 
-use vgpu_client::{ClientError, InstanceInfo, NewInstance};
+use vgpu_client::{ClientError, FaultInfo, InstanceInfo, NewInstance};
 
 /// What the plugin asks of vgpud.
 #[async_trait::async_trait]
@@ -12,6 +12,10 @@ pub trait Vgpud: Send + Sync {
     async fn create(&self, req: &NewInstance) -> Result<InstanceInfo, ClientError>;
     /// Destroys instance `uuid`; `Ok(false)` if vgpud knows none.
     async fn destroy(&self, uuid: &str) -> Result<bool, ClientError>;
+    /// Every instance vgpud knows.
+    async fn list_instances(&self) -> Result<Vec<InstanceInfo>, ClientError>;
+    /// Every device discovery could not read (a faulted GPU is one).
+    async fn list_faults(&self) -> Result<Vec<FaultInfo>, ClientError>;
 }
 
 #[async_trait::async_trait]
@@ -30,5 +34,13 @@ impl Vgpud for vgpu_client::Client {
             Err(e) if e.kind() == Some("NotFound") => Ok(false),
             Err(e) => Err(e),
         }
+    }
+
+    async fn list_instances(&self) -> Result<Vec<InstanceInfo>, ClientError> {
+        vgpu_client::Client::list_instances(self).await
+    }
+
+    async fn list_faults(&self) -> Result<Vec<FaultInfo>, ClientError> {
+        vgpu_client::Client::list_faults(self).await
     }
 }

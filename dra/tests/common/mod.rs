@@ -16,7 +16,9 @@ use hyper_util::rt::TokioIo;
 use tokio::net::{UnixListener, UnixStream};
 use tonic::transport::{Channel, Endpoint, Uri};
 use vgpu_client::BusAddress;
-use vgpu_dra::pb::{dra_v1, dra_v1beta1, pluginregistration as reg};
+use vgpu_dra::pb::{
+    dra_health_v1, dra_health_v1alpha1, dra_v1, dra_v1beta1, pluginregistration as reg,
+};
 
 /// How long to wait for what normally takes milliseconds; only a hang reaches it.
 pub const PATIENCE: Duration = Duration::from_secs(60);
@@ -330,6 +332,8 @@ impl Plugin {
             .arg(&vgpud.bus)
             .arg("--api-proxy")
             .arg(format!("unix:{}", api.socket.display()))
+            .arg("--health-interval-ms")
+            .arg("200")
             .env("VGPU_LOG", "debug")
             .env_remove("VGPU_DRA_FAILPOINT");
         if let Some(f) = failpoint {
@@ -382,6 +386,22 @@ impl Kubelet {
 
     pub async fn v1(path: &Path) -> dra_v1::dra_plugin_client::DraPluginClient<Channel> {
         dra_v1::dra_plugin_client::DraPluginClient::new(channel(path).await.unwrap())
+    }
+
+    pub async fn health_v1alpha1(
+        path: &Path,
+    ) -> dra_health_v1alpha1::dra_resource_health_client::DraResourceHealthClient<Channel> {
+        dra_health_v1alpha1::dra_resource_health_client::DraResourceHealthClient::new(
+            channel(path).await.unwrap(),
+        )
+    }
+
+    pub async fn health_v1(
+        path: &Path,
+    ) -> dra_health_v1::dra_resource_health_client::DraResourceHealthClient<Channel> {
+        dra_health_v1::dra_resource_health_client::DraResourceHealthClient::new(
+            channel(path).await.unwrap(),
+        )
     }
 
     pub async fn v1beta1(path: &Path) -> dra_v1beta1::dra_plugin_client::DraPluginClient<Channel> {
