@@ -129,44 +129,52 @@ pub struct Checkpoint {
 impl Checkpoint {
     /// Reads the checkpoint at `path`, or starts an empty one if there is none.
     pub fn load(path: &Path, driver: &str) -> Result<Self, CheckpointError> {
-        let file = match std::fs::read(path) {
-            Ok(bytes) => {
-                let file: File =
-                    serde_json::from_slice(&bytes).map_err(|source| CheckpointError::Corrupt {
-                        path: path.to_path_buf(),
-                        source,
-                    })?;
-                if file.version != VERSION {
-                    return Err(CheckpointError::Version {
-                        path: path.to_path_buf(),
-                        found: file.version,
-                    });
-                }
-                if file.driver != driver {
-                    return Err(CheckpointError::Driver {
-                        path: path.to_path_buf(),
-                        found: file.driver,
-                        expected: driver.to_string(),
-                    });
-                }
-                file
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => File {
-                version: VERSION,
-                driver: driver.to_string(),
-                claims: BTreeMap::new(),
-            },
-            Err(source) => {
-                return Err(CheckpointError::Read {
-                    path: path.to_path_buf(),
-                    source,
-                });
-            }
-        };
+        match std::fs::read(path) {
+            Ok(bytes) => Checkpoint::parse(&bytes, path, driver),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Checkpoint {
+                path: path.to_path_buf(),
+                file: File {
+                    version: VERSION,
+                    driver: driver.to_string(),
+                    claims: BTreeMap::new(),
+                },
+            }),
+            Err(source) => Err(CheckpointError::Read {
+                path: path.to_path_buf(),
+                source,
+            }),
+        }
+    }
+
+    /// The checkpoint of `driver` in `bytes`, the content of the file at `path`.
+    pub fn parse(bytes: &[u8], path: &Path, driver: &str) -> Result<Self, CheckpointError> {
+        let file: File = serde_json::from_slice(bytes).map_err(|source| CheckpointError::Corrupt {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        if file.version != VERSION {
+            return Err(CheckpointError::Version {
+                path: path.to_path_buf(),
+                found: file.version,
+            });
+        }
+        if file.driver != driver {
+            return Err(CheckpointError::Driver {
+                path: path.to_path_buf(),
+                found: file.driver,
+                expected: driver.to_string(),
+            });
+        }
         Ok(Checkpoint {
             path: path.to_path_buf(),
             file,
         })
+    }
+
+    /// The file's content as [`Checkpoint::load`] reads it.
+    pub fn to_json(&self) -> Vec<u8> {
+        // Serializing strings, numbers and maps cannot fail.
+        serde_json::to_vec_pretty(&self.file).unwrap_or_default()
     }
 
     /// The record of claim `uid`, if any.
@@ -202,9 +210,7 @@ impl Checkpoint {
     }
 
     fn save(&self) -> Result<(), CheckpointError> {
-        // Serializing strings, numbers and maps cannot fail.
-        let json = serde_json::to_vec_pretty(&self.file).unwrap_or_default();
-        Ok(fsutil::write_durably(&self.path, &json)?)
+        Ok(fsutil::write_durably(&self.path, &self.to_json())?)
     }
 }
 
