@@ -148,10 +148,11 @@ impl Checkpoint {
 
     /// The checkpoint of `driver` in `bytes`, the content of the file at `path`.
     pub fn parse(bytes: &[u8], path: &Path, driver: &str) -> Result<Self, CheckpointError> {
-        let file: File = serde_json::from_slice(bytes).map_err(|source| CheckpointError::Corrupt {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let file: File =
+            serde_json::from_slice(bytes).map_err(|source| CheckpointError::Corrupt {
+                path: path.to_path_buf(),
+                source,
+            })?;
         if file.version != VERSION {
             return Err(CheckpointError::Version {
                 path: path.to_path_buf(),
