@@ -230,4 +230,18 @@ mod tests {
             Err(DeviceNameError::TooLong { .. })
         ));
     }
+
+    proptest::proptest! {
+        #[test]
+        fn every_name_it_makes_parses_back(
+            dom in 0u16.., bus in 0u8.., slot in 0u8..0x20, func in 0u8..8,
+            profile in "[a-z0-9]([a-z0-9-]{0,20}[a-z0-9])?", index in 0u32..,
+        ) {
+            let gpu = format!("{dom:04x}:{bus:02x}:{slot:02x}.{func}");
+            let d = DeviceName::new(&gpu, &profile, index).unwrap();
+            let name = d.to_string();
+            proptest::prop_assert!(name.len() <= MAX_LEN);
+            proptest::prop_assert_eq!(name.parse::<DeviceName>(), Ok(d));
+        }
+    }
 }

@@ -562,7 +562,13 @@ impl Driver {
             kind: cdi::kind(),
             devices,
         };
-        cdi::write(&cdi::spec_path(&self.cfg.cdi_dir, uid), &spec)?;
+        let path = cdi::spec_path(&self.cfg.cdi_dir, uid);
+        if spec.devices.is_empty() {
+            // A claim with none of our devices; the CDI registry refuses a spec without devices.
+            fsutil::remove_durably(&path)?;
+        } else {
+            cdi::write(&path, &spec)?;
+        }
         Ok(())
     }
 

@@ -104,6 +104,17 @@ async fn registration_tells_the_kubelet_the_driver_and_its_services() {
     })
     .await
     .unwrap();
+    // A restarted kubelet dials again and asks again.
+    drop(k);
+    let mut again = Kubelet::registration(&w.plugin.registration_socket())
+        .await
+        .unwrap();
+    let info2 = again
+        .get_info(reg::InfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(info2, info);
     let log = w.plugin.proc.log();
     assert!(
         log.contains("the kubelet refused the registration"),
@@ -466,4 +477,23 @@ async fn each_claim_fails_alone_with_a_reason() {
         1,
         "only the good claim made a vGPU"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_with_no_device_of_this_driver_prepares_to_nothing() {
+    let w = world(None).await;
+    let uid = "0b6c7e9e-0000-4000-8000-000000000030";
+    let mut c = claim(NS, "nic", uid, &[("nic", NODE, "nic-0")]);
+    c["status"]["allocation"]["devices"]["results"][0]["driver"] = "net.example.com".into();
+    w.api.put(c);
+    let r = prepare(&w, vec![claim_ref(NS, "nic", uid)]).await;
+    assert_eq!(r.claims[uid].error, "");
+    assert!(r.claims[uid].devices.is_empty());
+    assert!(dra_instances(&w).await.is_empty());
+    assert!(
+        !w.plugin.cdi_spec(uid).exists(),
+        "no CDI spec without devices (the CDI registry refuses one)"
+    );
+    let r = unprepare(&w, vec![claim_ref(NS, "nic", uid)]).await;
+    assert_eq!(r.claims[uid].error, "");
 }
