@@ -29,7 +29,7 @@ struct Args {
     /// The CDI spec directory the container runtime reads.
     #[arg(long, default_value = plugin::DEFAULT_CDI_DIR)]
     cdi_dir: PathBuf,
-    /// The host directory for device-metadata files [default: <plugins dir>/<driver name>/metadata].
+    /// The host directory for device-metadata files [default: PLUGINS_DIR/DRIVER_NAME/metadata].
     #[arg(long)]
     metadata_dir: Option<PathBuf>,
     /// vgpud's bus: `system`, `session` or a D-Bus address.
