@@ -7,7 +7,6 @@
 //! so a retry, or a restart after a crash between the two checkpoint phases, finds the vGPU it made
 //! instead of making a second one. The plugin destroys only UUIDs its checkpoint lists.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -19,8 +18,8 @@ use crate::cdi;
 use crate::checkpoint::{Checkpoint, CheckpointError, ClaimRecord, Phase, PreparedDevice};
 use crate::claim::{ClaimError, ClaimSource};
 use crate::device_name::{DeviceName, DeviceNameError, canonical_pci};
-use crate::fsutil::{self, FsError};
-use crate::metadata;
+use crate::files;
+use crate::fsutil::FsError;
 use crate::vgpud::Vgpud;
 
 /// Where the driver writes and what it is called.
@@ -505,71 +504,13 @@ impl Driver {
                 destroyed.push(d.uuid.clone());
             }
         }
-        fsutil::remove_durably(&cdi::spec_path(&self.cfg.cdi_dir, uid))?;
-        metadata::remove_claim(&self.cfg.metadata_dir, uid)?;
+        files::remove(&self.cfg, uid)?;
         Ok(destroyed)
     }
 
-    /// Writes the claim's metadata files, one per request, then its CDI spec.
+    /// Writes the claim's metadata files and CDI spec ([`files::write`]).
     fn write_files(&self, uid: &str, rec: &ClaimRecord) -> Result<(), DriverError> {
-        let driver = &self.cfg.driver_name;
-        let mut by_request: BTreeMap<&str, Vec<&PreparedDevice>> = BTreeMap::new();
-        for d in &rec.devices {
-            by_request
-                .entry(metadata::base_request(&d.request))
-                .or_default()
-                .push(d);
-        }
-        let mut mounts: BTreeMap<&str, cdi::Mount> = BTreeMap::new();
-        for (request, devices) in &by_request {
-            let md = metadata::DeviceMetadata {
-                api_version: metadata::API_VERSION.into(),
-                kind: metadata::KIND.into(),
-                metadata: metadata::ObjectMeta {
-                    name: rec.name.clone(),
-                    namespace: rec.namespace.clone(),
-                    uid: uid.to_string(),
-                },
-                pod_claim_name: rec.pod_claim_name.clone(),
-                requests: vec![metadata::Request {
-                    name: (*request).to_string(),
-                    devices: devices.iter().map(|d| metadata_device(driver, d)).collect(),
-                }],
-            };
-            let host = metadata::host_path(&self.cfg.metadata_dir, uid, request, driver);
-            metadata::write(&host, &md)?;
-            let container =
-                metadata::container_path(&rec.name, rec.pod_claim_name.as_deref(), request, driver);
-            mounts.insert(request, cdi::ro_bind(&host, &container));
-        }
-        let devices = rec
-            .devices
-            .iter()
-            .map(|d| cdi::Device {
-                name: cdi::device_name(uid, &d.device),
-                container_edits: cdi::ContainerEdits {
-                    device_nodes: cdi::vfio_nodes(d.iommu_group.unwrap_or_default()),
-                    // One mount per request, carried by its first device.
-                    mounts: mounts
-                        .remove(metadata::base_request(&d.request))
-                        .into_iter()
-                        .collect(),
-                },
-            })
-            .collect();
-        let spec = cdi::Spec {
-            cdi_version: cdi::CDI_VERSION.into(),
-            kind: cdi::kind(),
-            devices,
-        };
-        let path = cdi::spec_path(&self.cfg.cdi_dir, uid);
-        if spec.devices.is_empty() {
-            // A claim with none of our devices; the CDI registry refuses a spec without devices.
-            fsutil::remove_durably(&path)?;
-        } else {
-            cdi::write(&path, &spec)?;
-        }
-        Ok(())
+        Ok(files::write(&self.cfg, uid, rec)?)
     }
 
     fn answer(&self, uid: &str, rec: &ClaimRecord) -> Vec<Prepared> {
@@ -582,22 +523,6 @@ impl Driver {
                 cdi_ids: vec![cdi::qualified_name(uid, &d.device)],
             })
             .collect()
-    }
-}
-
-/// The metadata entry of `d`: its mdev UUID and its GPU's PCI address.
-fn metadata_device(driver: &str, d: &PreparedDevice) -> metadata::Device {
-    let attr = |s: &str| metadata::Attribute {
-        string: s.to_string(),
-    };
-    metadata::Device {
-        driver: driver.to_string(),
-        pool: d.pool.clone(),
-        name: d.device.clone(),
-        attributes: BTreeMap::from([
-            (metadata::MDEV_UUID.to_string(), attr(&d.uuid)),
-            (metadata::PCI_BUS_ID.to_string(), attr(&d.gpu)),
-        ]),
     }
 }
 
