@@ -7,6 +7,7 @@
 pub mod callout_answer;
 pub mod dbus_args;
 pub mod domain_xml;
+pub mod dra_input;
 pub mod libvirt_hook;
 pub mod mdevctl_json;
 pub mod pool_toml;
@@ -27,6 +28,7 @@ pub const TARGETS: &[(&str, fn(&[u8]))] = &[
     ("libvirt_hook", libvirt_hook::check),
     ("dbus_args", dbus_args::check),
     ("callout_answer", callout_answer::check),
+    ("dra_input", dra_input::check),
 ];
 
 /// The first byte of `data` chooses among `n` parsers (modulo `n`); the rest is their text, when it is

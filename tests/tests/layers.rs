@@ -118,3 +118,19 @@ fn the_daemon_library_builds_without_the_simulator_and_the_embedded_bus() {
         );
     }
 }
+
+#[test]
+fn the_dra_plugin_links_no_hardware_layer_tls_or_axum() {
+    let mut forbidden = VFIO_KVM.to_vec();
+    forbidden.extend(["vgpu-sim", "vgpu-host", "vgpu-manager"]);
+    // It reaches the API server through a local proxy and the kubelet over Unix sockets.
+    forbidden.extend(["rustls", "tokio-rustls", "openssl", "native-tls", "axum"]);
+    // Its gRPC code is generated at build time: the generator is not linked.
+    forbidden.extend(["protox", "prost-build", "tonic-build", "tonic-prost-build"]);
+    assert_links_none(
+        "vgpu-dra",
+        &[],
+        &forbidden,
+        "the DRA plugin talks to vgpud through vgpu-client only and links no TLS",
+    );
+}

@@ -535,5 +535,33 @@ fn main() -> Res<()> {
     ] {
         answers.add_for(k, source, text)?;
     }
+
+    // The DRA plugin's inputs (docs/dra.md): byte 0 picks device name, ResourceClaim, API-proxy
+    // address or checkpoint.
+    let mut dra = Seeds::new(&root, "dra_input")?;
+    for (k, source, text) in [
+        (0u8, "device-vdi-2g", "gpu-0000-3b-00-0-vdi-2g-0"),
+        (0, "device-index-12", "gpu-0000-01-00-0-compute-8g-12"),
+        (0, "device-not-ours", "gpu-0000-3b-00-0-vdi-01"),
+        (
+            1,
+            "claim-allocated",
+            r#"{"apiVersion":"resource.k8s.io/v1","kind":"ResourceClaim","metadata":{"name":"vm-gpu","namespace":"vms","uid":"u1","annotations":{"resource.kubernetes.io/pod-claim-name":"gpu"}},"status":{"allocation":{"devices":{"results":[{"request":"vgpu","driver":"vgpu.vgpu-manager.io","pool":"node-1","device":"gpu-0000-3b-00-0-vdi-2g-0"},{"request":"nic","driver":"other.example.com","pool":"node-1","device":"nic-0"}]}}}}"#,
+        ),
+        (
+            1,
+            "claim-pending",
+            r#"{"metadata":{"name":"c","namespace":"vms","uid":"u2"},"status":{}}"#,
+        ),
+        (2, "proxy-unix", "unix:/run/vgpu-dra/kube-api.sock"),
+        (2, "proxy-http", "http://127.0.0.1:8001"),
+        (
+            3,
+            "checkpoint",
+            r#"{"version":1,"driver":"vgpu.vgpu-manager.io","claims":{"u1":{"namespace":"vms","name":"vm-gpu","pod_claim_name":"gpu","phase":"completed","devices":[{"request":"vgpu","pool":"node-1","device":"gpu-0000-3b-00-0-vdi-2g-0","gpu":"0000:3b:00.0","profile":"vdi-2g","uuid":"7d3b4a42-5c1e-5f0e-9a6b-0c1d2e3f4a5b","iommu_group":51}]},"u2":{"namespace":"vms","name":"x","phase":"started","devices":[]}}}"#,
+        ),
+    ] {
+        dra.add_for(k, source, text)?;
+    }
     Ok(())
 }
