@@ -165,6 +165,17 @@ async fn files_written_by_others_are_listed_never_started_and_adopted_on_request
     );
     // Never started by vgpud on its own, though it says auto and its parent exists.
     assert!(c.find_instance(FOREIGN).await.unwrap().is_none());
+    // Nor shadowed by a transient device of its UUID: Create refuses, naming the definition.
+    let mut req = NewInstance::of_type(&ty);
+    req.gpu = Some(gpu.clone());
+    req.uuid = Some(FOREIGN.into());
+    let e = c.create(&req).await.unwrap_err();
+    assert_eq!(e.kind(), Some("State"), "{e}");
+    assert!(
+        e.to_string().contains("mdevctl start -u") && e.to_string().contains(&gpu),
+        "{e}"
+    );
+    assert!(c.find_instance(FOREIGN).await.unwrap().is_none());
     assert_eq!(
         std::fs::read_to_string(file(&mdevctl, &gpu, BROKEN)).unwrap(),
         "{ not json",

@@ -58,6 +58,27 @@ const TARGET_FLOOR: f64 = 1.2;
 const TARGET_STARTUP: f64 = 1.2;
 const TARGET_POOL: f64 = 1.5;
 
+/// The CPU time process `pid` has used (user + system, /proc/PID/stat fields 14 and 15, in USER_HZ
+/// ticks: 100 per second on x86, include/asm-generic/param.h); zero when it cannot be read.
+fn cpu_time(pid: Option<u32>) -> Duration {
+    let Some(text) = pid.and_then(|p| std::fs::read_to_string(format!("/proc/{p}/stat")).ok())
+    else {
+        return Duration::ZERO;
+    };
+    // The command name (field 2) may hold spaces: count fields after its closing parenthesis.
+    let ticks: u64 = text
+        .rsplit_once(')')
+        .map(|(_, rest)| {
+            rest.split_whitespace()
+                .skip(11)
+                .take(2)
+                .filter_map(|f| f.parse::<u64>().ok())
+                .sum()
+        })
+        .unwrap_or(0);
+    Duration::from_millis(ticks * 10)
+}
+
 /// The host's dynamic loader and library path, inside [`HOSTROOT`] (Debian 12, merged /usr).
 const LOADER: &str = "/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2";
 const LIB_DIRS: &str = "/usr/lib/x86_64-linux-gnu:/lib/x86_64-linux-gnu";
@@ -255,6 +276,15 @@ fn cli_per_op(g: &Guest) -> TestResult {
         .map_err(|e| TestError::Check(format!("cannot link {}: {e}", fe_bin.display())))?;
     let front_end = Program::direct(&fe_bin).with_env("VGPU_BUS", d.bus());
     let mdevctl = Program::host_dynamic(&real_mdevctl(&work.path().join("mdevctl-deb"))?);
+    // mdevctl refuses to run without its script directories (its package makes them); the guest's
+    // root has none. Empty, they hold no call-out for either front end.
+    for d in [
+        "/etc/mdevctl.d/scripts.d/callouts",
+        "/etc/mdevctl.d/scripts.d/notifiers",
+    ] {
+        std::fs::create_dir_all(d)
+            .map_err(|e| TestError::Check(format!("cannot create {d}: {e}")))?;
+    }
     let dyn_true = Program::host_dynamic(Path::new(&format!("{HOSTROOT}/usr/bin/true")));
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -272,6 +302,7 @@ fn cli_per_op(g: &Guest) -> TestResult {
         Op::default(),
     );
     let (mut true_s, mut connect, mut ping) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut daemon_cpu, mut bus_cpu) = (Duration::ZERO, Duration::ZERO);
     let mut seq = 0u32;
     let mut next_uuid = || {
         seq += 1;
@@ -318,7 +349,12 @@ fn cli_per_op(g: &Guest) -> TestResult {
                     let mut args = vec!["create"];
                     args.extend(ty_args);
                     args.extend(["--uuid", &us]);
+                    let cpu = (cpu_time(d.pid()), cpu_time(Some(bus.pid())));
                     keep(&mut create.ours, vgpuctl.run(&args)?);
+                    if counted {
+                        daemon_cpu += cpu_time(d.pid()).saturating_sub(cpu.0);
+                        bus_cpu += cpu_time(Some(bus.pid())).saturating_sub(cpu.1);
+                    }
                     mdevs.adopt(u);
                     there(&u)?;
                     keep(&mut destroy.ours, vgpuctl.run(&["destroy", &us])?);
@@ -423,6 +459,12 @@ fn cli_per_op(g: &Guest) -> TestResult {
             base_floor: base,
         });
     }
+    println!(
+        "bench:   CPU per vgpuctl create (mean, {} ms ticks): vgpud {}, dbus-daemon {}",
+        10,
+        ms(daemon_cpu / ITERATIONS),
+        ms(bus_cpu / ITERATIONS)
+    );
     let t = percentile(&true_s, 50);
     let q = ratio(startup, t);
     println!(
@@ -544,6 +586,14 @@ fn pool_apply(g: &Guest) -> TestResult {
     let mut last_slots = apply(1)?.1.slots;
     signals.take(Duration::from_millis(200));
     let (mut grow, mut noop, mut shrink) = (Vec::new(), Vec::new(), Vec::new());
+    // CPU time of vgpud and of dbus-daemon in each phase, summed over the rounds.
+    let mut cpu = [(Duration::ZERO, Duration::ZERO); 3];
+    let cpu_now = || (cpu_time(d.pid()), cpu_time(Some(bus.pid())));
+    let mut add_cpu = |i: usize, before: (Duration, Duration)| {
+        let now = cpu_now();
+        cpu[i].0 += now.0.saturating_sub(before.0);
+        cpu[i].1 += now.1.saturating_sub(before.1);
+    };
     let (mut raw_create, mut raw_remove, mut ping, mut discover) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut sig_grow = Default::default();
@@ -570,7 +620,11 @@ fn pool_apply(g: &Guest) -> TestResult {
             mdevs.forget(u);
         }
         raw_remove.push(t.elapsed());
+        // vgpud saw those devices come and go (foreign ones): let it finish with them first.
+        signals.take(Duration::from_millis(500));
+        let before = cpu_now();
         let (took, s) = apply(GROW + 1)?;
+        add_cpu(0, before);
         ensure(s.created.len() == GROW as usize, || {
             format!(
                 "round {round}: the grow created {} slots, not {GROW}",
@@ -579,13 +633,17 @@ fn pool_apply(g: &Guest) -> TestResult {
         })?;
         grow.push(took);
         sig_grow = signals.take(Duration::from_millis(300));
+        let before = cpu_now();
         let (took, s) = apply(GROW + 1)?;
+        add_cpu(1, before);
         ensure(!s.changed, || {
             format!("round {round}: the second apply changed the host")
         })?;
         noop.push(took);
         sig_noop = signals.take(Duration::from_millis(300));
+        let before = cpu_now();
         let (took, s) = apply(1)?;
+        add_cpu(2, before);
         ensure(s.removed.len() == GROW as usize, || {
             format!(
                 "round {round}: the shrink removed {} slots, not {GROW}",
@@ -657,6 +715,13 @@ fn pool_apply(g: &Guest) -> TestResult {
         ms(p(&raw_create)),
         ms(p(&raw_remove))
     );
+    for (what, (daemon, bus)) in ["grow", "nothing to do", "shrink"].iter().zip(cpu) {
+        println!(
+            "bench:   CPU used ({what}, per round): vgpud {}, dbus-daemon {}",
+            ms(daemon / ROUNDS),
+            ms(bus / ROUNDS)
+        );
+    }
     for (what, counts) in [
         ("grow", &sig_grow),
         ("nothing to do", &sig_noop),

@@ -120,6 +120,11 @@ impl BusDaemon {
     pub fn address(&self) -> &str {
         &self.address
     }
+
+    /// Its process id (busybox's `chroot` execs it in place).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
 }
 
 impl Drop for BusDaemon {

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_core::Stream;
+use mdev_types::ids::MdevUuid;
 use zbus::{Connection, Variant};
 
 use crate::bus::{connect, connect_daemon};
@@ -128,7 +129,11 @@ impl Client {
     /// A client over an existing connection to `bus` (one that also serves objects, say).
     pub async fn with_connection(conn: Connection, bus: &BusAddress) -> Result<Self, ClientError> {
         let bus_name = bus.to_string();
-        let manager = Manager1Proxy::new(&conn)
+        // Properties are read when asked for: a caching proxy would add `GetAll` and `AddMatch` round
+        // trips to the first read, and a one-shot client reads each property once.
+        let manager = Manager1Proxy::builder(&conn)
+            .cache_properties(zbus::proxy::CacheProperties::No)
+            .build()
             .await
             .map_err(|e| ClientError::from_call("(connect)", &bus_name, e))?;
         Ok(Client {
@@ -166,6 +171,7 @@ impl Client {
     pub async fn gpu(&self, id: &str) -> Result<Gpu1Proxy<'static>, ClientError> {
         Gpu1Proxy::builder(&self.conn)
             .path(gpu_path(id))
+            .cache_properties(zbus::proxy::CacheProperties::No)
             .build()
             .await
             .map_err(self.error("(connect)"))
@@ -175,6 +181,7 @@ impl Client {
     pub async fn instance(&self, uuid: &str) -> Result<Instance1Proxy<'static>, ClientError> {
         Instance1Proxy::builder(&self.conn)
             .path(instance_path(uuid))
+            .cache_properties(zbus::proxy::CacheProperties::No)
             .build()
             .await
             .map_err(self.error("(connect)"))
@@ -242,6 +249,12 @@ impl Client {
         self.new_instance("Create", req, None).await
     }
 
+    /// Creates and starts a transient instance (`Create`) and returns its UUID, without reading the
+    /// instance back: one round trip, for callers that need nothing else of it.
+    pub async fn create_uuid(&self, req: &NewInstance) -> Result<MdevUuid, ClientError> {
+        self.new_instance_path("Create", req, None).await
+    }
+
     /// Persists a definition without starting it (`Define`), starting with the daemon when
     /// `autostart`, and returns it.
     pub async fn define(
@@ -260,6 +273,17 @@ impl Client {
         req: &NewInstance,
         autostart: Option<bool>,
     ) -> Result<InstanceInfo, ClientError> {
+        let uuid = self.new_instance_path(method, req, autostart).await?;
+        self.get_instance(&uuid.to_string()).await
+    }
+
+    /// `Create` (without `autostart`) or `Define` (with it): the UUID its reply names.
+    async fn new_instance_path(
+        &self,
+        method: &str,
+        req: &NewInstance,
+        autostart: Option<bool>,
+    ) -> Result<MdevUuid, ClientError> {
         let mut options: HashMap<&str, Variant<'_>> = HashMap::new();
         if let Some(l) = &req.label {
             options.insert("label", Variant::from(l.as_str()));
@@ -281,11 +305,10 @@ impl Client {
             self.call(method, m.create(kind, &req.target, gpu, uuid, options))
                 .await?
         };
-        let uuid = instance_uuid(&path).ok_or_else(|| ClientError::BadObjectPath {
+        instance_uuid(&path).ok_or_else(|| ClientError::BadObjectPath {
             method: method.to_string(),
             path: path.to_string(),
-        })?;
-        self.get_instance(&uuid.to_string()).await
+        })
     }
 
     /// Every definition by parent and UUID, vgpud's and the foreign files of `/etc/mdevctl.d`
@@ -445,10 +468,10 @@ impl Client {
                 Some(s) = next(&mut progress) => show(s)?,
             }
         };
-        // The daemon sends every signal before its reply; take those not yet read.
-        while let Ok(Some(s)) =
-            tokio::time::timeout(Duration::from_millis(20), next(&mut progress)).await
-        {
+        // The daemon sends every signal before its reply, and the connection reads its messages in
+        // order, so the signals not taken yet are already queued: take them without waiting (a
+        // timeout of zero polls the stream once before it expires).
+        while let Ok(Some(s)) = tokio::time::timeout(Duration::ZERO, next(&mut progress)).await {
             show(s)?;
         }
         let text = result?;

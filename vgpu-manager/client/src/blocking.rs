@@ -26,6 +26,11 @@ pub trait ManagerCalls {
     fn get_instance(&mut self, uuid: &str) -> Result<Option<InstanceInfo>, ClientError>;
     /// Creates and starts a transient instance (`Create`); returns it.
     fn create(&mut self, req: &NewInstance) -> Result<InstanceInfo, ClientError>;
+    /// Creates and starts a transient instance (`Create`) and returns its UUID alone. The default
+    /// reads the instance back ([`ManagerCalls::create`]); [`Client`] saves that round trip.
+    fn create_uuid(&mut self, req: &NewInstance) -> Result<String, ClientError> {
+        Ok(self.create(req)?.uuid)
+    }
     /// Persists a definition (`Define`); returns it.
     fn define(&mut self, req: &NewInstance, autostart: bool) -> Result<InstanceInfo, ClientError>;
     /// Starts a definition (`Start`).
@@ -209,6 +214,9 @@ impl ManagerCalls for Client {
     fn create(&mut self, req: &NewInstance) -> Result<InstanceInfo, ClientError> {
         Client::create(self, req)
     }
+    fn create_uuid(&mut self, req: &NewInstance) -> Result<String, ClientError> {
+        self.run(|c| c.create_uuid(req)).map(|u| u.to_string())
+    }
     fn define(&mut self, req: &NewInstance, autostart: bool) -> Result<InstanceInfo, ClientError> {
         Client::define(self, req, autostart)
     }
@@ -261,6 +269,9 @@ impl<D: ManagerCalls + ?Sized> ManagerCalls for &mut D {
     }
     fn create(&mut self, req: &NewInstance) -> Result<InstanceInfo, ClientError> {
         (**self).create(req)
+    }
+    fn create_uuid(&mut self, req: &NewInstance) -> Result<String, ClientError> {
+        (**self).create_uuid(req)
     }
     fn define(&mut self, req: &NewInstance, autostart: bool) -> Result<InstanceInfo, ClientError> {
         (**self).define(req, autostart)

@@ -131,7 +131,7 @@ pub fn run(cmd: &DaemonCommand, bus: &BusArgs, out: &mut dyn Write) -> Result<()
     let bus: BusAddress = bus.bus.parse()?;
     let rt = vgpu_client::runtime()?;
     rt.block_on(async {
-        let client = Client::connect(&bus).await?;
+        let client = Client::connect_unchecked(&bus).await?;
         dispatch(&client, cmd, out).await
     })
 }
@@ -407,8 +407,7 @@ fn instance_table(instances: &[InstanceInfo]) -> Table {
 
 /// Lists the foreign definitions (files in mdevctl's definition directory vgpud did not write) under
 /// the instances, when there are any. A vgpud without `ListDefinitions` has none to show.
-async fn foreign_definitions(client: &Client, out: &mut dyn Write) -> Result<(), CliError> {
-    let foreign = foreign_definition_list(client).await;
+fn foreign_definitions(foreign: Vec<DefinitionInfo>, out: &mut dyn Write) -> Result<(), CliError> {
     if foreign.is_empty() {
         return Ok(());
     }
@@ -460,6 +459,13 @@ fn gpu_table(gpus: &[GpuInfo]) -> Table {
     t
 }
 
+/// A GPU as vgpud names it: `3b:00.0` is `0000:3b:00.0`; a virtual parent's name stays.
+fn canonical_gpu(gpu: &str) -> String {
+    gpu.parse::<mdev_types::ids::PciAddress>()
+        .map(|a| a.to_string())
+        .unwrap_or_else(|_| gpu.to_string())
+}
+
 fn describe(i: &InstanceInfo) -> String {
     let mut s = format!("{} on {}, {}", i.type_id, i.gpu, i.state);
     if let Some(p) = i.profile() {
@@ -500,11 +506,13 @@ async fn dispatch(
 ) -> Result<(), CliError> {
     match cmd {
         DaemonCommand::List { json } => {
-            let list = client.list_instances().await?;
+            // Both lists in flight at once: one round trip.
+            let (list, foreign) =
+                tokio::join!(client.list_instances(), foreign_definition_list(client));
+            let list = list?;
             if *json {
                 // Foreign definitions follow the instances, as in the table; one whose UUID runs is
                 // that instance's row already.
-                let foreign = foreign_definition_list(client).await;
                 let j: Vec<ListRowJson<'_>> = list
                     .iter()
                     .map(|i| ListRowJson::Instance(InstanceJson::from(i)))
@@ -525,9 +533,23 @@ async fn dispatch(
             } else {
                 write!(out, "{}", instance_table(&list).render())?;
             }
-            foreign_definitions(client, out).await?;
+            foreign_definitions(foreign, out)?;
         }
         DaemonCommand::Create { target, json } => {
+            // With the type and the GPU named, the request is all the line says (a new instance
+            // runs and has no definition): one call, without reading the instance back.
+            if !*json
+                && let (Some(ty), Some(gpu)) = (&target.type_id, &target.gpu)
+                && target.profile.is_none()
+            {
+                let uuid = client.create_uuid(&target.request()).await?;
+                writeln!(
+                    out,
+                    "created {uuid} ({ty} on {}, running)",
+                    canonical_gpu(gpu)
+                )?;
+                return Ok(());
+            }
             let i = client.create(&target.request()).await?;
             if *json {
                 return write_json(out, &InstanceJson::from(&i));

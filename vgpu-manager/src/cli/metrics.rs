@@ -33,7 +33,12 @@ pub(super) fn run(args: &MetricsArgs, bus: &BusArgs, out: &mut dyn Write) -> Res
     }
     let addr: BusAddress = bus.bus.parse()?;
     let rt = vgpu_client::runtime()?;
-    let text = rt.block_on(async { Client::connect(&addr).await?.metrics(&args.format).await })?;
+    let text = rt.block_on(async {
+        Client::connect_unchecked(&addr)
+            .await?
+            .metrics(&args.format)
+            .await
+    })?;
     match &args.output {
         None => out.write_all(text.as_bytes())?,
         Some(file) => write_atomically(file, &text)?,

@@ -59,7 +59,7 @@ pub(super) fn run(
     let address: BusAddress = bus.bus.parse()?;
     let rt = vgpu_client::runtime()?;
     let mut opened = rt.block_on(async {
-        let client = Client::connect(&address).await?;
+        let client = Client::connect_unchecked(&address).await?;
         client
             .open_device(&uuid, args.backend.forced(), !args.unbound)
             .await

@@ -94,7 +94,7 @@ where
 {
     let bus: BusAddress = bus.bus.parse()?;
     let rt = vgpu_client::runtime()?;
-    rt.block_on(async { f(Client::connect(&bus).await?).await })
+    rt.block_on(async { f(Client::connect_unchecked(&bus).await?).await })
 }
 
 /// One progress line (or bar) for step `done` of `total`.

@@ -173,13 +173,31 @@ pub(super) fn start(
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
     let uuid = spec.uuid.as_deref().map(check_uuid).transpose()?;
+    let wanted = wanted(spec)?;
+    // A new device named by parent and type, with no call-out script to run around it: one Create.
+    // Whatever it refuses (the UUID is running or defined, the parent is unknown) takes the full
+    // path below, which finds out why and says it in mdevctl's words.
+    if let (Some(w), Some(p)) = (&wanted, &spec.parent)
+        && co.is_empty()
+        && is_canonical_parent(p)
+    {
+        let req = new_instance(&w.type_id, p, Some(&uuid_or_new(uuid.as_ref())), &w.attrs);
+        match daemon.create_uuid(&req) {
+            Ok(made) => {
+                if uuid.is_none() {
+                    writeln!(out, "{made}")?;
+                }
+                return Ok(());
+            }
+            Err(e) => tracing::debug!(error = %e, "one-call start refused; taking the full path"),
+        }
+    }
     if let Some(u) = &uuid
         && spec.jsonfile.is_none()
     {
         let (parent, ty) = (spec.parent.as_deref(), spec.mdev_type.as_deref());
         super::defined::before_start(daemon, u, parent, ty)?;
     }
-    let wanted = wanted(spec)?;
     if let Some(u) = &uuid
         && let Some(i) = find(daemon, u, spec.parent.as_deref())?
     {
@@ -228,12 +246,26 @@ pub(super) fn start(
     Ok(())
 }
 
+/// Whether `parent` is spelled as the kernel names it: mdevctl looks the name up as it is given
+/// (a PCI address in upper case is not found), where vgpud also accepts other spellings of an
+/// address.
+fn is_canonical_parent(parent: &str) -> bool {
+    parent
+        .parse::<mdev_types::ids::PciAddress>()
+        .map_or(true, |a| a.to_string() == parent)
+}
+
 pub(super) fn stop(
     daemon: &mut dyn ManagerCalls,
     spec: &UuidSpec,
     co: &mut Callouts,
 ) -> Result<(), CliError> {
     let u = check_uuid(&spec.uuid)?;
+    // Without --parent and call-out scripts, `stop` is one Stop; a refusal takes the full path for
+    // mdevctl's message.
+    if spec.parent.is_none() && co.is_empty() && daemon.stop(&u).is_ok() {
+        return Ok(());
+    }
     match find(daemon, &u, spec.parent.as_deref())? {
         Some(i) if i.state == "running" => {
             // mdevctl describes the device to stop from sysfs alone: manual, no attributes.

@@ -402,6 +402,17 @@ pub enum StateError {
         /// The instance.
         uuid: MdevUuid,
     },
+    /// A transient instance was asked for with the UUID of a definition vgpud does not hold (a file
+    /// of mdevctl's definition directory).
+    #[error(
+        "{uuid} is defined on {parent} in mdevctl's definition directory: start that definition (`mdevctl start -u {uuid}`) or choose another UUID"
+    )]
+    ForeignDefinition {
+        /// The UUID asked for.
+        uuid: MdevUuid,
+        /// The parent the foreign definition names.
+        parent: String,
+    },
     /// Start of a running instance.
     #[error("instance {uuid} is already running")]
     AlreadyRunning {

@@ -135,6 +135,24 @@ impl Authorizer {
         self.callers.forget(bus_name);
     }
 
+    /// Starts identifying the client that just connected as `name` (the bus announced it), so that
+    /// its first call finds the answer known or under way: a one-shot client (`vgpuctl`, `mdevctl`
+    /// as libvirt runs it, the libvirt hook) makes exactly one call, and would otherwise wait for
+    /// this lookup's round trip to the bus after sending it. A lookup that fails is not remembered:
+    /// the call then asks again.
+    pub(super) fn prefetch(&self, conn: &Connection, name: zbus::names::UniqueName<'static>) {
+        let (callers, conn) = (Arc::clone(&self.callers), conn.clone());
+        tokio::spawn(async move {
+            let key = name.to_string();
+            if let Err(e) = callers
+                .identify_once(&key, || identify_name(&conn, name))
+                .await
+            {
+                tracing::debug!(client = %key, error = %e.message(), "a new client not identified ahead of its call");
+            }
+        });
+    }
+
     /// Whose share of vgpud a call of the sender of `hdr` counts against: its user, looked up once
     /// per connection (the same lookup a change's authorization uses); a caller the bus cannot
     /// identify (no bus, a lookup that failed) is counted per connection.
@@ -287,6 +305,14 @@ async fn identify(conn: &Connection, hdr: &Header<'_>) -> Result<Caller, ApiErro
             denied("the call carries no sender, so its caller cannot be identified".into())
         })?
         .to_owned();
+    identify_name(conn, sender).await
+}
+
+/// Asks the bus who is connected as `sender`.
+async fn identify_name(
+    conn: &Connection,
+    sender: zbus::names::UniqueName<'static>,
+) -> Result<Caller, ApiError> {
     let dbus = zbus::fdo::DBusProxy::new(conn).await.map_err(|e| {
         denied(format!(
             "vgpud cannot ask the bus who caller {sender} is ({e}), so it may not make changes; retry"

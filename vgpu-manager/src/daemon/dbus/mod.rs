@@ -254,7 +254,9 @@ where
 }
 
 /// Follows the bus's `NameOwnerChanged` signals: a unique name without a new owner is a client that
-/// disconnected, whose calls that have not started are then dropped and whose identity is forgotten.
+/// disconnected, whose calls that have not started are then dropped and whose identity is forgotten;
+/// a new unique name is a client that connected, which is identified at once
+/// ([`Authorizer::prefetch`]).
 async fn follow_departures(
     conn: &Connection,
     admission: Arc<admission::Admission>,
@@ -263,16 +265,20 @@ async fn follow_departures(
     use zbus::export::futures_core::Stream;
     let dbus = zbus::fdo::DBusProxy::new(conn).await?;
     let mut changes = dbus.receive_name_owner_changed().await?;
+    let (conn, own) = (conn.clone(), conn.unique_name().map(|n| n.to_string()));
     Ok(tokio::spawn(async move {
         while let Some(signal) =
             std::future::poll_fn(|cx| std::pin::Pin::new(&mut changes).poll_next(cx)).await
         {
             let Ok(args) = signal.args() else { continue };
-            if let zbus::names::BusName::Unique(name) = args.name()
-                && args.new_owner().is_none()
-            {
+            let zbus::names::BusName::Unique(name) = args.name() else {
+                continue;
+            };
+            if args.new_owner().is_none() {
                 admission.disconnected(name.as_str());
                 auth.forget(name.as_str());
+            } else if own.as_deref() != Some(name.as_str()) {
+                auth.prefetch(&conn, name.to_owned());
             }
         }
     }))

@@ -54,6 +54,13 @@ impl Instances {
 
     pub(super) fn create(&self, req: InstanceSpec) -> Result<InstanceView, CoreError> {
         let place = self.place(&req, true)?;
+        // A transient device must not shadow a definition mdevctl keeps for the UUID (starting that
+        // definition is what mdevctl does for `start -u UUID`).
+        if let Some(uuid) = req.uuid
+            && let Some(parent) = lock(&self.store).foreign_definition_parent(&uuid)
+        {
+            return Err(StateError::ForeignDefinition { uuid, parent }.into());
+        }
         let uuid = req.uuid.unwrap_or_else(MdevUuid::new_random);
         let _reserved = self.reserve_new(uuid)?;
         // The view is read before the parent is unlocked: a Destroy of the new UUID waits for the
@@ -66,6 +73,33 @@ impl Instances {
     }
 
     pub(super) fn define(&self, req: InstanceSpec) -> Result<InstanceView, CoreError> {
+        self.define_profiled(req, None)
+    }
+
+    /// [`Instances::define`] of an instance that serves `profile` (a pool slot, defined by its
+    /// type): the profile goes into the one definition write. A definition that already names a
+    /// profile keeps it.
+    pub(super) fn define_serving(
+        &self,
+        req: InstanceSpec,
+        profile: &str,
+    ) -> Result<InstanceView, CoreError> {
+        let uuid = req.uuid;
+        let view = self.define_profiled(req, Some(profile))?;
+        if view.profile.is_some() {
+            return Ok(view);
+        }
+        // Defined on one of the other paths (a running device, an alternate): named afterwards.
+        let uuid = uuid.unwrap_or(view.uuid);
+        self.set_profile_if_unset(&uuid, profile)?;
+        made(self.refresh_one(&uuid), uuid, "defined")
+    }
+
+    fn define_profiled(
+        &self,
+        req: InstanceSpec,
+        profile: Option<&str>,
+    ) -> Result<InstanceView, CoreError> {
         if let Some(uuid) = req.uuid
             && self.device_exists(&uuid)
             && lock(&self.store).get_definition(&uuid).is_none()
@@ -80,7 +114,10 @@ impl Instances {
         }
         let uuid = req.uuid.unwrap_or_else(MdevUuid::new_random);
         let _reserved = self.reserve_new(uuid)?;
-        let def = place.definition(uuid, &req);
+        let mut def = place.definition(uuid, &req);
+        if def.profile.is_none() {
+            def.profile = profile.map(str::to_string);
+        }
         lock(&self.store).put_definition(&def)?;
         info!(%uuid, parent = %def.parent, type_id = %def.type_id, "instance defined");
         made(self.refresh_one(&uuid), uuid, "defined")

@@ -331,6 +331,15 @@ impl Persist {
         foreign_definitions(own, dir.as_ref())
     }
 
+    /// A parent on which mdevctl's definition directory holds a definition of `uuid` that vgpud
+    /// does not (see [`MdevctlDir::defining_parent`]).
+    pub(crate) fn foreign_definition_parent(&self, uuid: &MdevUuid) -> Option<String> {
+        if self.state.get_definition(uuid).is_some() {
+            return None;
+        }
+        self.mdevctl.as_ref()?.defining_parent(uuid)
+    }
+
     /// The foreign definition of `uuid` on `parent`, as its file holds it.
     pub(crate) fn foreign_definition(
         &self,

@@ -129,12 +129,47 @@ impl Pools {
     pub(super) fn apply(&self, text: &str) -> Result<PoolSummary, CoreError> {
         let _one = APPLYING.lock().unwrap_or_else(PoisonError::into_inner);
         let pool = self.parse_pool(text)?;
+        if let Some(summary) = self.already_applied(&pool, text)? {
+            return Ok(summary);
+        }
         self.mark_applying(&pool, text)?;
         let outcome = self.apply_marked(&pool, text);
         if !matches!(outcome, Err(CoreError::Interrupted { .. })) {
             self.unmark_applying(&pool);
         }
         outcome
+    }
+
+    /// The summary of applying `pool` (as `text`) when the host already matches it and it is recorded
+    /// with this very text: one discovery, no write (the in-progress record guards changes, and there
+    /// are none). `None` when anything is to be done, which the full apply then does.
+    fn already_applied(&self, pool: &Pool, text: &str) -> Result<Option<PoolSummary>, CoreError> {
+        let recorded = lock(&self.store)
+            .get_pool(&pool.name)
+            .is_some_and(|a| a.text == text);
+        if !recorded
+            || !self.stopped_vf_slots(pool).is_empty()
+            || !self.unwanted_stopped_slots(pool).is_empty()
+        {
+            return Ok(None);
+        }
+        let (plan, inv) = self.plan_of(pool)?;
+        if !plan.steps.is_empty() || shortfall(&plan).is_some() {
+            return Ok(None);
+        }
+        let (slots, gpus) = self.slot_rows(pool, &inv);
+        info!(pool = %pool.name, "pool applied: the host already matches it");
+        Ok(Some(PoolSummary {
+            pool: pool.name.clone(),
+            host: inv.host.clone(),
+            changed: false,
+            steps: 0,
+            created: Vec::new(),
+            removed: Vec::new(),
+            kept: u32::try_from(plan.keep.len()).unwrap_or(u32::MAX),
+            slots,
+            gpus,
+        }))
     }
 
     /// The steps of [`Pools::apply`], once the apply is recorded as in progress.
@@ -386,21 +421,18 @@ impl PoolActions for Slots<'_> {
         type_id: &MdevTypeId,
         autostart: bool,
     ) -> Result<(), CoreError> {
+        let spec = InstanceSpec {
+            target: InstanceTarget::Type(type_id.clone()),
+            gpu: Some(parent.to_string()),
+            uuid: Some(slot.uuid),
+            autostart,
+            label: Some(slot_label(slot)),
+            attrs: Vec::new(),
+        };
         self.0
             .instances
-            .define(InstanceSpec {
-                target: InstanceTarget::Type(type_id.clone()),
-                gpu: Some(parent.to_string()),
-                uuid: Some(slot.uuid),
-                autostart,
-                label: Some(slot_label(slot)),
-                attrs: Vec::new(),
-            })
+            .define_serving(spec, &slot.profile)
             .map(|_| ())
-    }
-
-    fn set_profile(&mut self, uuid: &MdevUuid, profile: &str) -> Result<(), CoreError> {
-        self.0.instances.set_profile_if_unset(uuid, profile)
     }
 
     fn start(&mut self, uuid: &MdevUuid) -> Result<(), CoreError> {

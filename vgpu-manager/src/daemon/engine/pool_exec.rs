@@ -43,7 +43,8 @@ pub(super) trait PoolActions {
     fn release_vf(&mut self, uuid: &MdevUuid) -> Result<VfSlotRecord, CoreError>;
     /// Gives VF slot `uuid`'s VF back, keeping its record.
     fn stop_vf(&mut self, uuid: &MdevUuid) -> Result<(), CoreError>;
-    /// Defines slot `slot` as `type_id` on `parent`, labelled as the slot, not started.
+    /// Defines slot `slot` as `type_id` on `parent`, labelled as the slot and serving its profile,
+    /// not started: one durable write of the definition.
     fn define(
         &mut self,
         slot: &SlotId,
@@ -51,8 +52,6 @@ pub(super) trait PoolActions {
         type_id: &MdevTypeId,
         autostart: bool,
     ) -> Result<(), CoreError>;
-    /// Writes the profile a slot serves into its definition.
-    fn set_profile(&mut self, uuid: &MdevUuid, profile: &str) -> Result<(), CoreError>;
     /// Starts defined instance `uuid`.
     fn start(&mut self, uuid: &MdevUuid) -> Result<(), CoreError>;
     /// Stops instance `uuid` (keeps its definition).
@@ -246,7 +245,6 @@ fn define_and_start(
 ) -> Result<(), CoreError> {
     a.define(slot, parent, type_id, pool.autostart)?;
     done(undo, PoolUndo::Destroy(slot.uuid));
-    a.set_profile(&slot.uuid, &slot.profile)?;
     a.start(&slot.uuid)
 }
 

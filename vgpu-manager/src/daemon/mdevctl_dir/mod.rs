@@ -182,6 +182,18 @@ impl MdevctlDir {
             .map_err(MdevctlDirError::Unreadable)
     }
 
+    /// A parent that has a definition file of `uuid`, looked up without reading any file (one
+    /// directory listing and a lookup per parent); `None` when no parent has one.
+    pub fn defining_parent(&self, uuid: &MdevUuid) -> Option<String> {
+        let name = uuid.to_string();
+        fs::read_dir(&self.dir).ok()?.flatten().find_map(|p| {
+            p.path()
+                .join(&name)
+                .is_file()
+                .then(|| p.file_name().to_string_lossy().into_owned())
+        })
+    }
+
     /// Every definition file there, and each one that cannot be read or parsed. Never fails: a
     /// missing directory holds no definitions.
     pub fn scan(&self) -> ConfigScan {

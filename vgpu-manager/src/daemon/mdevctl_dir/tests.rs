@@ -230,3 +230,25 @@ fn a_crash_at_any_step_loses_no_acknowledged_change() {
         assert!(completed, "{change:?} never completed within 8 steps");
     }
 }
+
+#[test]
+fn the_parent_defining_a_uuid_is_found_without_reading_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = MdevctlDir::new(tmp.path().join("mdevctl.d"));
+    // No directory yet: nobody defines anything.
+    assert_eq!(dir.defining_parent(&uuid(1)), None);
+    dir.write(&def(1, false)).unwrap();
+    assert_eq!(dir.defining_parent(&uuid(1)).as_deref(), Some(P));
+    assert_eq!(dir.defining_parent(&uuid(2)), None);
+    // Another tool's file (any content) counts: the name is what mdevctl keys definitions by.
+    fs::create_dir_all(tmp.path().join("mdevctl.d/mtty")).unwrap();
+    fs::write(
+        tmp.path().join("mdevctl.d/mtty").join(uuid(3).to_string()),
+        "not json",
+    )
+    .unwrap();
+    assert_eq!(dir.defining_parent(&uuid(3)).as_deref(), Some("mtty"));
+    // A directory with the UUID's name is no definition.
+    fs::create_dir_all(tmp.path().join("mdevctl.d/mtty").join(uuid(4).to_string())).unwrap();
+    assert_eq!(dir.defining_parent(&uuid(4)), None);
+}

@@ -26,6 +26,7 @@ fn builtin_has_the_shipped_profiles() {
             "passthrough",
             "sample-display-1080p",
             "sample-display-16m",
+            "sample-display-4m",
             "vdi-1g",
             "vdi-2g",
             "workstation-4g"
@@ -123,7 +124,7 @@ fn overlay_replaces_by_name() {
     assert_eq!(c.get("vdi-2g").unwrap().description, "mine");
     assert_eq!(c.get("vdi-2g").unwrap().weight, 7);
     assert!(c.get("extra").is_some() && c.get("vdi-1g").is_some());
-    assert_eq!(c.names().len(), 8);
+    assert_eq!(c.names().len(), 9);
 }
 
 #[test]
@@ -170,6 +171,6 @@ fn check_files_answers_each_file_in_order() {
 #[test]
 fn catalog_serializes_its_profiles() {
     let v = serde_json::to_value(Catalog::builtin().unwrap()).unwrap();
-    assert_eq!(v["profiles"].as_array().unwrap().len(), 7);
+    assert_eq!(v["profiles"].as_array().unwrap().len(), 8);
     assert_eq!(v["profiles"][0]["name"], "compute-8g");
 }

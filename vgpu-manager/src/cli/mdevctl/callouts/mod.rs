@@ -219,6 +219,15 @@ impl Callouts {
         }
     }
 
+    /// Whether no call-out or notifier script exists (every directory is missing or empty), so that
+    /// [`Callouts::invoke`] would only run its operation.
+    pub fn is_empty(&self) -> bool {
+        self.callout_dirs
+            .iter()
+            .chain(&self.notifier_dirs)
+            .all(|d| self.runner.entries(d).is_none_or(|e| e.is_empty()))
+    }
+
     /// Sends the scripts' standard error to `echo` instead of ours.
     #[cfg(test)]
     pub fn echo_to(mut self, echo: Box<dyn Write>) -> Callouts {

@@ -526,3 +526,14 @@ proptest::proptest! {
         proptest::prop_assert_eq!(r.is_err(), refused && !force);
     }
 }
+
+#[test]
+fn callouts_are_empty_only_without_any_script() {
+    let (c, _) = Setup::new().build();
+    assert!(c.is_empty(), "no directory lists anything");
+    let (c, _) = Setup::new().script(OLD, "a", rc(0)).build();
+    assert!(!c.is_empty(), "a call-out script");
+    let (c, _) = Setup::new().script(NOTIFIERS, "n", rc(0)).build();
+    assert!(!c.is_empty(), "a notifier");
+    assert!(Callouts::none().is_empty());
+}
