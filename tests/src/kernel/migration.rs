@@ -13,10 +13,12 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+use super::daemon::daemon;
 use super::guest::Guest;
 use super::runner::{Outcome, Test, TestError, TestResult, ensure, ensure_eq};
 use super::samples::{Mdevs, test_uuid};
 use super::vfio::check_err;
+use super::vgpud::TargetKind;
 
 /// The tests.
 pub fn tests() -> Vec<Test<Guest>> {
@@ -128,6 +130,28 @@ fn info_fingerprint_check(g: &Guest) -> TestResult {
                 && text.contains("x-device-dirty-page-tracking=off"),
             || format!("mtty's info text shows the dirty-log warning: {text}{err}"),
         )?;
+        // The same answer over D-Bus, from vgpud (Instance1.MigrationInfo) for an instance it made.
+        let (_work, d) = daemon("migration-info")?;
+        let managed = test_uuid("migration", 2);
+        mdevs.adopt(managed);
+        d.create(TargetKind::Type, "mtty-1", "mtty", Some(&managed))?;
+        let answer = d.migration_info(&managed)?;
+        let m = json(&["Instance1.MigrationInfo"], &answer, "")?;
+        ensure_eq("MigrationInfo migratable", &m["migratable"], &true.into())?;
+        ensure_eq(
+            "MigrationInfo dirty log read",
+            &m["caps"]["dirty_log_reports"],
+            &false.into(),
+        )?;
+        ensure(
+            m["warnings"]
+                .to_string()
+                .contains("x-device-dirty-page-tracking=off"),
+            || format!("Instance1.MigrationInfo warns as vgpuctl does: {m}"),
+        )?;
+        d.destroy(&managed)?;
+        mdevs.forget(&managed);
+        d.stop()?;
     } else {
         ensure_eq("mtty info exit code before 6.7", code, 1)?;
         ensure_eq(
