@@ -67,16 +67,155 @@ pub(super) fn with_migration_override(xml: &str) -> Result<String, TestError> {
     Ok(out)
 }
 
-/// The test, for libvirt `v`.
-pub fn live_migrates_mtty(g: &Guest, v: Libvirt) -> TestResult {
+/// Why the guest cannot run these tests, if it cannot.
+fn cannot_run() -> Option<String> {
     if let Some(reason) = kernel_lacks_overlay() {
-        return Ok(Outcome::Skipped(reason));
+        return Some(reason);
     }
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     if kernel_version(release.trim()).is_none_or(|k| k < (6, 7)) {
-        return Ok(Outcome::Skipped(
+        return Some(
             "mtty implements VFIO migration only since Linux 6.7 (samples/vfio-mdev/mtty.c)".into(),
-        ));
+        );
+    }
+    None
+}
+
+/// `virsh migrate` arguments of domain `name` to the target daemon with target XML `xml`.
+fn migrate_args<'a>(xml: &'a str, stream: &'a str, name: &'a str, dest: &'a str) -> [&'a str; 14] {
+    [
+        "migrate",
+        "--live",
+        "--p2p",
+        "--persistent",
+        "--undefinesource",
+        "--xml",
+        xml,
+        "--persistent-xml",
+        xml,
+        "--migrateuri",
+        stream,
+        name,
+        dest,
+        "--verbose",
+    ]
+}
+
+/// Without the `<qemu:override>`, QEMU uses mtty's dirty-page log, whose report fails: the
+/// migration fails, the source keeps the domain (paused, its vGPU still in QEMU), the target has
+/// none, and `vgpuctl migration abort` releases the prepared target.
+pub fn fails_without_override(g: &Guest, v: Libvirt) -> TestResult {
+    if let Some(reason) = cannot_run() {
+        return Ok(Outcome::Skipped(reason));
+    }
+    let before = availability(g)?;
+    let mut src = Stack::up_as_host("libvirt-migrate-plain-src", v, SOURCE_HOST)?;
+    let dst = Stack::up_as_host("libvirt-migrate-plain-dst", v, TARGET_HOST)?;
+    src.root.bind(&dst.root.path("/run/libvirt"), PEER_DIR)?;
+    let mut mdevs = Mdevs::new(&g.host);
+    let source = test_uuid("libvirt-migrate-plain", 0);
+    mdevs.adopt(source);
+    src.vgpud()?
+        .create(TargetKind::Type, "mtty-1", "mtty", Some(&source))?;
+    let name = "vgpu-migrate-plain";
+    let file = src.file("plain-domain.xml", &domain_xml(&src, &source, name)?)?;
+    src.virsh(&["define", &file])?;
+    let mut target: Option<MdevUuid> = None;
+    let outcome = (|| -> Result<(), TestError> {
+        let t0 = Instant::now();
+        src.virsh(&["start", "--paused", name])?;
+        qemu_holds(&src, name, &sysfsdev(&source), t0)?;
+        let s = source.to_string();
+        let fp = src.root.run("vgpuctl", &["migration", "fingerprint", &s])?;
+        let fp_file = src.file("plain-fingerprint.json", &fp)?;
+        let dumped = src.virsh(&["dumpxml", "--migratable", name])?;
+        let src_xml = src.file("plain-source.xml", &dumped)?;
+        let prepared = dst.root.run(
+            "vgpuctl",
+            &[
+                "migration",
+                "prepare",
+                "--target",
+                &fp_file,
+                "--domain-xml",
+                &src_xml,
+                "--json",
+            ],
+        )?;
+        let p: serde_json::Value = serde_json::from_str(&prepared)
+            .map_err(|e| TestError::Check(format!("migration prepare --json: {e}: {prepared}")))?;
+        let made: MdevUuid = p["uuid"]
+            .as_str()
+            .and_then(|u| u.parse().ok())
+            .ok_or_else(|| TestError::Check(format!("migration prepare named no UUID: {p}")))?;
+        target = Some(made);
+        let dst_xml = src.file("plain-target.xml", p["domain_xml"].as_str().unwrap_or(""))?;
+        let dest = format!("qemu+unix:///system?socket={PEER_DIR}/libvirt-sock");
+        let stream = format!("unix://{STREAM}");
+        let _ = std::fs::remove_file(STREAM);
+        let err = src.virsh_fails(&migrate_args(&dst_xml, &stream, name, &dest))?;
+        let log =
+            std::fs::read_to_string(src.root.path(&format!("/var/log/libvirt/qemu/{name}.log")))
+                .unwrap_or_default();
+        println!(
+            "libvirt: without the override, virsh migrate failed: {}",
+            err.trim()
+        );
+        ensure(
+            err.contains("DMA logging") || log.contains("DMA logging"),
+            || {
+                format!(
+                    "the failure names neither in virsh's error nor in the source QEMU's log the device's DMA logging:\n{err}\n{log}"
+                )
+            },
+        )?;
+        let state = src.virsh(&["domstate", name])?;
+        ensure(state.trim() == "paused", || {
+            format!(
+                "the source domain is {:?} after the failed migration",
+                state.trim()
+            )
+        })?;
+        qemu_holds(&src, name, &sysfsdev(&source), Instant::now())?;
+        let there = dst.virsh(&["list", "--all", "--name"])?;
+        ensure(there.trim().is_empty(), || {
+            format!("the target has domains after the failed migration: {there}")
+        })?;
+        let m = made.to_string();
+        dst.root.run("vgpuctl", &["migration", "abort", &m])?;
+        ensure(!device_exists(g, &made), || {
+            format!("the aborted target {made} is still in sysfs")
+        })?;
+        Ok(())
+    })();
+    for s in [&src, &dst] {
+        let _ = s.virsh(&["destroy", name]);
+        let _ = s.virsh(&["undefine", "--nvram", name]);
+    }
+    if let Some(t) = target {
+        mdevs.adopt(t);
+    }
+    outcome?;
+    src.vgpud()?.destroy(&source)?;
+    mdevs.forget(&source);
+    if let Some(t) = target {
+        mdevs.forget(&t);
+    }
+    for (side, s) in [("source", &src), ("target", &dst)] {
+        let left = s.vgpud()?.list_instances()?;
+        ensure(left.is_empty(), || {
+            format!("the {side}'s vgpud still lists {left:?} at the end")
+        })?;
+    }
+    mdevs.remove_all()?;
+    ensure_restored(g, &before)?;
+    Ok(Outcome::Passed)
+}
+
+/// The test, for libvirt `v`.
+pub fn live_migrates_mtty(g: &Guest, v: Libvirt) -> TestResult {
+    if let Some(reason) = cannot_run() {
+        return Ok(Outcome::Skipped(reason));
     }
     let before = availability(g)?;
     let mut src = Stack::up_as_host("libvirt-migrate-src", v, SOURCE_HOST)?;
@@ -195,21 +334,7 @@ fn migrate(
     let stream = format!("unix://{STREAM}");
     let _ = std::fs::remove_file(STREAM);
     let t = Instant::now();
-    let said = src.virsh(&[
-        "migrate",
-        "--live",
-        "--p2p",
-        "--persistent",
-        "--undefinesource",
-        "--xml",
-        &dst_xml,
-        "--persistent-xml",
-        &dst_xml,
-        "--migrateuri",
-        &stream,
-        name,
-        &dest_uri,
-    ]);
+    let said = src.virsh(&migrate_args(&dst_xml, &stream, name, &dest_uri));
     if let Err(e) = said {
         let log =
             std::fs::read_to_string(dst.root.path(&format!("/var/log/libvirt/qemu/{name}.log")))

@@ -53,6 +53,9 @@ pub fn tests() -> Vec<Test<Guest>> {
         Test::new("libvirt90_migrate_live_mtty", |g| {
             migrate::live_migrates_mtty(g, Libvirt::V9_0)
         }),
+        Test::new("libvirt90_migrate_without_override_fails", |g| {
+            migrate::fails_without_override(g, Libvirt::V9_0)
+        }),
         Test::new("libvirt113_nodedev_lists_mdev_parents", |g| {
             nodedev::lists_mdev_parents(g, Libvirt::V11_3)
         }),
@@ -82,6 +85,9 @@ pub fn tests() -> Vec<Test<Guest>> {
         }),
         Test::new("libvirt113_migrate_live_mtty", |g| {
             migrate::live_migrates_mtty(g, Libvirt::V11_3)
+        }),
+        Test::new("libvirt113_migrate_without_override_fails", |g| {
+            migrate::fails_without_override(g, Libvirt::V11_3)
         }),
     ]
 }
