@@ -2,8 +2,11 @@
 //! `VFIO_DEVICE_FEATURE_MIGRATION` with `VFIO_MIGRATION_STOP_COPY` (mandatory for a migratable
 //! device), `_P2P` and `_PRE_COPY`; `VFIO_DEVICE_FEATURE_DMA_LOGGING_START` for dirty-page tracking by
 //! the device; `VFIO_DEVICE_FEATURE_MIG_DATA_SIZE` for the size of its stop-copy state), read from the
-//! device opened the way a VMM opens it. Nothing about the device's state changes: the features are
-//! read with GET or PROBE only.
+//! device opened the way a VMM opens it. The features are read with GET or PROBE; where the device
+//! offers dirty-page logging, it is also tried once on a single page (START, one REPORT, STOP), since
+//! a driver can accept the logging and still fail its report (samples/vfio-mdev/mtty.c: its
+//! `log_read_and_clear` returns -EOPNOTSUPP), which QEMU only finds when a migration starts. The
+//! started log is stopped again before the device is closed; nothing else changes.
 
 use serde::{Deserialize, Serialize};
 use vfio_bindings::bindings::vfio::{
@@ -34,6 +37,14 @@ pub struct MigrationCaps {
     /// The device's estimate of its stop-copy state in bytes (`VFIO_DEVICE_FEATURE_MIG_DATA_SIZE`),
     /// where the driver reports one.
     pub stop_copy_bytes: Option<u64>,
+    /// Whether the device's dirty-page log can be read (`VFIO_DEVICE_FEATURE_DMA_LOGGING_REPORT`
+    /// after a START on one page): `None` when the device has no logging or it could not be started
+    /// here ([`MigrationCaps::dirty_log_detail`] says why).
+    #[serde(default)]
+    pub dirty_log_reports: Option<bool>,
+    /// What the logging probe met, when it did not simply work (the failing step and its error).
+    #[serde(default)]
+    pub dirty_log_detail: Option<String>,
 }
 
 /// Whether a device can be live-migrated, and what it supports.
@@ -49,10 +60,38 @@ pub struct MigrationSupport {
     pub reason: Option<String>,
     /// What it reports, when it implements the migration feature at all.
     pub caps: Option<MigrationCaps>,
+    /// What a VMM must do differently for this device, or will trip on (see
+    /// [`MigrationCaps::dirty_log_reports`]); empty when nothing.
+    #[serde(default)]
+    pub warnings: Vec<String>,
+}
+
+/// QEMU's vfio-pci properties that matter here (hw/vfio/pci.c: `enable-migration`,
+/// `x-device-dirty-page-tracking`).
+const QEMU_NO_DEVICE_LOG: &str = "enable-migration=on,x-device-dirty-page-tracking=off";
+
+/// The warnings for `caps` (see [`MigrationSupport::warnings`]).
+fn warnings(caps: &MigrationCaps) -> Vec<String> {
+    let mut w = Vec::new();
+    if !caps.stop_copy {
+        return w;
+    }
+    if !caps.dirty_logging {
+        w.push(format!(
+            "the device has no dirty-page logging: QEMU then relies on the IOMMU's dirty tracking (VFIO type1 containers have it; iommufd only with hardware dirty tracking) and otherwise refuses to migrate unless the device is given `{QEMU_NO_DEVICE_LOG}`, with which all guest memory counts as dirty"
+        ));
+    } else if caps.dirty_log_reports == Some(false) {
+        w.push(format!(
+            "the device accepts dirty-page logging but cannot report its log ({}): QEMU uses the device's log by default and the migration then fails at its start (\"Failed to get DMA logging report\"); give the device `{QEMU_NO_DEVICE_LOG}` (libvirt: a <qemu:override> of the hostdev, see docs/migration.md)",
+            caps.dirty_log_detail.as_deref().unwrap_or("REPORT failed")
+        ));
+    }
+    w
 }
 
 impl Session {
-    /// Reads the open device's migration features (GET and PROBE only).
+    /// Reads the open device's migration features (GET and PROBE, and the one-page logging probe of
+    /// the module docs).
     pub fn migration(&self) -> Result<(Option<MigrationCaps>, Option<String>), VfioCheckError> {
         let dev = self.open_device_fd()?;
         let err = |op: &str, e: nix::errno::Errno| VfioCheckError::Vfio {
@@ -77,17 +116,56 @@ impl Session {
         let dirty_logging = sys::probe_set(dev, VFIO_DEVICE_FEATURE_DMA_LOGGING_START)
             .map_err(|e| err("probing VFIO_DEVICE_FEATURE_DMA_LOGGING_START", e))?;
         let stop_copy_bytes = sys::stop_copy_size(dev).ok();
+        let (dirty_log_reports, dirty_log_detail) = if dirty_logging {
+            log_probe(sys::probe_dma_log(dev))
+        } else {
+            (None, None)
+        };
         let caps = MigrationCaps {
             stop_copy: has(VFIO_MIGRATION_STOP_COPY),
             pre_copy: has(VFIO_MIGRATION_PRE_COPY),
             p2p: has(VFIO_MIGRATION_P2P),
             dirty_logging,
             stop_copy_bytes,
+            dirty_log_reports,
+            dirty_log_detail,
         };
         let reason = (!caps.stop_copy).then(|| {
             format!("it reports migration flags {flags:#x} without VFIO_MIGRATION_STOP_COPY, which every VFIO migration needs")
         });
         Ok((Some(caps), reason))
+    }
+}
+
+/// What [`sys::probe_dma_log`] found, as (`dirty_log_reports`, `dirty_log_detail`).
+fn log_probe(p: sys::DmaLogProbe) -> (Option<bool>, Option<String>) {
+    match p {
+        sys::DmaLogProbe::StartFailed(e) => (
+            None,
+            Some(format!(
+                "VFIO_DEVICE_FEATURE_DMA_LOGGING_START of one page failed: {}",
+                e.desc()
+            )),
+        ),
+        sys::DmaLogProbe::Reported(report, stop) => {
+            let stop_note = stop.err().map(|e| {
+                format!(
+                    "; VFIO_DEVICE_FEATURE_DMA_LOGGING_STOP failed: {} (closing the device ends the log)",
+                    e.desc()
+                )
+            });
+            match report {
+                Ok(()) => (Some(true), stop_note),
+                Err(e) => (
+                    Some(false),
+                    Some(format!(
+                        "VFIO_DEVICE_FEATURE_DMA_LOGGING_REPORT: {}{}",
+                        e.desc(),
+                        stop_note.unwrap_or_default()
+                    )),
+                ),
+            }
+        }
     }
 }
 
@@ -111,6 +189,7 @@ pub fn migration_support(
         backend,
         migratable: reason.is_none(),
         reason,
+        warnings: caps.as_ref().map(warnings).unwrap_or_default(),
         caps,
     })
 }

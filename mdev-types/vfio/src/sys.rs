@@ -21,11 +21,12 @@ use iommufd_bindings::iommufd::{
 
 use nix::errno::Errno;
 use vfio_bindings::bindings::vfio::{
-    VFIO_BASE, VFIO_DEVICE_FEATURE_GET, VFIO_DEVICE_FEATURE_MIG_DATA_SIZE,
-    VFIO_DEVICE_FEATURE_MIGRATION, VFIO_DEVICE_FEATURE_PROBE, VFIO_DEVICE_FEATURE_SET,
-    VFIO_DMA_MAP_FLAG_READ, VFIO_DMA_MAP_FLAG_WRITE, VFIO_TYPE, vfio_device_attach_iommufd_pt,
-    vfio_device_bind_iommufd, vfio_device_info, vfio_group_status, vfio_iommu_type1_dma_map,
-    vfio_iommu_type1_dma_unmap, vfio_irq_info, vfio_region_info,
+    VFIO_BASE, VFIO_DEVICE_FEATURE_DMA_LOGGING_REPORT, VFIO_DEVICE_FEATURE_DMA_LOGGING_START,
+    VFIO_DEVICE_FEATURE_DMA_LOGGING_STOP, VFIO_DEVICE_FEATURE_GET,
+    VFIO_DEVICE_FEATURE_MIG_DATA_SIZE, VFIO_DEVICE_FEATURE_MIGRATION, VFIO_DEVICE_FEATURE_PROBE,
+    VFIO_DEVICE_FEATURE_SET, VFIO_DMA_MAP_FLAG_READ, VFIO_DMA_MAP_FLAG_WRITE, VFIO_TYPE,
+    vfio_device_attach_iommufd_pt, vfio_device_bind_iommufd, vfio_device_info, vfio_group_status,
+    vfio_iommu_type1_dma_map, vfio_iommu_type1_dma_unmap, vfio_irq_info, vfio_region_info,
 };
 
 nix::ioctl_readwrite_bad!(
@@ -189,6 +190,116 @@ pub(crate) fn probe_set(fd: &impl AsRawFd, feature: u32) -> Result<bool, Errno> 
         Err(Errno::ENOTTY) => Ok(false),
         Err(e) => Err(e),
     }
+}
+
+/// `vfio_device_feature` + `vfio_device_feature_dma_logging_control`
+/// (`VFIO_DEVICE_FEATURE_DMA_LOGGING_START`, SET).
+#[repr(C)]
+#[derive(Default)]
+pub(crate) struct FeatureLogControl {
+    argsz: u32,
+    flags: u32,
+    /// The tracking granularity asked for; the driver may write back the one it uses.
+    page_size: u64,
+    num_ranges: u32,
+    reserved: u32,
+    /// User pointer to `num_ranges` [`LogRange`]s.
+    ranges: u64,
+}
+
+/// `vfio_device_feature_dma_logging_range`.
+#[repr(C)]
+pub(crate) struct LogRange {
+    iova: u64,
+    length: u64,
+}
+
+/// `vfio_device_feature` + `vfio_device_feature_dma_logging_report`
+/// (`VFIO_DEVICE_FEATURE_DMA_LOGGING_REPORT`, GET).
+#[repr(C)]
+#[derive(Default)]
+pub(crate) struct FeatureLogReport {
+    argsz: u32,
+    flags: u32,
+    iova: u64,
+    length: u64,
+    page_size: u64,
+    /// User pointer to the bitmap, one bit per page of `length`.
+    bitmap: u64,
+}
+
+nix::ioctl_readwrite_bad!(
+    /// `VFIO_DEVICE_FEATURE` starting DMA logging.
+    feature_log_start,
+    nix::request_code_none!(VFIO_TYPE, VFIO_BASE + 17),
+    FeatureLogControl
+);
+nix::ioctl_readwrite_bad!(
+    /// `VFIO_DEVICE_FEATURE` reading the DMA log.
+    feature_log_report,
+    nix::request_code_none!(VFIO_TYPE, VFIO_BASE + 17),
+    FeatureLogReport
+);
+
+/// What one round of the device's DMA logging on a single page gave ([`probe_dma_log`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DmaLogProbe {
+    /// START refused with this errno: nothing was started.
+    StartFailed(Errno),
+    /// START succeeded and REPORT gave this (`Ok`: the log was read); STOP's result follows.
+    Reported(Result<(), Errno>, Result<(), Errno>),
+}
+
+/// Starts the device's DMA logging on the one page at IOVA 0, reads its log once into a buffer of
+/// ours and stops it again (include/uapi/linux/vfio.h: `VFIO_DEVICE_FEATURE_DMA_LOGGING_START`,
+/// `_REPORT`, `_STOP`; drivers/vfio/vfio_main.c checks the range and hands it to the driver's
+/// `log_ops`). The device's memory is not touched and no DMA is mapped; the only state change,
+/// the started log, is undone before returning.
+pub(crate) fn probe_dma_log(fd: &impl AsRawFd) -> DmaLogProbe {
+    const PAGE: u64 = 4096;
+    let range = LogRange {
+        iova: 0,
+        length: PAGE,
+    };
+    let mut start = FeatureLogControl {
+        argsz: argsz::<FeatureLogControl>(),
+        flags: VFIO_DEVICE_FEATURE_SET | VFIO_DEVICE_FEATURE_DMA_LOGGING_START,
+        page_size: PAGE,
+        num_ranges: 1,
+        reserved: 0,
+        ranges: std::ptr::addr_of!(range) as u64,
+    };
+    // SAFETY: the fd is an open VFIO device (borrowed for the call); `start` is an initialized header
+    // with its 24-byte payload (argsz is their size; the kernel writes back only the payload) and its
+    // `ranges` points to one valid LogRange that lives until the call returns (the kernel copies it).
+    if let Err(e) = unsafe { feature_log_start(fd.as_raw_fd(), &mut start) } {
+        return DmaLogProbe::StartFailed(e);
+    }
+    let page_size = if start.page_size >= PAGE && start.page_size.is_power_of_two() {
+        start.page_size
+    } else {
+        PAGE
+    };
+    // One bit per page of the range: a single u64 holds it (the kernel pins and writes this buffer).
+    let mut bitmap = [0u64; 1];
+    let mut report = FeatureLogReport {
+        argsz: argsz::<FeatureLogReport>(),
+        flags: VFIO_DEVICE_FEATURE_GET | VFIO_DEVICE_FEATURE_DMA_LOGGING_REPORT,
+        iova: 0,
+        length: page_size,
+        page_size,
+        bitmap: bitmap.as_mut_ptr() as u64,
+    };
+    // SAFETY: as above for a 32-byte payload; `bitmap` is a live, writable, 8-byte aligned buffer of
+    // one u64, the size the kernel writes for a range of one page (include/linux/iova_bitmap.h).
+    let reported = unsafe { feature_log_report(fd.as_raw_fd(), &mut report) }.map(drop);
+    let mut stop = FeatureProbe {
+        argsz: argsz::<FeatureProbe>(),
+        flags: VFIO_DEVICE_FEATURE_SET | VFIO_DEVICE_FEATURE_DMA_LOGGING_STOP,
+    };
+    // SAFETY: as in `probe_set`: STOP has no payload, the kernel reads only the header.
+    let stopped = unsafe { feature_probe(fd.as_raw_fd(), &mut stop) }.map(drop);
+    DmaLogProbe::Reported(reported, stopped)
 }
 
 /// Reads `buf.len()` bytes of a device region at `offset` (region offset + position) with `pread`.

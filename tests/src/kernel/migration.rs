@@ -2,9 +2,10 @@
 //! - `info` of an mtty instance opens it through VFIO and reads the migration uAPI v2 features. mtty
 //!   implements stop-copy and pre-copy since Linux 6.7 (samples/vfio-mdev/mtty.c, "mtty: add migration
 //!   support"; `migration_flags = VFIO_MIGRATION_STOP_COPY | VFIO_MIGRATION_PRE_COPY`), reports a
-//!   stop-copy size, and has `log_ops` (it does no DMA, so its dirty log is trivially empty, which lets
-//!   a VMM migrate it without IOMMU dirty tracking). Before 6.7 (stock 6.1) it has no
+//!   stop-copy size, and has `log_ops` (dirty-page logging is offered). Before 6.7 (stock 6.1) it has no
 //!   migration support: then `info` says so with the reason, exit 1.
+//!   Its dirty log starts but cannot be read (mtty's `log_read_and_clear` returns -EOPNOTSUPP):
+//!   `info` reports that and warns that QEMU needs `x-device-dirty-page-tracking=off`.
 //! - `info` of an mdpy instance (no migration support in any kernel) refuses with the reason, exit 1.
 //! - `fingerprint` names the mtty module, its `srcversion` and the running kernel's release, and
 //!   `check --target` of it on the same host fits (exit 0).
@@ -12,10 +13,12 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+use super::daemon::daemon;
 use super::guest::Guest;
 use super::runner::{Outcome, Test, TestError, TestResult, ensure, ensure_eq};
 use super::samples::{Mdevs, test_uuid};
 use super::vfio::check_err;
+use super::vgpud::TargetKind;
 
 /// The tests.
 pub fn tests() -> Vec<Test<Guest>> {
@@ -95,6 +98,60 @@ fn info_fingerprint_check(g: &Guest) -> TestResult {
             v["caps"]["stop_copy_bytes"].as_u64().is_some_and(|n| n > 0),
             || format!("mtty reports its stop-copy size: {v}"),
         )?;
+        // mtty's log starts but its report fails (mtty_log_read_and_clear: -EOPNOTSUPP), which
+        // QEMU meets only once a migration starts: info says so, with the QEMU properties to use.
+        ensure_eq(
+            "mtty dirty log read",
+            &v["caps"]["dirty_log_reports"],
+            &false.into(),
+        )?;
+        ensure(
+            v["caps"]["dirty_log_detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("DMA_LOGGING_REPORT") && d.contains("not supported")),
+            || format!("mtty's dirty log detail names the failing REPORT: {v}"),
+        )?;
+        ensure(
+            v["warnings"].as_array().is_some_and(|w| {
+                w.iter().any(|w| {
+                    w.as_str()
+                        .is_some_and(|w| w.contains("x-device-dirty-page-tracking=off"))
+                })
+            }),
+            || format!("mtty's info warns that QEMU needs x-device-dirty-page-tracking=off: {v}"),
+        )?;
+        // The probe stopped the log again and closed the device: info runs again the same, and
+        // the text form shows the warning.
+        let (code, text, err) = vgpuctl(&["migration", "info", mtty_s.as_str()])?;
+        ensure_eq("mtty info (text) exit code", code, 0)?;
+        ensure(
+            text.contains("dirty log read: no")
+                && text.contains("warning:")
+                && text.contains("x-device-dirty-page-tracking=off"),
+            || format!("mtty's info text shows the dirty-log warning: {text}{err}"),
+        )?;
+        // The same answer over D-Bus, from vgpud (Instance1.MigrationInfo) for an instance it made.
+        let (_work, d) = daemon("migration-info")?;
+        let managed = test_uuid("migration", 2);
+        mdevs.adopt(managed);
+        d.create(TargetKind::Type, "mtty-1", "mtty", Some(&managed))?;
+        let answer = d.migration_info(&managed)?;
+        let m = json(&["Instance1.MigrationInfo"], &answer, "")?;
+        ensure_eq("MigrationInfo migratable", &m["migratable"], &true.into())?;
+        ensure_eq(
+            "MigrationInfo dirty log read",
+            &m["caps"]["dirty_log_reports"],
+            &false.into(),
+        )?;
+        ensure(
+            m["warnings"]
+                .to_string()
+                .contains("x-device-dirty-page-tracking=off"),
+            || format!("Instance1.MigrationInfo warns as vgpuctl does: {m}"),
+        )?;
+        d.destroy(&managed)?;
+        mdevs.forget(&managed);
+        d.stop()?;
     } else {
         ensure_eq("mtty info exit code before 6.7", code, 1)?;
         ensure_eq(

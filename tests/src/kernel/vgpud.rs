@@ -18,8 +18,8 @@ use nix::unistd::Pid;
 use thiserror::Error;
 use tokio::runtime::Runtime;
 use vgpu_client::{
-    BusAddress, ClientError, Gpu1Proxy, GpuInfo, InstanceInfo, Manager1Proxy, SERVICE,
-    TARGET_PROFILE, TARGET_TYPE, TypeSlot,
+    BusAddress, ClientError, Gpu1Proxy, GpuInfo, Instance1Proxy, InstanceInfo, Manager1Proxy,
+    SERVICE, TARGET_PROFILE, TARGET_TYPE, TypeSlot,
 };
 use zbus::Connection;
 use zbus::Variant;
@@ -426,6 +426,24 @@ impl Vgpud {
                 .build()
                 .await?
                 .types()
+                .await
+        })
+    }
+
+    /// `Instance1.MigrationInfo()` of instance `uuid`: the JSON of its `MigrationSupport`.
+    pub fn migration_info(&self, uuid: &MdevUuid) -> Result<String, CallError> {
+        let client = self
+            .client
+            .as_ref()
+            .ok_or_else(|| self.call_error("MigrationInfo", None, "not connected".into()))?;
+        let conn = client.conn.clone();
+        let path = vgpu_client::instance_path(&uuid.to_string());
+        self.call("MigrationInfo", async move {
+            Instance1Proxy::builder(&conn)
+                .path(path)
+                .build()
+                .await?
+                .migration_info()
                 .await
         })
     }

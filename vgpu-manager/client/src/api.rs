@@ -366,18 +366,39 @@ impl Client {
         uuid: Option<&str>,
         timeout: Option<Duration>,
     ) -> Result<String, ClientError> {
+        self.prepare_incoming_with(
+            fingerprint,
+            &PrepareOptions {
+                gpu,
+                uuid,
+                timeout,
+                numa_node: None,
+            },
+        )
+        .await
+    }
+
+    /// [`Client::prepare_incoming`] with every option of `PrepareIncoming`.
+    pub async fn prepare_incoming_with(
+        &self,
+        fingerprint: &str,
+        o: &PrepareOptions<'_>,
+    ) -> Result<String, ClientError> {
         let mut options: HashMap<&str, Variant<'_>> = HashMap::new();
-        if let Some(g) = gpu {
+        if let Some(g) = o.gpu {
             options.insert("gpu", Variant::from(g));
         }
-        if let Some(u) = uuid {
+        if let Some(u) = o.uuid {
             options.insert("uuid", Variant::from(u));
         }
-        if let Some(t) = timeout {
+        if let Some(t) = o.timeout {
             options.insert(
                 "timeout",
                 Variant::from(u32::try_from(t.as_secs()).unwrap_or(u32::MAX)),
             );
+        }
+        if let Some(n) = o.numa_node {
+            options.insert("numa_node", Variant::from(n));
         }
         let call = self.manager.prepare_incoming(fingerprint, options);
         self.call("PrepareIncoming", call).await
@@ -540,4 +561,17 @@ mod tests {
         );
         assert!(matches!(e, ClientError::BadJson { .. }));
     }
+}
+
+/// The options of `PrepareIncoming` ([`Client::prepare_incoming_with`]); `None` leaves vgpud's default.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PrepareOptions<'a> {
+    /// Only this GPU (PCI address or parent name).
+    pub gpu: Option<&'a str>,
+    /// The target instance's UUID (default: a new random one).
+    pub uuid: Option<&'a str>,
+    /// How long the target waits for a VM (default 600 s).
+    pub timeout: Option<Duration>,
+    /// Prefer a GPU on this NUMA node (others that fit are used when none on it does).
+    pub numa_node: Option<u32>,
 }

@@ -58,7 +58,7 @@ pub mod proxy;
 pub mod sched;
 pub mod wire;
 
-pub use api::{Client, NewInstance, PoolProgress, TargetKind};
+pub use api::{Client, NewInstance, PoolProgress, PrepareOptions, TargetKind};
 pub use bus::{BusAddress, connect, connect_daemon, runtime};
 pub use error::ClientError;
 pub use paths::{

@@ -15,7 +15,8 @@ use super::daemon_cmds::BusArgs;
 use super::pool::with_daemon;
 use super::preflight::BackendArg;
 use super::{CliError, HostArgs, write_json};
-use crate::migration::{Fingerprint, Verdict, check, fingerprint};
+use crate::migration::{Fingerprint, Verdict, check, fingerprint, retarget_domain_xml};
+use vgpu_client::PrepareOptions;
 
 /// `vgpuctl migration` commands.
 #[derive(Debug, Clone, clap::Subcommand)]
@@ -55,6 +56,15 @@ pub(super) enum MigrationCommand {
         #[arg(long, value_name = "SECS", default_value_t = 600,
               value_parser = clap::value_parser!(u32).range(1..=86_400))]
         timeout: u32,
+        /// Prefer a GPU on this NUMA node (e.g. the node the VM's memory and vCPUs are pinned to on
+        /// this host); another GPU that fits is used when none on the node does.
+        #[arg(long, value_name = "N")]
+        numa_node: Option<u32>,
+        /// The source domain's XML (`virsh dumpxml --migratable DOMAIN`; `-` reads stdin): print
+        /// the target domain XML for `virsh migrate --xml` (the source mdev's UUID replaced by the
+        /// target's) instead of the <hostdev> alone; the summary goes to stderr.
+        #[arg(long, value_name = "FILE")]
+        domain_xml: Option<PathBuf>,
         /// Print JSON (docs/json.md).
         #[arg(long)]
         json: bool,
@@ -99,36 +109,60 @@ pub(super) fn run(
             gpu,
             uuid,
             timeout,
+            numa_node,
+            domain_xml,
             json,
         } => {
             let text = read_fingerprint(target)?;
+            // The domain XML is checked before anything is made.
+            let source_xml = match domain_xml {
+                Some(path) => Some(read_source_xml(path, &text, uuid.as_deref())?),
+                None => None,
+            };
             with_daemon(bus, |client| async move {
                 let reply = client
-                    .prepare_incoming(
+                    .prepare_incoming_with(
                         &text,
-                        gpu.as_deref(),
-                        uuid.as_deref(),
-                        Some(std::time::Duration::from_secs(u64::from(*timeout))),
+                        &PrepareOptions {
+                            gpu: gpu.as_deref(),
+                            uuid: uuid.as_deref(),
+                            timeout: Some(std::time::Duration::from_secs(u64::from(*timeout))),
+                            numa_node: *numa_node,
+                        },
                     )
                     .await?;
-                let v: serde_json::Value = serde_json::from_str(&reply)
+                let mut v: serde_json::Value = serde_json::from_str(&reply)
                     .map_err(|e| CliError::Host(format!("vgpud's PrepareIncoming reply: {e}")))?;
+                let target_xml =
+                    match &source_xml {
+                        Some((xml, source)) => {
+                            let made = v["uuid"].as_str().and_then(|u| u.parse().ok()).ok_or_else(
+                                || {
+                                    CliError::Host(format!(
+                                        "vgpud's PrepareIncoming reply names no UUID: {v}"
+                                    ))
+                                },
+                            )?;
+                            Some(
+                                retarget_domain_xml(xml, source, &made)
+                                    .map_err(|e| CliError::BadArgument(e.to_string()))?,
+                            )
+                        }
+                        None => None,
+                    };
                 if *json {
+                    if let Some(x) = &target_xml {
+                        v["domain_xml"] = serde_json::Value::String(x.clone());
+                    }
                     return write_json(out, &v);
                 }
-                writeln!(
-                    out,
-                    "incoming {} ({} on {}) for source {}, released at {} unless completed",
-                    v["uuid"].as_str().unwrap_or("?"),
-                    v["type"].as_str().unwrap_or("?"),
-                    v["parent"].as_str().unwrap_or("?"),
-                    v["source"].as_str().unwrap_or("?"),
-                    v["until"]
-                )?;
-                write!(out, "{}", v["hostdev_xml"].as_str().unwrap_or(""))?;
-                for n in v["notes"].as_array().into_iter().flatten() {
-                    writeln!(out, "note: {}", n.as_str().unwrap_or(""))?;
+                if let Some(x) = &target_xml {
+                    let mut err = std::io::stderr();
+                    print_prepared(&mut err, &v, false)?;
+                    write!(out, "{x}")?;
+                    return Ok(());
                 }
+                print_prepared(out, &v, true)?;
                 Ok(())
             })?;
             Ok(true)
@@ -191,6 +225,61 @@ pub(super) fn run(
     }
 }
 
+/// Prints `PrepareIncoming`'s reply `v`: the summary line, the `<hostdev>` when `hostdev`, the notes.
+fn print_prepared(
+    out: &mut dyn Write,
+    v: &serde_json::Value,
+    hostdev: bool,
+) -> Result<(), CliError> {
+    let numa = match v["numa_node"].as_u64() {
+        Some(n) => format!(", NUMA node {n}"),
+        None => String::new(),
+    };
+    writeln!(
+        out,
+        "incoming {} ({} on {}{numa}) for source {}, released at {} unless completed",
+        v["uuid"].as_str().unwrap_or("?"),
+        v["type"].as_str().unwrap_or("?"),
+        v["parent"].as_str().unwrap_or("?"),
+        v["source"].as_str().unwrap_or("?"),
+        v["until"]
+    )?;
+    if hostdev {
+        write!(out, "{}", v["hostdev_xml"].as_str().unwrap_or(""))?;
+    }
+    for n in v["notes"].as_array().into_iter().flatten() {
+        writeln!(out, "note: {}", n.as_str().unwrap_or(""))?;
+    }
+    Ok(())
+}
+
+/// The source domain XML at `path` (`-`: stdin) and the fingerprint's source UUID, checked to be
+/// rewritable (it has that mdev, and not the requested target UUID) before anything is made.
+fn read_source_xml(
+    path: &std::path::Path,
+    fingerprint: &str,
+    target: Option<&str>,
+) -> Result<(String, MdevUuid), CliError> {
+    let fp: Fingerprint = serde_json::from_str(fingerprint).map_err(|e| {
+        CliError::BadArgument(format!(
+            "the fingerprint is not the JSON of `vgpuctl migration fingerprint`: {e}"
+        ))
+    })?;
+    let xml = if path.as_os_str() == "-" {
+        std::io::read_to_string(std::io::stdin())?
+    } else {
+        std::fs::read_to_string(path)
+            .map_err(|e| CliError::BadArgument(format!("cannot read {}: {e}", path.display())))?
+    };
+    let probe = match target {
+        Some(t) => parse_uuid(t)?,
+        None => MdevUuid::new_random(),
+    };
+    retarget_domain_xml(&xml, &fp.uuid, &probe)
+        .map_err(|e| CliError::BadArgument(format!("{}: {e}", path.display())))?;
+    Ok((xml, fp.uuid))
+}
+
 /// The fingerprint file's text (`-`: stdin).
 fn read_fingerprint(target: &std::path::Path) -> Result<String, CliError> {
     if target.as_os_str() == "-" {
@@ -228,10 +317,19 @@ fn print_support(out: &mut dyn Write, s: &MigrationSupport, json: bool) -> Resul
         writeln!(out, "  pre-copy:       {}", yes(c.pre_copy))?;
         writeln!(out, "  P2P:            {}", yes(c.p2p))?;
         writeln!(out, "  dirty logging:  {}", yes(c.dirty_logging))?;
+        match c.dirty_log_reports {
+            Some(true) => writeln!(out, "  dirty log read: yes")?,
+            Some(false) => writeln!(out, "  dirty log read: no")?,
+            None if c.dirty_logging => writeln!(out, "  dirty log read: not tried")?,
+            None => {}
+        }
         match c.stop_copy_bytes {
             Some(n) => writeln!(out, "  stop-copy data: {n} bytes")?,
             None => writeln!(out, "  stop-copy data: not reported")?,
         }
+    }
+    for w in &s.warnings {
+        writeln!(out, "  warning: {w}")?;
     }
     if s.migratable {
         writeln!(

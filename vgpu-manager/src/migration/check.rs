@@ -7,7 +7,7 @@ use mdev_types::model::Inventory;
 use vgpu_host::Host;
 
 use super::fingerprint::{
-    FINGERPRINT_SCHEMA, Fingerprint, driver_version, kernel_release, parent_module,
+    FINGERPRINT_SCHEMA, Fingerprint, driver_version, kernel_release, parent_module, parent_numa,
 };
 
 /// One mdev parent here that offers the fingerprint's type, and what stops it from taking the state.
@@ -21,6 +21,9 @@ pub struct Candidate {
     pub driver_version: Option<String>,
     /// How many more devices of the type it can create now.
     pub available: u32,
+    /// Its NUMA node, when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub numa_node: Option<u32>,
     /// Why the state cannot load here; empty when it can.
     pub problems: Vec<String>,
 }
@@ -102,6 +105,7 @@ pub fn check(host: &dyn Host, inv: &Inventory, fp: &Fingerprint) -> Verdict {
                 driver: module,
                 driver_version: version,
                 available: ty.available_instances,
+                numa_node: parent_numa(host, &p.name),
                 problems,
             })
         })

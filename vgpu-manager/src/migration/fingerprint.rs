@@ -40,6 +40,11 @@ pub struct Fingerprint {
     pub kernel_release: Option<String>,
     /// Vendor parameters set on the device (path below the device → value).
     pub vendor_params: BTreeMap<String, String>,
+    /// The NUMA node of the source's parent (its `numa_node`), when the kernel knows it; for people
+    /// and orchestrators choosing the target's node (`PrepareIncoming`'s `numa_node` option). Absent
+    /// in fingerprints of earlier versions and for virtual parents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub numa_node: Option<u32>,
 }
 
 /// Why a fingerprint cannot be read.
@@ -122,6 +127,16 @@ pub(super) fn parent_module(host: &dyn Host, parent: &str) -> Result<Option<Stri
     Ok(None)
 }
 
+/// The NUMA node of mdev parent `parent` (`/sys/class/mdev_bus/<parent>/numa_node`, the PCI device's
+/// attribute); `None` when the kernel reports -1 or the parent has none (a virtual parent).
+pub(super) fn parent_numa(host: &dyn Host, parent: &str) -> Option<u32> {
+    host.read_optional(&paths::mdev_parent(parent).join("numa_node"))
+        .ok()
+        .flatten()
+        .and_then(|s| s.trim().parse::<i64>().ok())
+        .and_then(|n| u32::try_from(n).ok())
+}
+
 /// Reads the fingerprint of running instance `uuid`.
 pub fn fingerprint(host: &dyn Host, uuid: &MdevUuid) -> Result<Fingerprint, MigrationError> {
     let dev = paths::mdev_device(uuid);
@@ -173,6 +188,7 @@ pub fn fingerprint(host: &dyn Host, uuid: &MdevUuid) -> Result<Fingerprint, Migr
             vendor_params.insert((*p).to_string(), v.trim().to_string());
         }
     }
+    let numa_node = parent_numa(host, &parent);
     Ok(Fingerprint {
         schema: FINGERPRINT_SCHEMA.to_string(),
         uuid: *uuid,
@@ -183,5 +199,6 @@ pub fn fingerprint(host: &dyn Host, uuid: &MdevUuid) -> Result<Fingerprint, Migr
         driver_version,
         kernel_release: kernel_release(host),
         vendor_params,
+        numa_node,
     })
 }

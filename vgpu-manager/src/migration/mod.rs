@@ -11,9 +11,11 @@
 //! versions), and an in-tree driver's build is pinned by the kernel release.
 
 mod check;
+mod domain_xml;
 mod fingerprint;
 
 pub use check::{Candidate, Verdict, check};
+pub use domain_xml::{DomainXmlError, retarget_domain_xml};
 pub use fingerprint::{FINGERPRINT_SCHEMA, Fingerprint, MigrationError, fingerprint};
 
 #[cfg(test)]

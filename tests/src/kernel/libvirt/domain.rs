@@ -28,7 +28,12 @@ const RUNNING_WITHIN: Duration = Duration::from_secs(120);
 /// (bookworm-backports' 10.0.2: "tcg_handle_interrupt: assertion failed: (bql_locked())", measured),
 /// and a paused QEMU already holds every device; `info pci` would wait for firmware to number the
 /// PCIe root port's bus.
-fn qemu_holds(s: &Stack, name: &str, property: &str, t: Instant) -> Result<(), TestError> {
+pub(super) fn qemu_holds(
+    s: &Stack,
+    name: &str,
+    property: &str,
+    t: Instant,
+) -> Result<(), TestError> {
     loop {
         match s.virsh(&["qemu-monitor-command", "--hmp", name, "info qtree"]) {
             Ok(out) if out.contains("dev: vfio-pci") && out.contains(property) => return Ok(()),
@@ -45,7 +50,7 @@ fn qemu_holds(s: &Stack, name: &str, property: &str, t: Instant) -> Result<(), T
 }
 
 /// What `info qtree` shows of a vfio-pci device attaching mdev `u`: its `sysfsdev` path.
-fn sysfsdev(u: &MdevUuid) -> String {
+pub(super) fn sysfsdev(u: &MdevUuid) -> String {
     format!("/sys/bus/mdev/devices/{u}")
 }
 
@@ -118,7 +123,7 @@ pub fn boots_with_mdev(g: &Guest, v: Libvirt) -> TestResult {
 }
 
 /// `vgpuctl xml --domain` for instance `u`, named `name`, small enough for the guest.
-fn domain_xml(s: &Stack, u: &MdevUuid, name: &str) -> Result<String, TestError> {
+pub(super) fn domain_xml(s: &Stack, u: &MdevUuid, name: &str) -> Result<String, TestError> {
     let xml = s.root.run(
         "vgpuctl",
         &[

@@ -8,10 +8,12 @@
 //! * [`domain`] — a domain started by libvirt with our vGPU;
 //! * [`boot_bench`] — benchmark: parent driver loaded to every autostart vGPU in `virsh`, vgpu-manager
 //!   against the real mdevctl's udev rule;
-//! * [`mixed`] — beside the real mdevctl 1.2.0, one `/etc/mdevctl.d` for both.
+//! * [`mixed`] — beside the real mdevctl 1.2.0, one `/etc/mdevctl.d` for both;
+//! * [`migrate`] — `virsh migrate --live` of a domain with an mtty vGPU between two libvirt daemons.
 
 pub mod boot_bench;
 pub mod domain;
+pub mod migrate;
 pub mod mixed;
 pub mod nodedev;
 pub mod stack;
@@ -48,6 +50,12 @@ pub fn tests() -> Vec<Test<Guest>> {
         Test::new("libvirt90_mixed_with_real_mdevctl", |g| {
             mixed::mixed_with_real_mdevctl(g, Libvirt::V9_0)
         }),
+        Test::new("libvirt90_migrate_live_mtty", |g| {
+            migrate::live_migrates_mtty(g, Libvirt::V9_0)
+        }),
+        Test::new("libvirt90_migrate_without_override_fails", |g| {
+            migrate::fails_without_override(g, Libvirt::V9_0)
+        }),
         Test::new("libvirt113_nodedev_lists_mdev_parents", |g| {
             nodedev::lists_mdev_parents(g, Libvirt::V11_3)
         }),
@@ -74,6 +82,12 @@ pub fn tests() -> Vec<Test<Guest>> {
         }),
         Test::new("libvirt113_mixed_with_real_mdevctl", |g| {
             mixed::mixed_with_real_mdevctl(g, Libvirt::V11_3)
+        }),
+        Test::new("libvirt113_migrate_live_mtty", |g| {
+            migrate::live_migrates_mtty(g, Libvirt::V11_3)
+        }),
+        Test::new("libvirt113_migrate_without_override_fails", |g| {
+            migrate::fails_without_override(g, Libvirt::V11_3)
         }),
     ]
 }

@@ -110,6 +110,23 @@ impl Stack {
         Ok(s)
     }
 
+    /// As [`Stack::up`], with libvirtd told that its host has UUID `host_uuid` (`host_uuid` in
+    /// libvirtd.conf; by default libvirtd takes the machine's SMBIOS UUID, the same for every stack in
+    /// one guest, and refuses a migration between two daemons of the same host UUID:
+    /// src/qemu/qemu_migration_cookie.c, "Attempt to migrate guest to the same host").
+    pub fn up_as_host(tag: &str, v: Libvirt, host_uuid: &str) -> Result<Stack, TestError> {
+        let mut s = Stack::new(tag, v)?;
+        s.start_udevd()?;
+        s.start_dbus()?;
+        s.start_vgpud()?;
+        let conf = "/etc/libvirt/libvirtd.conf";
+        let mut text = std::fs::read_to_string(s.root.path(conf)).unwrap_or_default();
+        text.push_str(&format!("\nhost_uuid = \"{host_uuid}\"\n"));
+        s.root.write(conf, &text)?;
+        s.start_libvirtd()?;
+        Ok(s)
+    }
+
     fn spawn(&mut self, name: &'static str, program: &str, args: &[&str]) -> Result<(), TestError> {
         let child = self.spawn_child(name, program, args)?;
         self.services.push(child);

@@ -260,6 +260,17 @@ impl Sysroot {
         Ok(())
     }
 
+    /// Binds directory `from` (a guest path, e.g. another sysroot's `/run/libvirt`) at `at` (as the
+    /// chrooted programs see it), unmounted with the sysroot: a chroot shares the guest's mount
+    /// namespace, so the bind is what its programs see there.
+    pub fn bind(&mut self, from: &Path, at: &str) -> Result<(), TestError> {
+        let on = self.path(at);
+        std::fs::create_dir_all(&on)
+            .map_err(|e| TestError::Check(format!("cannot create {}: {e}", on.display())))?;
+        let from = from.display().to_string();
+        self.mount_one(&["--bind", &from], &on)
+    }
+
     /// Its root, as the guest sees it.
     pub fn root(&self) -> &Path {
         &self.root

@@ -267,7 +267,8 @@ pub struct Preflight {
 command!(Preflight => PreflightReport, Device);
 
 /// Opens the instance through VFIO as a VMM would and reads what it supports of the VFIO migration
-/// uAPI v2 (`vgpu_vfio::migration_support`: GET and PROBE only, nothing changes). Authorized like a
+/// uAPI v2 (`vgpu_vfio::migration_support`: GET and PROBE, and a dirty-page log started, read and
+/// stopped on one page; nothing else changes). Authorized like a
 /// change, as [`Preflight`]: it holds the device for a moment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MigrationInfo {

@@ -16,7 +16,8 @@ pub const MAX_INCOMING_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 
 /// Makes the target instance of a live migration on this host: checks `fingerprint`
 /// ([`crate::migration::check`]; refused with every reason when the state cannot load here), picks a
-/// parent that fits (placement rules apply; `gpu` narrows the choice), creates an instance of the
+/// parent that fits (placement rules apply; `gpu` narrows the choice; among those that fit, one on
+/// NUMA node `numa_node` is preferred), creates an instance of the
 /// type with a new UUID (or `uuid`), and holds it as *incoming* until a VM takes it or `timeout`
 /// passes (then it is released, unless its device is open: then it is kept as an ordinary
 /// instance).
@@ -30,6 +31,8 @@ pub struct PrepareIncoming {
     pub uuid: Option<MdevUuid>,
     /// How long it waits for a VM.
     pub timeout: Duration,
+    /// Prefer a parent on this NUMA node; `None`: the parent with the most room, as without NUMA.
+    pub numa_node: Option<u32>,
 }
 
 /// The reply of [`PrepareIncoming`].
@@ -43,6 +46,8 @@ pub struct IncomingView {
     pub parent: String,
     /// The target's GPU id.
     pub gpu: String,
+    /// The NUMA node of the target's parent, when known.
+    pub numa_node: Option<u32>,
     /// Its type.
     pub type_id: MdevTypeId,
     /// When it is released if no VM took it, seconds since the Unix epoch.
@@ -51,7 +56,8 @@ pub struct IncomingView {
     pub hostdev_xml: String,
     /// Source UUID → target UUID, the map OpenStack Nova's libvirt driver passes as `target_mdevs`.
     pub target_mdevs: BTreeMap<String, String>,
-    /// What the target must still do (vendor parameters to set).
+    /// What the target must still do (vendor parameters to set), and a NUMA preference that could
+    /// not be met.
     pub notes: Vec<String>,
 }
 

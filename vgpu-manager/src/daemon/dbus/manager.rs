@@ -399,9 +399,10 @@ impl Manager {
     /// `vgpuctl migration fingerprint`): refused with every reason when its state cannot load on this
     /// host; else an instance of the type on a parent that fits, with a new UUID, held as incoming
     /// until CompleteIncoming, AbortIncoming or its timeout (then released, unless a VM holds its
-    /// device). Options: gpu (s), uuid (s), timeout (u, seconds; default 600). Returns JSON: uuid,
-    /// source, parent, gpu, type, until, hostdev_xml (for the target domain XML), target_mdevs
-    /// (source → target UUID, as Nova's libvirt driver passes them), notes.
+    /// device). Options: gpu (s), uuid (s), timeout (u, seconds; default 600), numa_node (u: among the
+    /// parents that fit, prefer one on this NUMA node). Returns JSON: uuid, source, parent, gpu,
+    /// numa_node, type, until, hostdev_xml (for the target domain XML), target_mdevs (source → target
+    /// UUID, as Nova's libvirt driver passes them), notes.
     async fn prepare_incoming(
         &self,
         fingerprint: &str,

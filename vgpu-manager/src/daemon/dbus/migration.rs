@@ -15,7 +15,7 @@ use crate::daemon::api::{
 use crate::migration::Fingerprint;
 
 /// Builds the request of `PrepareIncoming` from its arguments: the fingerprint (JSON of `vgpuctl
-/// migration fingerprint`) and options `gpu` (s), `uuid` (s), `timeout` (u, seconds).
+/// migration fingerprint`) and options `gpu` (s), `uuid` (s), `timeout` (u, seconds), `numa_node` (u).
 pub(super) fn parse_prepare(
     fingerprint: &str,
     options: &HashMap<String, OwnedVariant>,
@@ -31,8 +31,9 @@ pub(super) fn parse_prepare(
         gpu: None,
         uuid: None,
         timeout: DEFAULT_INCOMING_TIMEOUT,
+        numa_node: None,
     };
-    const KNOWN: &str = "gpu (s), uuid (s), timeout (u, seconds)";
+    const KNOWN: &str = "gpu (s), uuid (s), timeout (u, seconds), numa_node (u)";
     for (key, value) in options {
         match (key.as_str(), &**value) {
             ("gpu", Variant::Str(s)) => {
@@ -50,7 +51,8 @@ pub(super) fn parse_prepare(
                 }
                 req.timeout = t;
             }
-            ("gpu" | "uuid" | "timeout", v) => {
+            ("numa_node", Variant::U32(n)) => req.numa_node = Some(*n),
+            ("gpu" | "uuid" | "timeout" | "numa_node", v) => {
                 return Err(ApiError::invalid(format!(
                     "PrepareIncoming: option '{key}' has type '{}'; known options: {KNOWN}",
                     v.value_signature()
@@ -74,6 +76,7 @@ pub(super) struct IncomingJson<'a> {
     source: String,
     parent: &'a str,
     gpu: &'a str,
+    numa_node: Option<u32>,
     #[serde(rename = "type")]
     type_id: String,
     until: u64,
@@ -89,6 +92,7 @@ impl<'a> From<&'a IncomingView> for IncomingJson<'a> {
             source: v.source.to_string(),
             parent: &v.parent,
             gpu: &v.gpu,
+            numa_node: v.numa_node,
             type_id: v.type_id.to_string(),
             until: v.until,
             hostdev_xml: &v.hostdev_xml,

@@ -26,7 +26,7 @@ use crate::daemon::api::{
     CoreError, IncomingView, InstanceSpec, InstanceTarget, PrepareIncoming, StateError,
 };
 use crate::daemon::store::{IncomingRecord, unix_now};
-use crate::migration::check;
+use crate::migration::{Candidate, check};
 
 /// How often the reaper looks at the deadlines.
 const REAP_EVERY: Duration = Duration::from_secs(1);
@@ -38,12 +38,16 @@ impl Instances {
         let inv = discover(self.host.as_ref())?;
         let verdict = check(self.host.as_ref(), &inv, &fp);
         let wanted = |parent: &str| req.gpu.as_deref().is_none_or(|g| g == parent);
-        let chosen = verdict
+        let fits: Vec<&Candidate> = verdict
             .candidates
             .iter()
-            .find(|c| c.problems.is_empty() && wanted(&c.parent));
-        let chosen = match chosen {
-            Some(c) if verdict.reasons.is_empty() => c.parent.clone(),
+            .filter(|c| c.problems.is_empty() && wanted(&c.parent))
+            .collect();
+        let mut notes = verdict.notes.clone();
+        let chosen = match fits.first() {
+            Some(first) if verdict.reasons.is_empty() => {
+                prefer_numa(&fits, first, req.numa_node, &mut notes)
+            }
             _ => {
                 let mut reasons = verdict.reasons.clone();
                 for c in verdict.candidates.iter().filter(|c| wanted(&c.parent)) {
@@ -61,6 +65,8 @@ impl Instances {
                 .into());
             }
         };
+        let numa_node = chosen.numa_node;
+        let chosen = chosen.parent.clone();
         let uuid = req.uuid.unwrap_or_else(MdevUuid::new_random);
         let until = deadline_after(req.timeout);
         // The record first: a crash after the create leaves a record the reaper finishes.
@@ -94,11 +100,12 @@ impl Instances {
             source: fp.uuid,
             parent: view.parent.clone(),
             gpu: view.gpu.clone(),
+            numa_node,
             type_id: fp.type_id.clone(),
             until,
             hostdev_xml: mdev_hostdev_xml(&uuid, MdevDisplay::default()),
             target_mdevs: BTreeMap::from([(fp.uuid.to_string(), uuid.to_string())]),
-            notes: verdict.notes,
+            notes,
         })
     }
 
@@ -183,7 +190,31 @@ impl Instances {
     }
 }
 
-/// Starts the reaper of `instances`' incoming records; it ends when they are dropped.
+/// The candidate to use among `fits` (those without problems, best first; `first` is the best): the
+/// first on NUMA node `numa` when one is asked for and one is there, else `first` (with a note when
+/// the preference could not be met).
+fn prefer_numa<'a>(
+    fits: &[&'a Candidate],
+    first: &'a Candidate,
+    numa: Option<u32>,
+    notes: &mut Vec<String>,
+) -> &'a Candidate {
+    let Some(node) = numa else {
+        return first;
+    };
+    if let Some(c) = fits.iter().find(|c| c.numa_node == Some(node)) {
+        return c;
+    }
+    notes.push(format!(
+        "no GPU on NUMA node {node} can take it: {} (NUMA node {}) was chosen",
+        first.parent,
+        first
+            .numa_node
+            .map_or_else(|| "unknown".to_string(), |n| n.to_string())
+    ));
+    first
+}
+
 /// The deadline `timeout` from now in whole seconds since the Unix epoch, rounded up. The reaper keeps
 /// a target while its deadline is after the clock's whole seconds ([`unix_now`]), so rounding up means
 /// a target is never released before its full timeout (rounding down released a 1 s target as soon as
@@ -197,6 +228,7 @@ fn deadline_after(timeout: Duration) -> u64 {
         .saturating_add(u64::from(at.subsec_nanos() > 0))
 }
 
+/// Starts the reaper of `instances`' incoming records; it ends when they are dropped.
 pub(super) fn spawn_reaper(instances: Weak<Instances>) {
     let started = std::thread::Builder::new()
         .name("incoming-reaper".into())
