@@ -111,8 +111,7 @@ pub struct Client {
 }
 
 impl Client {
-    /// Connects to vgpud on `bus`, checking that it owns its name there, so a call cannot wait forever
-    /// on a bus that drops messages to an unowned name (see [`connect_daemon`]).
+    /// Connects to vgpud on `bus`, checking that it owns its name there (see [`connect_daemon`]).
     pub async fn connect(bus: &BusAddress) -> Result<Self, ClientError> {
         let conn = connect_daemon(bus).await?;
         Client::with_connection(conn, bus).await
@@ -120,7 +119,8 @@ impl Client {
 
     /// Connects to `bus` without asking whether vgpud is there, saving that round trip: a daemon that
     /// is not running shows at the first call instead (as [`ClientError::NotRunning`] on a message bus
-    /// that answers for unowned names, as the system bus does).
+    /// that answers for unowned names, as the system bus and vgpud's embedded bus do). What `vgpuctl`
+    /// uses: a one-shot client makes one call.
     pub async fn connect_unchecked(bus: &BusAddress) -> Result<Self, ClientError> {
         let conn = connect(bus).await?;
         Client::with_connection(conn, bus).await

@@ -69,9 +69,10 @@ pub async fn connect(bus: &BusAddress) -> Result<Connection, ClientError> {
         })
 }
 
-/// Connects to `bus` and checks that vgpud owns its name there, so that a call cannot wait forever on
-/// a bus that drops messages to an unowned name (the embedded bus does) while the daemon starts or
-/// after it stopped. Must run inside a Tokio runtime.
+/// Connects to `bus` and checks that vgpud owns its name there (one round trip more than
+/// [`connect`]), for a client that must know before its first call; a bus that answers calls to an
+/// unowned name with `ServiceUnknown` (dbus-daemon, and vgpud's embedded bus) tells at the first
+/// call anyway. Must run inside a Tokio runtime.
 pub async fn connect_daemon(bus: &BusAddress) -> Result<Connection, ClientError> {
     let conn = connect(bus).await?;
     let call_err = |e: zbus::Error| ClientError::from_call("NameHasOwner", &bus.to_string(), e);
