@@ -8,7 +8,7 @@
 //! - two host UUIDs: the daemons share the guest's SMBIOS UUID, and libvirt refuses a migration
 //!   between daemons of one host UUID (src/qemu/qemu_migration_cookie.c); `host_uuid` in each
 //!   libvirtd.conf ([`Stack::up_as_host`]);
-//! - the target's libvirtd socket, bound into the source's sysroot at [`PEER_DIR`]; `--p2p`: the
+//! - the target's libvirtd socket, bound into the source's sysroot at `/run/peer-libvirt`; `--p2p`: the
 //!   source libvirtd connects to it itself; the migration stream over a Unix socket in the shared
 //!   `/tmp` (`--migrateuri unix://…`, libvirt's "Migration using only UNIX sockets");
 //! - the device's QEMU properties: mtty accepts dirty-page logging but cannot report its log, so the
