@@ -16,8 +16,8 @@ use crate::bus::{connect, connect_daemon};
 use crate::paths::{gpu_path, instance_path, instance_uuid};
 use crate::proxy::{Gpu1Proxy, Instance1Proxy, Manager1Proxy};
 use crate::{
-    BusAddress, ClientError, DefinitionInfo, FaultInfo, GpuInfo, InstanceInfo, PoolStatus,
-    PoolSummary, TARGET_PROFILE, TARGET_TYPE,
+    BusAddress, ClientError, DefinitionInfo, FaultInfo, GpuInfo, GpuOffers, InstanceInfo,
+    PoolStatus, PoolSummary, TARGET_PROFILE, TARGET_TYPE,
 };
 
 /// What `Create`/`Define` make an instance of: a profile or an exact mdev type.
@@ -451,6 +451,12 @@ impl Client {
     pub async fn pool_status(&self) -> Result<Vec<PoolStatus>, ClientError> {
         let text = self.call("PoolStatus", self.manager.pool_status()).await?;
         decode("PoolStatus", &text)
+    }
+
+    /// What each GPU can give each profile of vgpud's catalog now (`ListOffers`, decoded).
+    pub async fn list_offers(&self) -> Result<Vec<GpuOffers>, ClientError> {
+        let text = self.call("ListOffers", self.manager.list_offers()).await?;
+        decode("ListOffers", &text)
     }
 
     /// Every metric family vgpud exports (`Metrics`): `format` `prometheus` or `openmetrics`.

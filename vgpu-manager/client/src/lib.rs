@@ -52,6 +52,7 @@ pub mod blocking;
 mod bus;
 mod error;
 mod handoff;
+pub mod offers;
 mod paths;
 pub mod pools;
 pub mod proxy;
@@ -61,6 +62,7 @@ pub mod wire;
 pub use api::{Client, NewInstance, PoolProgress, PrepareOptions, TargetKind};
 pub use bus::{BusAddress, connect, connect_daemon, runtime};
 pub use error::ClientError;
+pub use offers::{GpuOffers, ProfileOffer};
 pub use paths::{
     escape_path_element, gpu_id, gpu_path, instance_path, instance_uuid, manager_path,
 };

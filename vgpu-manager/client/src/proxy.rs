@@ -105,6 +105,9 @@ pub trait Manager1 {
     /// The applied pools: JSON array of [`crate::PoolStatus`].
     fn pool_status(&self) -> zbus::Result<String>;
 
+    /// What each GPU can give each catalog profile: JSON array of [`crate::GpuOffers`].
+    fn list_offers(&self) -> zbus::Result<String>;
+
     /// Every metric family, as text: `format` `prometheus` (or empty) for the Prometheus text format
     /// 0.0.4, `openmetrics` for OpenMetrics 1.0.
     fn metrics(&self, format: &str) -> zbus::Result<String>;

@@ -3,6 +3,7 @@
 //! * [`spec`] — the TOML format and its validation ([`Profile`]).
 //! * [`catalog`] — the shipped set ([`Catalog::builtin`]), directories and single files.
 //! * [`matching`] — [`match_profile`]: per GPU the best option or the reasons it cannot serve.
+//! * [`offers`] — [`host_offers`](offers::host_offers): what each GPU gives each profile when it has room.
 //! * [`options`] — the concrete options a GPU offers ([`MatchOption`], [`ProfileTarget`]).
 //! * [`facts`] — per-device facts sysfs does not print (memory, graphics engine), with sources.
 //! * [`reason`] — why an option cannot serve ([`Reason`], [`Refusal`]).
@@ -26,6 +27,7 @@ pub mod catalog;
 pub mod error;
 pub mod facts;
 pub mod matching;
+pub mod offers;
 pub mod options;
 pub mod reason;
 pub mod spec;

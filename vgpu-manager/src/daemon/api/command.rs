@@ -109,6 +109,12 @@ macro_rules! command {
 pub struct ListGpus;
 command!(ListGpus => Vec<GpuView>, Read);
 
+/// What each GPU can give each profile of the catalog when it has room, with its occupancy now
+/// ([`crate::profile::offers::host_offers`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListOffers;
+command!(ListOffers => Vec<vgpu_client::GpuOffers>, Read);
+
 /// What an instance change can alter in one GPU's view: its mdev types' available instances and its
 /// running instances (a cheap re-read of one parent, not a discovery).
 #[derive(Debug, Clone, PartialEq, Eq)]

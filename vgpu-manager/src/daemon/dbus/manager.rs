@@ -501,6 +501,17 @@ impl Manager {
         json_text(&self.shared.run(conn, &hdr, GetPoolStatus).await?)
     }
 
+    /// What each GPU can give each profile of the catalog when it has room, with its occupancy now,
+    /// as a JSON array (docs/json.md, `ListOffers`). Read-only.
+    #[zbus(out_args("offers"))]
+    async fn list_offers(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<String, ApiError> {
+        json_text(&self.shared.run(conn, &hdr, ListOffers).await?)
+    }
+
     /// Every metric family vgpud exports (docs/metrics.md), as `vgpud --metrics-listen` serves them at
     /// /metrics: format "prometheus" (or "") for the Prometheus text format 0.0.4, "openmetrics" for
     /// OpenMetrics 1.0. Read-only: the host is read only when something changed since the last answer.

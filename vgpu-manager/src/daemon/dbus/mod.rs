@@ -48,6 +48,7 @@ pub use errors::ApiError;
 /// did not ask for.
 pub trait Executor:
     Handle<ListGpus>
+    + Handle<ListOffers>
     + Handle<GetGpuCapacity>
     + Handle<ListInstances>
     + Handle<GetInstance>

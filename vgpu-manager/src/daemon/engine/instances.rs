@@ -135,6 +135,16 @@ impl Instances {
         Ok(discover(self.host.as_ref())?.faults)
     }
 
+    /// [`ListOffers`](crate::daemon::api::ListOffers): one discovery, matched against the catalog.
+    pub(super) fn offers(&self) -> Result<Vec<vgpu_client::GpuOffers>, CoreError> {
+        let inv = discover(self.host.as_ref())?;
+        Ok(crate::profile::offers::host_offers(
+            &self.catalog,
+            &inv,
+            |id| health(inv.fault_of(id)),
+        ))
+    }
+
     pub(super) fn list_gpus(&self) -> Result<Vec<GpuView>, CoreError> {
         let inv = discover(self.host.as_ref())?;
         let views = lock(&self.views);

@@ -25,6 +25,7 @@ route!(GetMetrics, |core, GetMetrics { format }| Ok(core
         crate::daemon::metrics::Freshness::Current
     )));
 route!(ListGpus, |core, ListGpus| core.instances.list_gpus());
+route!(ListOffers, |core, ListOffers| core.instances.offers());
 route!(GetGpuCapacity, |core, GetGpuCapacity { id }| Ok(core
     .instances
     .gpu_capacity(&id)));

@@ -8,5 +8,6 @@ mod hosts;
 mod match_host;
 mod match_mdev;
 mod match_vf;
+mod offers;
 mod props;
 mod spec;

@@ -1,0 +1,105 @@
+//! What each GPU of a host can give each profile of a catalog when it has room: the option
+//! [`match_profile`] would choose on the GPU if nothing occupied it, with the GPU's current
+//! occupancy beside it. Placement engines above vgpud (a Kubernetes DRA driver publishing one device
+//! per profile slot, with counters per GPU) need the shape of a GPU, not only what fits now: a
+//! profile whose type is full today is still a device of the GPU.
+//!
+//! Matching runs on a copy of the inventory in which every mdev parent is empty and each type shows
+//! the instances it would hold alone; the offers then carry the real `available_instances` and
+//! instance counts. Only mdev options on the GPU's own parent are listed (an SR-IOV GPU's VFs and
+//! vendor-VFIO types are not yet offered).
+
+use mdev_types::model::{Inventory, MdevType, Vendor};
+use mdev_types::parse::TypeDescription;
+use vgpu_client::{GpuOffers, ProfileOffer};
+
+use super::catalog::Catalog;
+use super::matching::match_profile;
+use super::options::ProfileTarget;
+
+/// How many instances `t` holds when it is alone on its parent: the NVIDIA description's
+/// `max_instance`, else what the kernel would still create plus what exists (exact when no other
+/// type has instances on the parent, a lower bound otherwise).
+pub fn max_instances(t: &MdevType) -> u32 {
+    match &t.details {
+        TypeDescription::Nvidia(d) if d.max_instance > 0 => d.max_instance,
+        _ => t
+            .available_instances
+            .saturating_add(u32::try_from(t.instances.len()).unwrap_or(u32::MAX)),
+    }
+}
+
+/// The host with every mdev parent empty, each type showing [`max_instances`] available.
+fn emptied(inv: &Inventory) -> Inventory {
+    let mut roomy = inv.clone();
+    for p in &mut roomy.mdev_parents {
+        for t in &mut p.types {
+            t.available_instances = max_instances(t);
+            t.instances.clear();
+        }
+    }
+    roomy.mdev_instances.clear();
+    roomy
+}
+
+/// One [`GpuOffers`] per GPU of `inv` that is an mdev parent, in inventory order; `health` says
+/// `ok` or why a GPU is faulted (the daemon's wording).
+pub fn host_offers(
+    catalog: &Catalog,
+    inv: &Inventory,
+    health: impl Fn(&str) -> String,
+) -> Vec<GpuOffers> {
+    let roomy = emptied(inv);
+    let reports: Vec<_> = catalog
+        .profiles()
+        .iter()
+        .map(|p| match_profile(p, &roomy))
+        .collect();
+    let mut out = Vec::new();
+    for gpu in &inv.gpus {
+        let Some(parent) = inv.mdev_parents.iter().find(|p| p.name == gpu.id) else {
+            continue;
+        };
+        let mut options: Vec<ProfileOffer> = reports
+            .iter()
+            .filter_map(|r| {
+                let best = r.gpu(&gpu.id)?.best.as_ref()?;
+                let ProfileTarget::Mdev {
+                    parent: on,
+                    type_id,
+                    type_name,
+                } = &best.target
+                else {
+                    return None;
+                };
+                if *on != parent.name {
+                    return None;
+                }
+                let t = parent.types.iter().find(|t| &t.id == type_id)?;
+                Some(ProfileOffer {
+                    profile: r.profile.clone(),
+                    backend: "mdev".to_string(),
+                    type_id: type_id.to_string(),
+                    type_name: type_name.clone(),
+                    framebuffer_mib: best.framebuffer_mib,
+                    available: t.available_instances,
+                    in_use: u32::try_from(t.instances.len()).unwrap_or(u32::MAX),
+                    max_instances: max_instances(t),
+                })
+            })
+            .filter(|o| o.max_instances > 0)
+            .collect();
+        options.sort_by(|a, b| a.profile.cmp(&b.profile));
+        out.push(GpuOffers {
+            gpu: gpu.id.clone(),
+            pci: gpu.pci.map(|a| a.to_string()),
+            vendor: gpu.vendor.as_str().to_string(),
+            model: gpu.model.clone(),
+            numa_node: gpu.numa_node,
+            health: health(&gpu.id),
+            homogeneous: gpu.vendor == Vendor::Nvidia,
+            options,
+        });
+    }
+    out
+}
