@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use http_body_util::{BodyExt, Empty, Limited};
+use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
 use serde::Deserialize;
@@ -224,14 +224,30 @@ impl ApiServer {
         &self,
         path: &str,
     ) -> Result<(u16, Bytes), Box<dyn std::error::Error + Send + Sync>> {
+        self.request(hyper::Method::GET, path, None).await
+    }
+
+    /// One HTTP request to the proxy (`body`: JSON), on a connection of its own: the status and up
+    /// to 4 MiB of the answer.
+    pub async fn request(
+        &self,
+        method: hyper::Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<(u16, Bytes), Box<dyn std::error::Error + Send + Sync>> {
         let host = match &self.endpoint {
             ProxyEndpoint::Unix(_) => "localhost".to_string(),
             ProxyEndpoint::Tcp(hp) => hp.clone(),
         };
-        let req = hyper::Request::get(path)
+        let mut req = hyper::Request::builder()
+            .method(method)
+            .uri(path)
             .header(hyper::header::HOST, host)
-            .header(hyper::header::ACCEPT, "application/json")
-            .body(Empty::<Bytes>::new())?;
+            .header(hyper::header::ACCEPT, "application/json");
+        if body.is_some() {
+            req = req.header(hyper::header::CONTENT_TYPE, "application/json");
+        }
+        let req = req.body(Full::new(Bytes::from(body.unwrap_or_default())))?;
         let resp = match &self.endpoint {
             ProxyEndpoint::Unix(p) => {
                 let io = TokioIo::new(tokio::net::UnixStream::connect(p).await?);
@@ -249,11 +265,16 @@ impl ApiServer {
             .to_bytes();
         Ok((status, body))
     }
+
+    /// The proxy's address.
+    pub fn endpoint(&self) -> &ProxyEndpoint {
+        &self.endpoint
+    }
 }
 
 async fn send<T>(
     io: TokioIo<T>,
-    req: hyper::Request<Empty<Bytes>>,
+    req: hyper::Request<Full<Bytes>>,
 ) -> Result<hyper::Response<hyper::body::Incoming>, hyper::Error>
 where
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,

@@ -205,6 +205,8 @@ pub struct Driver {
     claims: Arc<dyn ClaimSource>,
     state: Mutex<Checkpoint>,
     uuid_ns: Uuid,
+    /// Woken after every prepare and unprepare: what the node offers has changed.
+    changed: std::sync::Arc<tokio::sync::Notify>,
 }
 
 /// The health of one prepared device, as [`Driver::health`] finds it.
@@ -246,6 +248,7 @@ impl Driver {
             claims,
             state: Mutex::new(checkpoint),
             uuid_ns,
+            changed: std::sync::Arc::default(),
         }
     }
 
@@ -281,6 +284,12 @@ impl Driver {
 
     /// Prepares claim `c`; the same claim again gives the same answer without making anything new.
     pub async fn prepare(&self, c: &ClaimRef) -> Result<Vec<Prepared>, DriverError> {
+        let r = self.prepare_claim(c).await;
+        self.changed.notify_one();
+        r
+    }
+
+    async fn prepare_claim(&self, c: &ClaimRef) -> Result<Vec<Prepared>, DriverError> {
         let mut ck = self.state.lock().await;
         if let Some(rec) = ck.get(&c.uid).cloned()
             && rec.phase == Phase::Completed
@@ -379,6 +388,29 @@ impl Driver {
         Ok(self.answer(&c.uid, &rec))
     }
 
+    /// Woken after every prepare and unprepare (whether it succeeded or not: either may have
+    /// changed what the GPUs hold), so the ResourceSlices are published again at once.
+    pub fn changes(&self) -> std::sync::Arc<tokio::sync::Notify> {
+        self.changed.clone()
+    }
+
+    /// The UUIDs of every vGPU this driver made or is making (every claim of the checkpoint).
+    pub async fn vgpu_uuids(&self) -> std::collections::HashSet<String> {
+        let ck = self.state.lock().await;
+        ck.claims()
+            .flat_map(|(_, r)| r.devices.iter().map(|d| d.uuid.clone()))
+            .collect()
+    }
+
+    /// What the ResourceSlices are built from, read from vgpud now: its offers and instances.
+    pub async fn slice_inputs(
+        &self,
+    ) -> Result<(Vec<vgpu_client::GpuOffers>, Vec<vgpu_client::InstanceInfo>), ClientError> {
+        let offers = self.vgpud.list_offers().await?;
+        let instances = self.vgpud.list_instances().await?;
+        Ok((offers, instances))
+    }
+
     /// The health of every device of every completed claim: healthy while its vGPU runs and vgpud
     /// reads its GPU without fault. Two vgpud calls whatever the number of devices.
     pub async fn health(&self) -> Result<Vec<DeviceHealth>, ClientError> {
@@ -422,6 +454,12 @@ impl Driver {
     /// Unprepares claim `c`: destroys its vGPUs, removes its files, forgets it. A claim the plugin
     /// never prepared (or already unprepared) is not an error.
     pub async fn unprepare(&self, c: &ClaimRef) -> Result<(), DriverError> {
+        let r = self.unprepare_claim(c).await;
+        self.changed.notify_one();
+        r
+    }
+
+    async fn unprepare_claim(&self, c: &ClaimRef) -> Result<(), DriverError> {
         let mut ck = self.state.lock().await;
         let Some(rec) = ck.get(&c.uid).cloned() else {
             tracing::debug!(claim = %c.uid, "unprepare of a claim not prepared here");

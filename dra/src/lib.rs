@@ -24,4 +24,6 @@ pub mod health;
 pub mod metadata;
 pub mod pb;
 pub mod plugin;
+pub mod publish;
+pub mod slices;
 pub mod vgpud;

@@ -45,6 +45,13 @@ struct Args {
     /// How often the device-health stream reports to the kubelet, in milliseconds.
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..))]
     health_interval_ms: u64,
+    /// How often the node's ResourceSlices are checked and published again, in milliseconds (also
+    /// at once after every prepare and unprepare).
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..))]
+    slice_interval_ms: u64,
+    /// Publish no ResourceSlices (another component publishes this node's devices).
+    #[arg(long)]
+    no_resource_slices: bool,
     /// Crash tests only: stop for good at this point of a prepare (`after-plan`, `after-create`).
     #[arg(long, env = "VGPU_DRA_FAILPOINT", hide = true)]
     failpoint: Option<Failpoint>,
@@ -70,6 +77,8 @@ async fn main() -> ExitCode {
         api: a.api_proxy,
         health_interval: std::time::Duration::from_millis(a.health_interval_ms),
         failpoint: a.failpoint,
+        slice_interval: (!a.no_resource_slices)
+            .then(|| std::time::Duration::from_millis(a.slice_interval_ms)),
     };
     match plugin::run(cfg).await {
         Ok(()) => ExitCode::SUCCESS,

@@ -18,6 +18,8 @@ use crate::fsutil::{self, FsError};
 use crate::grpc::{DraRouter, DraService, RegistrationService};
 use crate::health::HealthService;
 use crate::pb::pluginregistration as reg;
+use crate::publish::{Published, Publisher};
+use crate::slices;
 use crate::vgpud::Vgpud;
 
 /// The default directory the kubelet watches for registration sockets.
@@ -52,6 +54,9 @@ pub struct PluginConfig {
     pub health_interval: std::time::Duration,
     /// Where a prepare stops for good (crash tests only).
     pub failpoint: Option<Failpoint>,
+    /// How often the node's ResourceSlices are checked and published again (also at once after
+    /// every prepare and unprepare); `None`: the plugin publishes none (another component does).
+    pub slice_interval: Option<std::time::Duration>,
 }
 
 impl PluginConfig {
@@ -185,6 +190,15 @@ pub async fn serve(
         }
     };
 
+    let publisher = cfg.slice_interval.map(|every| {
+        let p = Publisher::new(
+            ApiServer::new(cfg.api.clone()),
+            &cfg.driver_name,
+            &cfg.node_name,
+        );
+        tokio::spawn(publish_loop(driver.clone(), p, every, stop_rx.clone()))
+    });
+
     let dra_path = cfg.dra_socket();
     let dra_listener = listen(&dra_path)?;
     let health = HealthService::new(driver.clone(), cfg.health_interval, stop_rx.clone());
@@ -215,12 +229,76 @@ pub async fn serve(
     let _ = std::fs::remove_file(&reg_path);
     let dra_result = dra_task.await;
     let _ = std::fs::remove_file(&dra_path);
+    if let Some(p) = publisher {
+        let _ = p.await;
+    }
     for (path, r) in [(reg_path, reg_result), (dra_path, dra_result)] {
         if let Ok(Err(source)) = r {
             return Err(PluginError::Serve { path, source });
         }
     }
     Ok(())
+}
+
+/// Publishes the node's ResourceSlices now, then again every `every` and after every prepare and
+/// unprepare, until `stop`. A failure is logged and retried at the next turn; the slices already
+/// published stay as they are meanwhile.
+async fn publish_loop(
+    driver: Arc<Driver>,
+    publisher: Publisher,
+    every: std::time::Duration,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let changes = driver.changes();
+    loop {
+        match publish_once(&driver, &publisher).await {
+            Ok(p) if p.wrote() => tracing::info!(
+                generation = p.generation,
+                created = p.created,
+                updated = p.updated,
+                deleted = p.deleted,
+                "ResourceSlices published"
+            ),
+            Ok(p) => tracing::debug!(generation = p.generation, "ResourceSlices up to date"),
+            Err(e) => {
+                tracing::warn!(error = %error_chain(e.as_ref()), "publishing ResourceSlices failed; retrying")
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = changes.notified() => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+    }
+}
+
+async fn publish_once(
+    driver: &Driver,
+    publisher: &Publisher,
+) -> Result<Published, Box<dyn std::error::Error + Send + Sync>> {
+    let (offers, instances) = driver.slice_inputs().await?;
+    let ours = driver.vgpu_uuids().await;
+    let cfg = driver.config();
+    let inputs = slices::Inputs {
+        driver: &cfg.driver_name,
+        node: &cfg.pool,
+        offers: &offers,
+        instances: &instances,
+        ours: &ours,
+    };
+    Ok(publisher.sync(|g| slices::build(inputs, g)).await?)
+}
+
+/// An error and its sources, `: `-joined.
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut msg = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        msg.push_str(": ");
+        msg.push_str(&s.to_string());
+        src = s.source();
+    }
+    msg
 }
 
 /// Binds a Unix socket at `path`, replacing a stale socket a killed plugin left there.

@@ -1,7 +1,7 @@
 //! The calls the plugin makes to vgpud, as a trait so the driver logic is independent of the bus;
 //! implemented by [`vgpu_client::Client`], the project's client of vgpud's D-Bus API.
 
-use vgpu_client::{ClientError, FaultInfo, InstanceInfo, NewInstance};
+use vgpu_client::{ClientError, FaultInfo, GpuOffers, InstanceInfo, NewInstance};
 
 /// What the plugin asks of vgpud.
 #[async_trait::async_trait]
@@ -16,6 +16,8 @@ pub trait Vgpud: Send + Sync {
     async fn list_instances(&self) -> Result<Vec<InstanceInfo>, ClientError>;
     /// Every device discovery could not read (a faulted GPU is one).
     async fn list_faults(&self) -> Result<Vec<FaultInfo>, ClientError>;
+    /// What each GPU can give each profile when it has room (`ListOffers`).
+    async fn list_offers(&self) -> Result<Vec<GpuOffers>, ClientError>;
 }
 
 #[async_trait::async_trait]
@@ -42,5 +44,9 @@ impl Vgpud for vgpu_client::Client {
 
     async fn list_faults(&self) -> Result<Vec<FaultInfo>, ClientError> {
         vgpu_client::Client::list_faults(self).await
+    }
+
+    async fn list_offers(&self) -> Result<Vec<GpuOffers>, ClientError> {
+        vgpu_client::Client::list_offers(self).await
     }
 }

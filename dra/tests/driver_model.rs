@@ -127,6 +127,10 @@ impl Vgpud for FakeVgpud {
     async fn list_faults(&self) -> Result<Vec<FaultInfo>, ClientError> {
         Ok(Vec::new())
     }
+
+    async fn list_offers(&self) -> Result<Vec<vgpu_client::GpuOffers>, ClientError> {
+        Ok(Vec::new())
+    }
 }
 
 struct FakeApi(BTreeMap<String, ResourceClaim>);

@@ -1,0 +1,672 @@
+//! The ResourceSlices (`resource.k8s.io/v1`) that describe this node's vGPUs to the scheduler, built
+//! from vgpud's offers ([`vgpu_client::GpuOffers`]): one device per profile slot per GPU, and per GPU
+//! a counter set the devices draw from, so the scheduler itself keeps every allocation within what
+//! the GPU holds — mixed profile sizes on one card included.
+//!
+//! The model (KEP-4815, partitionable devices):
+//! - Each GPU has a counter set named after it (`gpu-0000-3b-00-0`) with the counter `share`: the
+//!   GPU's capacity in units of `1/L`, where `L` is the least common multiple of the offered types'
+//!   capacities alone (`max_instances`). A device of a type that fits `m` times alone draws `L/m`.
+//!   Where every offered type's framebuffer is known the set also has `framebuffer` (MiB), each
+//!   device drawing its type's framebuffer.
+//! - The counters published are what remains for this driver: for each offered type, what the kernel
+//!   would still create (`available`) times its draw, the smallest over the types (a conservative
+//!   estimate when types share the GPU unevenly), plus what the vGPUs this driver made draw (the
+//!   scheduler counts those against its own allocations).
+//! - A homogeneous GPU (NVIDIA time-sliced vGPU: one type at a time) that holds vGPUs publishes only
+//!   the devices of the type it holds. Counters cannot say "one type at a time" (a linear limit cannot
+//!   forbid 1 + 1 of two types while allowing `m` of one), so two claims for different types on an
+//!   empty GPU may both be allocated before the next publication; vgpud refuses the second at prepare
+//!   and the kubelet retries the pod elsewhere.
+//! - Counter sets and devices go in separate slices of one pool (named after the node), as
+//!   Kubernetes ≥ 1.35 requires; at most [`MAX_DEVICES_PER_SLICE`] devices and
+//!   [`MAX_COUNTERS_PER_SLICE`] counters per slice. Every slice carries the pool's generation and
+//!   slice count.
+//! - A GPU whose health is not `ok` keeps its devices, with a `NoSchedule` taint
+//!   ([`FAULTED_TAINT`]) so no new claim lands on it.
+
+use std::collections::{BTreeMap, HashSet};
+
+use serde::{Deserialize, Serialize};
+use vgpu_client::{GpuOffers, InstanceInfo, ProfileOffer};
+
+use crate::device_name::{DeviceName, canonical_pci};
+
+/// The most devices in one slice (`ResourceSliceSpec.devices`: "Must not have more than 128 entries").
+pub const MAX_DEVICES_PER_SLICE: usize = 128;
+/// The most counters over all counter sets of one slice (`ResourceSliceSpec.sharedCounters`).
+pub const MAX_COUNTERS_PER_SLICE: usize = 32;
+/// The taint of the devices of a GPU vgpud reports faulted.
+pub const FAULTED_TAINT: &str = "vgpu-manager.io/gpu-faulted";
+/// The longest string attribute (`DeviceAttribute.string`: "Must not be longer than 64 characters").
+const MAX_ATTRIBUTE_STRING: usize = 64;
+/// The largest `L` used for the `share` counter; a GPU whose types' capacities multiply past it is
+/// published without counters for `share` (its devices then draw only framebuffer, if known).
+const MAX_SHARE_UNITS: u64 = 1 << 40;
+
+/// A `resource.k8s.io/v1` ResourceSlice, as published.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceSlice {
+    /// `resource.k8s.io/v1`.
+    pub api_version: String,
+    /// `ResourceSlice`.
+    pub kind: String,
+    /// Its name (and, once stored, resource version).
+    pub metadata: ObjectMeta,
+    /// What it publishes.
+    pub spec: SliceSpec,
+}
+
+/// The part of `metadata` the plugin sets and reads back.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectMeta {
+    /// The slice's name.
+    pub name: String,
+    /// The API server's version of the object, sent back on update.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_version: Option<String>,
+}
+
+/// `spec` of a ResourceSlice.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SliceSpec {
+    /// The DRA driver name.
+    pub driver: String,
+    /// The pool it belongs to.
+    pub pool: Pool,
+    /// The node that has the devices.
+    pub node_name: String,
+    /// Its devices (empty in a counters slice).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<Device>,
+    /// Its counter sets (empty in a devices slice).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shared_counters: Vec<CounterSet>,
+}
+
+/// `spec.pool`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Pool {
+    /// The pool's name: the node's.
+    pub name: String,
+    /// Bumped whenever anything in the pool changes; consumers use the highest.
+    pub generation: i64,
+    /// How many slices the pool has at this generation.
+    pub resource_slice_count: i64,
+}
+
+/// One device.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Device {
+    /// Its name, unique in the pool ([`DeviceName`]).
+    pub name: String,
+    /// Its attributes, by name.
+    pub attributes: BTreeMap<String, Attribute>,
+    /// Its capacities, by name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub capacity: BTreeMap<String, Quantity>,
+    /// What it draws from its GPU's counter set.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub consumes_counters: Vec<CounterConsumption>,
+    /// Its taints (a faulted GPU's devices).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub taints: Vec<Taint>,
+}
+
+/// A `DeviceAttribute`: exactly one value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Attribute {
+    /// A string of at most 64 characters.
+    String(String),
+    /// A number.
+    Int(i64),
+    /// A truth value.
+    Bool(bool),
+}
+
+/// A quantity (`DeviceCapacity` or `Counter`): `{"value": "2048Mi"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Quantity {
+    /// The value in Kubernetes' quantity notation.
+    pub value: String,
+}
+
+impl Quantity {
+    fn count(n: u64) -> Self {
+        Quantity {
+            value: n.to_string(),
+        }
+    }
+
+    fn mib(n: u64) -> Self {
+        Quantity {
+            value: format!("{n}Mi"),
+        }
+    }
+}
+
+/// A `CounterSet`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CounterSet {
+    /// Its name, unique in the pool.
+    pub name: String,
+    /// Its counters.
+    pub counters: BTreeMap<String, Quantity>,
+}
+
+/// A `DeviceCounterConsumption`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CounterConsumption {
+    /// The counter set drawn from.
+    pub counter_set: String,
+    /// How much of each counter.
+    pub counters: BTreeMap<String, Quantity>,
+}
+
+/// A `DeviceTaint`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Taint {
+    /// Its key.
+    pub key: String,
+    /// Its value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// `NoSchedule`.
+    pub effect: String,
+}
+
+/// What the slices are built from.
+#[derive(Debug, Clone, Copy)]
+pub struct Inputs<'a> {
+    /// The DRA driver name.
+    pub driver: &'a str,
+    /// The node's name, which is also the pool's.
+    pub node: &'a str,
+    /// vgpud's offers.
+    pub offers: &'a [GpuOffers],
+    /// Every instance vgpud knows.
+    pub instances: &'a [InstanceInfo],
+    /// The UUIDs of the vGPUs this driver made (its checkpoint's).
+    pub ours: &'a HashSet<String>,
+}
+
+/// The counter set of one GPU and its devices, before they are cut into slices.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct GpuPart {
+    counters: Option<CounterSet>,
+    devices: Vec<Device>,
+}
+
+/// The pool's slices at `generation`: counter slices first, then device slices, each within the
+/// per-slice limits; none when no GPU offers anything.
+pub fn build(inputs: Inputs<'_>, generation: i64) -> Vec<ResourceSlice> {
+    let parts: Vec<GpuPart> = inputs
+        .offers
+        .iter()
+        .filter_map(|g| gpu_part(g, inputs))
+        .collect();
+    let mut counter_chunks: Vec<Vec<CounterSet>> = Vec::new();
+    let mut in_chunk = 0;
+    for set in parts.iter().filter_map(|p| p.counters.clone()) {
+        let n = set.counters.len();
+        match counter_chunks.last_mut() {
+            Some(chunk) if in_chunk + n <= MAX_COUNTERS_PER_SLICE => {
+                chunk.push(set);
+                in_chunk += n;
+            }
+            _ => {
+                counter_chunks.push(vec![set]);
+                in_chunk = n;
+            }
+        }
+    }
+    let devices: Vec<Device> = parts.into_iter().flat_map(|p| p.devices).collect();
+    let device_chunks: Vec<Vec<Device>> = devices
+        .chunks(MAX_DEVICES_PER_SLICE)
+        .map(<[Device]>::to_vec)
+        .collect();
+    let count = counter_chunks.len() + device_chunks.len();
+    let Ok(count_i64) = i64::try_from(count) else {
+        return Vec::new();
+    };
+    let slice = |kind: &str, i: usize, devices, shared_counters| ResourceSlice {
+        api_version: "resource.k8s.io/v1".to_string(),
+        kind: "ResourceSlice".to_string(),
+        metadata: ObjectMeta {
+            name: slice_name(inputs.node, inputs.driver, kind, i),
+            resource_version: None,
+        },
+        spec: SliceSpec {
+            driver: inputs.driver.to_string(),
+            pool: Pool {
+                name: inputs.node.to_string(),
+                generation,
+                resource_slice_count: count_i64,
+            },
+            node_name: inputs.node.to_string(),
+            devices,
+            shared_counters,
+        },
+    };
+    let mut out = Vec::with_capacity(count);
+    for (i, sets) in counter_chunks.into_iter().enumerate() {
+        out.push(slice("counters", i, Vec::new(), sets));
+    }
+    for (i, devs) in device_chunks.into_iter().enumerate() {
+        out.push(slice("devices", i, devs, Vec::new()));
+    }
+    out
+}
+
+/// `<node>-<first label of the driver>-<kind>-<i>`, the node part shortened to keep the name within
+/// a DNS subdomain's 253 characters.
+pub fn slice_name(node: &str, driver: &str, kind: &str, i: usize) -> String {
+    let label = driver.split('.').next().unwrap_or(driver);
+    let tail = format!("-{label}-{kind}-{i}");
+    let room = 253usize.saturating_sub(tail.len());
+    let mut head: String = node.chars().take(room).collect();
+    while head.ends_with(['-', '.']) {
+        head.pop();
+    }
+    format!("{head}{tail}")
+}
+
+/// The counter set name of a GPU: its device-name prefix (`gpu-0000-3b-00-0`), a DNS label.
+fn counter_set_name(pci: &str) -> String {
+    format!("gpu-{}", pci.replace([':', '.'], "-"))
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
+/// The least common multiple of the options' capacities, if it stays within [`MAX_SHARE_UNITS`].
+fn share_units(options: &[&ProfileOffer]) -> Option<u64> {
+    options.iter().try_fold(1u64, |l, o| {
+        let m = u64::from(o.max_instances);
+        let next = l.checked_mul(m / gcd(l, m))?;
+        (next <= MAX_SHARE_UNITS).then_some(next)
+    })
+}
+
+/// The options a GPU publishes: all of them, or on a homogeneous GPU that holds vGPUs, only those
+/// of the type it holds.
+fn published_options<'a>(g: &'a GpuOffers, instances: &[&InstanceInfo]) -> Vec<&'a ProfileOffer> {
+    let held: HashSet<&str> = instances.iter().map(|i| i.type_id.as_str()).collect();
+    g.options
+        .iter()
+        .filter(|o| o.max_instances > 0)
+        .filter(|o| !g.homogeneous || held.is_empty() || held.contains(o.type_id.as_str()))
+        .collect()
+}
+
+fn gpu_part(g: &GpuOffers, inputs: Inputs<'_>) -> Option<GpuPart> {
+    let pci = canonical_pci(g.pci.as_deref()?)?;
+    let on_gpu: Vec<&InstanceInfo> = inputs
+        .instances
+        .iter()
+        .filter(|i| canonical_pci(&i.gpu).as_deref() == Some(pci.as_str()))
+        .collect();
+    let options = published_options(g, &on_gpu);
+    if options.is_empty() {
+        return None;
+    }
+    let set = counter_set_name(&pci);
+    let units = share_units(&options);
+    let fb_known = options.iter().all(|o| o.framebuffer_mib.is_some());
+    let draw_of = |type_id: &str| options.iter().find(|o| o.type_id == type_id);
+    let mut counters = BTreeMap::new();
+    if let Some(l) = units {
+        let share = |o: &ProfileOffer| l / u64::from(o.max_instances);
+        let free = options
+            .iter()
+            .map(|o| u64::from(o.available) * share(o))
+            .min()
+            .unwrap_or(0);
+        let ours: u64 = on_gpu
+            .iter()
+            .filter(|i| inputs.ours.contains(&i.uuid))
+            .filter_map(|i| draw_of(&i.type_id))
+            .map(|o| share(o))
+            .sum();
+        counters.insert("share".to_string(), Quantity::count((free + ours).min(l)));
+    }
+    if fb_known {
+        let fb = |o: &ProfileOffer| o.framebuffer_mib.unwrap_or(0);
+        let total = options
+            .iter()
+            .map(|o| u64::from(o.max_instances) * fb(o))
+            .max()
+            .unwrap_or(0);
+        let free = options
+            .iter()
+            .map(|o| u64::from(o.available) * fb(o))
+            .min()
+            .unwrap_or(0);
+        let ours: u64 = on_gpu
+            .iter()
+            .filter(|i| inputs.ours.contains(&i.uuid))
+            .filter_map(|i| draw_of(&i.type_id))
+            .map(|o| fb(o))
+            .sum();
+        counters.insert(
+            "framebuffer".to_string(),
+            Quantity::mib((free + ours).min(total)),
+        );
+    }
+    let taints = if g.health == "ok" {
+        Vec::new()
+    } else {
+        vec![Taint {
+            key: FAULTED_TAINT.to_string(),
+            value: None,
+            effect: "NoSchedule".to_string(),
+        }]
+    };
+    let mut devices = Vec::new();
+    for o in &options {
+        let mut draw = BTreeMap::new();
+        if let Some(l) = units {
+            draw.insert(
+                "share".to_string(),
+                Quantity::count(l / u64::from(o.max_instances)),
+            );
+        }
+        if fb_known && let Some(fb) = o.framebuffer_mib {
+            draw.insert("framebuffer".to_string(), Quantity::mib(fb));
+        }
+        let consumes = if draw.is_empty() {
+            Vec::new()
+        } else {
+            vec![CounterConsumption {
+                counter_set: set.clone(),
+                counters: draw,
+            }]
+        };
+        for index in 0..o.max_instances {
+            let Ok(name) = DeviceName::new(&pci, &o.profile, index) else {
+                tracing::warn!(gpu = %pci, profile = %o.profile, "profile name cannot be part of a device name; not published");
+                break;
+            };
+            devices.push(Device {
+                name: name.to_string(),
+                attributes: attributes(g, o, &pci),
+                capacity: o
+                    .framebuffer_mib
+                    .map(|fb| BTreeMap::from([("framebuffer".to_string(), Quantity::mib(fb))]))
+                    .unwrap_or_default(),
+                consumes_counters: consumes.clone(),
+                taints: taints.clone(),
+            });
+        }
+    }
+    let counters = (!counters.is_empty()).then_some(CounterSet {
+        name: set,
+        counters,
+    });
+    Some(GpuPart { counters, devices })
+}
+
+/// A string attribute, cut to 64 characters.
+fn text(s: &str) -> Attribute {
+    Attribute::String(s.chars().take(MAX_ATTRIBUTE_STRING).collect())
+}
+
+fn attributes(g: &GpuOffers, o: &ProfileOffer, pci: &str) -> BTreeMap<String, Attribute> {
+    let mut a = BTreeMap::new();
+    a.insert("profile".to_string(), text(&o.profile));
+    a.insert("type".to_string(), text(&o.type_id));
+    if let Some(n) = &o.type_name {
+        a.insert("typeName".to_string(), text(n));
+    }
+    a.insert("backend".to_string(), text(&o.backend));
+    a.insert("vendor".to_string(), text(&g.vendor));
+    a.insert("model".to_string(), text(&g.model));
+    a.insert("gpu".to_string(), text(pci));
+    a.insert("homogeneous".to_string(), Attribute::Bool(g.homogeneous));
+    if let Some(n) = g.numa_node {
+        a.insert("numaNode".to_string(), Attribute::Int(i64::from(n)));
+    }
+    if let Some(fb) = o.framebuffer_mib
+        && let Ok(fb) = i64::try_from(fb)
+    {
+        a.insert("framebufferMiB".to_string(), Attribute::Int(fb));
+    }
+    a
+}
+
+/// The slices' content without what changes at every publication (generation, slice count,
+/// resource version): equal when nothing needs publishing.
+pub fn content(slices: &[ResourceSlice]) -> Vec<(String, Vec<Device>, Vec<CounterSet>)> {
+    let mut v: Vec<_> = slices
+        .iter()
+        .map(|s| {
+            (
+                s.metadata.name.clone(),
+                s.spec.devices.clone(),
+                s.spec.shared_counters.clone(),
+            )
+        })
+        .collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn offer(profile: &str, type_id: &str, fb: Option<u64>, avail: u32, max: u32) -> ProfileOffer {
+        ProfileOffer {
+            profile: profile.to_string(),
+            backend: "mdev".to_string(),
+            type_id: type_id.to_string(),
+            type_name: Some(format!("GRID T4-{type_id}")),
+            framebuffer_mib: fb,
+            available: avail,
+            in_use: max - avail,
+            max_instances: max,
+        }
+    }
+
+    fn t4(options: Vec<ProfileOffer>) -> GpuOffers {
+        GpuOffers {
+            gpu: "0000:3b:00.0".to_string(),
+            pci: Some("0000:3b:00.0".to_string()),
+            vendor: "nvidia".to_string(),
+            model: "NVIDIA T4".to_string(),
+            numa_node: Some(1),
+            health: "ok".to_string(),
+            homogeneous: true,
+            options,
+        }
+    }
+
+    fn instance(uuid: &str, type_id: &str) -> InstanceInfo {
+        InstanceInfo {
+            uuid: uuid.to_string(),
+            gpu: "0000:3b:00.0".to_string(),
+            parent: "0000:3b:00.0".to_string(),
+            type_id: type_id.to_string(),
+            profile: String::new(),
+            state: "running".to_string(),
+            defined: false,
+            autostart: false,
+            owner: String::new(),
+            label: String::new(),
+            iommu_group: 1,
+            created_at: 0,
+        }
+    }
+
+    fn slices(
+        offers: &[GpuOffers],
+        instances: &[InstanceInfo],
+        ours: &[&str],
+    ) -> Vec<ResourceSlice> {
+        let ours: HashSet<String> = ours.iter().map(|s| s.to_string()).collect();
+        build(
+            Inputs {
+                driver: "vgpu.vgpu-manager.io",
+                node: "node-1",
+                offers,
+                instances,
+                ours: &ours,
+            },
+            7,
+        )
+    }
+
+    fn counters(s: &[ResourceSlice]) -> BTreeMap<String, Quantity> {
+        s[0].spec.shared_counters[0].counters.clone()
+    }
+
+    #[test]
+    fn an_empty_gpu_offers_every_size_drawing_from_one_counter_set() {
+        let g = t4(vec![
+            offer("vdi-1g", "nvidia-222", Some(1024), 16, 16),
+            offer("vdi-2g", "nvidia-223", Some(2048), 8, 8),
+            offer("vdi-4g", "nvidia-224", Some(4096), 4, 4),
+        ]);
+        let s = slices(&[g], &[], &[]);
+        assert_eq!(s.len(), 2, "a counters slice and a devices slice");
+        assert!(s[0].spec.devices.is_empty());
+        assert!(s[1].spec.shared_counters.is_empty());
+        assert_eq!(s[0].metadata.name, "node-1-vgpu-counters-0");
+        assert_eq!(s[1].metadata.name, "node-1-vgpu-devices-0");
+        for x in &s {
+            assert_eq!(x.spec.pool.generation, 7);
+            assert_eq!(x.spec.pool.resource_slice_count, 2);
+        }
+        let c = counters(&s);
+        assert_eq!(c["share"].value, "16");
+        assert_eq!(c["framebuffer"].value, "16384Mi");
+        assert_eq!(s[1].spec.devices.len(), 16 + 8 + 4);
+        let d = s[1]
+            .spec
+            .devices
+            .iter()
+            .find(|d| d.name == "gpu-0000-3b-00-0-vdi-4g-3")
+            .unwrap();
+        let draw = &d.consumes_counters[0];
+        assert_eq!(draw.counter_set, "gpu-0000-3b-00-0");
+        assert_eq!(draw.counters["share"].value, "4");
+        assert_eq!(draw.counters["framebuffer"].value, "4096Mi");
+        assert_eq!(d.attributes["profile"], Attribute::String("vdi-4g".into()));
+        assert_eq!(d.attributes["numaNode"], Attribute::Int(1));
+        assert_eq!(d.capacity["framebuffer"].value, "4096Mi");
+    }
+
+    #[test]
+    fn a_homogeneous_gpu_holding_vgpus_offers_only_their_type() {
+        let g = t4(vec![
+            offer("vdi-1g", "nvidia-222", Some(1024), 0, 16),
+            offer("vdi-2g", "nvidia-223", Some(2048), 5, 8),
+        ]);
+        // Three nvidia-223 exist, one made by this driver.
+        let inst = [
+            instance("a", "nvidia-223"),
+            instance("b", "nvidia-223"),
+            instance("c", "nvidia-223"),
+        ];
+        let s = slices(&[g], &inst, &["a"]);
+        let names: Vec<&str> = s[1].spec.devices.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names.len(), 8);
+        assert!(names.iter().all(|n| n.contains("-vdi-2g-")), "{names:?}");
+        // L = 8 over the one published type: 5 free + our 1 = 6 of 8 units, the two made by others
+        // are gone.
+        let c = counters(&s);
+        assert_eq!(c["share"].value, "6");
+        assert_eq!(c["framebuffer"].value, "12288Mi");
+    }
+
+    #[test]
+    fn a_faulted_gpu_is_tainted_and_no_gpu_means_no_slices() {
+        let mut g = t4(vec![offer("vdi-2g", "nvidia-223", Some(2048), 8, 8)]);
+        g.health = "faulted: /sys/…/mdev_supported_types: Input/output error".to_string();
+        let s = slices(&[g], &[], &[]);
+        let d = &s[1].spec.devices[0];
+        assert_eq!(d.taints[0].key, FAULTED_TAINT);
+        assert_eq!(d.taints[0].effect, "NoSchedule");
+        assert!(slices(&[], &[], &[]).is_empty());
+        let virtual_parent = GpuOffers {
+            pci: None,
+            ..t4(vec![offer("vdi-2g", "nvidia-223", Some(2048), 8, 8)])
+        };
+        assert!(slices(&[virtual_parent], &[], &[]).is_empty());
+    }
+
+    #[test]
+    fn many_gpus_are_cut_within_the_per_slice_limits() {
+        let gpus: Vec<GpuOffers> = (0..20u32)
+            .map(|i| GpuOffers {
+                gpu: format!("0000:{i:02x}:00.0"),
+                pci: Some(format!("0000:{i:02x}:00.0")),
+                ..t4(vec![
+                    offer("vdi-1g", "nvidia-222", Some(1024), 16, 16),
+                    offer("vdi-2g", "nvidia-223", Some(2048), 8, 8),
+                ])
+            })
+            .collect();
+        let s = slices(&gpus, &[], &[]);
+        let sets: usize = s.iter().map(|x| x.spec.shared_counters.len()).sum();
+        let devices: usize = s.iter().map(|x| x.spec.devices.len()).sum();
+        assert_eq!(sets, 20);
+        assert_eq!(devices, 20 * 24);
+        for x in &s {
+            let counters: usize = x
+                .spec
+                .shared_counters
+                .iter()
+                .map(|c| c.counters.len())
+                .sum();
+            assert!(counters <= MAX_COUNTERS_PER_SLICE);
+            assert!(x.spec.devices.len() <= MAX_DEVICES_PER_SLICE);
+            assert!(x.spec.devices.is_empty() || x.spec.shared_counters.is_empty());
+            assert_eq!(x.spec.pool.resource_slice_count, s.len() as i64);
+        }
+        let mut names: Vec<&str> = s.iter().map(|x| x.metadata.name.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), s.len());
+    }
+
+    #[test]
+    fn types_of_unknown_framebuffer_draw_only_share() {
+        let g = GpuOffers {
+            homogeneous: false,
+            ..t4(vec![
+                offer("sample-1", "mtty-1", None, 24, 24),
+                offer("sample-2", "mtty-2", None, 12, 12),
+            ])
+        };
+        let s = slices(&[g], &[], &[]);
+        let c = counters(&s);
+        assert_eq!(c.len(), 1);
+        assert_eq!(c["share"].value, "24");
+        let two = s[1]
+            .spec
+            .devices
+            .iter()
+            .find(|d| d.name.contains("-sample-2-"))
+            .unwrap();
+        assert_eq!(two.consumes_counters[0].counters["share"].value, "2");
+        assert!(two.capacity.is_empty());
+    }
+
+    #[test]
+    fn long_node_names_still_make_valid_slice_names() {
+        let node = "n".repeat(300);
+        let name = slice_name(&node, "vgpu.vgpu-manager.io", "devices", 3);
+        assert!(name.len() <= 253);
+        assert!(name.ends_with("-vgpu-devices-3"));
+    }
+}
