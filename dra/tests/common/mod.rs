@@ -20,6 +20,8 @@ use vgpu_dra::pb::{
     dra_health_v1, dra_health_v1alpha1, dra_v1, dra_v1beta1, pluginregistration as reg,
 };
 
+pub mod openapi;
+
 /// How long to wait for what normally takes milliseconds; only a hang reaches it.
 pub const PATIENCE: Duration = Duration::from_secs(60);
 /// The driver name the tests run the plugin under.
