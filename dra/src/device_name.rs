@@ -1,6 +1,8 @@
 //! The names of the devices this driver publishes and is allocated: one device per profile option
 //! per GPU slot, `gpu-<domain>-<bus>-<slot>-<function>-<profile>-<index>`, such as
-//! `gpu-0000-3b-00-0-vdi-2g-0` for the first `vdi-2g` slot of GPU `0000:3b:00.0`.
+//! `gpu-0000-3b-00-0-vdi-2g-0` for the first `vdi-2g` slot of GPU `0000:3b:00.0`; for a virtual mdev
+//! parent (one with no PCI address, such as the kernel's `mbochs` sample),
+//! `parent-<name>-<profile>-<index>`, the name lowercase letters and digits only.
 //!
 //! A device name must be a DNS label (RFC 1123: at most 63 characters, lowercase letters, digits and
 //! `-`, starting and ending with a letter or digit), as `resource.k8s.io/v1` `Device.name` requires.
@@ -10,15 +12,17 @@
 use std::fmt;
 use std::str::FromStr;
 
-/// What the prefix of every device name is.
+/// What the prefix of a PCI GPU's device name is.
 const PREFIX: &str = "gpu-";
+/// What the prefix of a virtual parent's device name is.
+const VIRTUAL_PREFIX: &str = "parent-";
 /// The longest DNS label.
 pub const MAX_LEN: usize = 63;
 
 /// One device of this driver: which GPU, which profile, which of that profile's slots on the GPU.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct DeviceName {
-    /// The GPU's PCI address, `dddd:bb:dd.f` in lowercase hexadecimal.
+    /// The GPU's PCI address, `dddd:bb:dd.f` in lowercase hexadecimal, or a virtual parent's name.
     pub gpu: String,
     /// The vgpud profile name.
     pub profile: String,
@@ -44,7 +48,9 @@ pub enum DeviceNameError {
         name: String,
     },
     /// The GPU id is not a PCI address.
-    #[error("GPU {gpu:?} is not a PCI address dddd:bb:dd.f; only PCI GPUs are published")]
+    #[error(
+        "GPU {gpu:?} is neither a PCI address dddd:bb:dd.f nor a virtual mdev parent name of lowercase letters and digits"
+    )]
     NotPci {
         /// The GPU id.
         gpu: String,
@@ -72,9 +78,11 @@ pub enum DeviceNameError {
 impl DeviceName {
     /// The device name of slot `index` of `profile` on `gpu`, checked to be a DNS label.
     pub fn new(gpu: &str, profile: &str, index: u32) -> Result<Self, DeviceNameError> {
-        let gpu = canonical_pci(gpu).ok_or_else(|| DeviceNameError::NotPci {
-            gpu: gpu.to_string(),
-        })?;
+        let gpu = canonical_pci(gpu)
+            .or_else(|| virtual_parent(gpu).then(|| gpu.to_string()))
+            .ok_or_else(|| DeviceNameError::NotPci {
+                gpu: gpu.to_string(),
+            })?;
         if !valid_profile(profile) {
             return Err(DeviceNameError::BadProfile {
                 profile: profile.to_string(),
@@ -98,9 +106,39 @@ impl DeviceName {
 
 impl fmt::Display for DeviceName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let pci = self.gpu.replace([':', '.'], "-");
-        write!(f, "{PREFIX}{pci}-{}-{}", self.profile, self.index)
+        write!(
+            f,
+            "{}-{}-{}",
+            gpu_prefix(&self.gpu),
+            self.profile,
+            self.index
+        )
     }
+}
+
+impl DeviceName {
+    /// Whether the GPU is a PCI device (else a virtual mdev parent).
+    pub fn is_pci(&self) -> bool {
+        canonical_pci(&self.gpu).is_some()
+    }
+}
+
+/// The part of a device name that names the GPU: `gpu-0000-3b-00-0` or `parent-mbochs`; also the
+/// name of the GPU's counter set in the ResourceSlices.
+pub fn gpu_prefix(gpu: &str) -> String {
+    match canonical_pci(gpu) {
+        Some(pci) => format!("{PREFIX}{}", pci.replace([':', '.'], "-")),
+        None => format!("{VIRTUAL_PREFIX}{gpu}"),
+    }
+}
+
+/// A virtual mdev parent's name fits a device name: 1 to 32 lowercase letters and digits, and not a
+/// PCI address.
+pub fn virtual_parent(name: &str) -> bool {
+    (1..=32).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
 }
 
 impl FromStr for DeviceName {
@@ -110,26 +148,15 @@ impl FromStr for DeviceName {
         let no_gpu = || DeviceNameError::NoGpu {
             name: name.to_string(),
         };
-        let rest = name.strip_prefix(PREFIX).ok_or_else(no_gpu)?;
-        // `dddd-bb-dd-f-` is 13 bytes; `get` refuses a split inside a multi-byte character.
-        let (pci, tail) = match (rest.get(..12), rest.get(12..13), rest.get(13..)) {
-            (Some(pci), Some("-"), Some(tail)) => (pci, tail),
-            _ => return Err(no_gpu()),
+        let (gpu, tail) = if let Some(rest) = name.strip_prefix(VIRTUAL_PREFIX) {
+            let (parent, tail) = rest.split_once('-').ok_or_else(no_gpu)?;
+            if !virtual_parent(parent) {
+                return Err(no_gpu());
+            }
+            (parent.to_string(), tail)
+        } else {
+            pci_part(name.strip_prefix(PREFIX).ok_or_else(no_gpu)?).ok_or_else(no_gpu)?
         };
-        let mut parts = pci.split('-');
-        let (Some(dom), Some(bus), Some(slot), Some(func), None) = (
-            parts.next(),
-            parts.next(),
-            parts.next(),
-            parts.next(),
-            parts.next(),
-        ) else {
-            return Err(no_gpu());
-        };
-        let gpu = format!("{dom}:{bus}:{slot}.{func}");
-        if canonical_pci(&gpu).as_deref() != Some(gpu.as_str()) {
-            return Err(no_gpu());
-        }
         let no_profile = || DeviceNameError::NoProfile {
             name: name.to_string(),
         };
@@ -147,6 +174,29 @@ impl FromStr for DeviceName {
             return Err(no_profile());
         }
         Ok(d)
+    }
+}
+
+/// The PCI address at the start of `rest` (`dddd-bb-dd-f-…`) and what follows it.
+fn pci_part(rest: &str) -> Option<(String, &str)> {
+    {
+        // `dddd-bb-dd-f-` is 13 bytes; `get` refuses a split inside a multi-byte character.
+        let (pci, tail) = match (rest.get(..12), rest.get(12..13), rest.get(13..)) {
+            (Some(pci), Some("-"), Some(tail)) => (pci, tail),
+            _ => return None,
+        };
+        let mut parts = pci.split('-');
+        let (Some(dom), Some(bus), Some(slot), Some(func), None) = (
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+        ) else {
+            return None;
+        };
+        let gpu = format!("{dom}:{bus}:{slot}.{func}");
+        (canonical_pci(&gpu).as_deref() == Some(gpu.as_str())).then_some((gpu, tail))
     }
 }
 
@@ -190,6 +240,27 @@ mod tests {
         );
         let d = DeviceName::new("abcd:ff:1f.7", "x", 12).unwrap();
         assert_eq!(d.to_string().parse::<DeviceName>().unwrap(), d);
+    }
+
+    #[test]
+    fn virtual_parents_round_trip_by_name() {
+        let d = DeviceName::new("mbochs", "sample-display-4m", 1).unwrap();
+        assert_eq!(d.to_string(), "parent-mbochs-sample-display-4m-1");
+        assert!(!d.is_pci());
+        assert_eq!(d.to_string().parse::<DeviceName>().unwrap(), d);
+        assert!(DeviceName::new("0000:3b:00.0", "x", 0).unwrap().is_pci());
+        for bad in ["Mbochs", "mb-ochs", "", "mdpy_1"] {
+            assert!(
+                matches!(
+                    DeviceName::new(bad, "x", 0),
+                    Err(DeviceNameError::NotPci { .. })
+                ),
+                "{bad}"
+            );
+        }
+        for bad in ["parent-", "parent-mbochs", "parent-MB-x-0", "parent--x-0"] {
+            assert!(bad.parse::<DeviceName>().is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -429,9 +429,9 @@ impl Driver {
         Ok(devices
             .into_iter()
             .map(|d| {
-                let fault = faults
-                    .iter()
-                    .find(|f| canonical_pci(&f.device).as_deref() == Some(d.gpu.as_str()));
+                let fault = faults.iter().find(|f| {
+                    f.device == d.gpu || canonical_pci(&f.device).as_deref() == Some(d.gpu.as_str())
+                });
                 let (healthy, message) = match (instances.iter().find(|i| i.uuid == d.uuid), fault)
                 {
                     (None, _) => (false, format!("vGPU {} is gone", d.uuid)),
@@ -568,7 +568,7 @@ impl Driver {
 fn check_same(i: &InstanceInfo, d: &PreparedDevice) -> Result<(), DriverError> {
     let on_gpu = [&i.gpu, &i.parent]
         .iter()
-        .any(|g| canonical_pci(g).as_deref() == Some(d.gpu.as_str()));
+        .any(|g| *g == &d.gpu || canonical_pci(g).as_deref() == Some(d.gpu.as_str()));
     if on_gpu && i.profile == d.profile {
         Ok(())
     } else {

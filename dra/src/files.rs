@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use crate::cdi;
 use crate::checkpoint::{ClaimRecord, PreparedDevice};
+use crate::device_name::canonical_pci;
 use crate::driver::DriverConfig;
 use crate::fsutil::{self, FsError};
 use crate::metadata;
@@ -83,10 +84,10 @@ fn metadata_device(driver: &str, d: &PreparedDevice) -> metadata::Device {
         driver: driver.to_string(),
         pool: d.pool.clone(),
         name: d.device.clone(),
-        attributes: BTreeMap::from([
-            (metadata::MDEV_UUID.to_string(), attr(&d.uuid)),
-            (metadata::PCI_BUS_ID.to_string(), attr(&d.gpu)),
-        ]),
+        // A virtual parent (the kernel's samples) has no PCI bus id to give.
+        attributes: std::iter::once((metadata::MDEV_UUID.to_string(), attr(&d.uuid)))
+            .chain(canonical_pci(&d.gpu).map(|pci| (metadata::PCI_BUS_ID.to_string(), attr(&pci))))
+            .collect::<BTreeMap<_, _>>(),
     }
 }
 

@@ -20,7 +20,7 @@
 //!   and the kubelet retries the pod elsewhere.
 //! - Counter sets and devices go in separate slices of one pool (named after the node), as
 //!   Kubernetes ≥ 1.35 requires; at most [`MAX_DEVICES_PER_SLICE`] devices and
-//!   [`MAX_COUNTERS_PER_SLICE`] counters per slice. Every slice carries the pool's generation and
+//!   [`MAX_COUNTER_SETS_PER_SLICE`] counter sets per slice. Every slice carries the pool's generation and
 //!   slice count.
 //! - A GPU whose health is not `ok` keeps its devices, with a `NoSchedule` taint
 //!   ([`FAULTED_TAINT`]) so no new claim lands on it.
@@ -30,12 +30,14 @@ use std::collections::{BTreeMap, HashSet};
 use serde::{Deserialize, Serialize};
 use vgpu_client::{GpuOffers, InstanceInfo, ProfileOffer};
 
-use crate::device_name::{DeviceName, canonical_pci};
+use crate::device_name::{DeviceName, canonical_pci, gpu_prefix, virtual_parent};
 
-/// The most devices in one slice (`ResourceSliceSpec.devices`: "Must not have more than 128 entries").
-pub const MAX_DEVICES_PER_SLICE: usize = 128;
-/// The most counters over all counter sets of one slice (`ResourceSliceSpec.sharedCounters`).
-pub const MAX_COUNTERS_PER_SLICE: usize = 32;
+/// The most devices in one slice whose devices draw from counters (`ResourceSliceSpec.devices`: at
+/// most 128 entries, "If any device uses taints or consumes counters the limit is 64").
+pub const MAX_DEVICES_PER_SLICE: usize = 64;
+/// The most counter sets in one slice (`ResourceSliceSpec.sharedCounters`: at most 8 sets, each of
+/// at most 32 counters; a GPU's set has two).
+pub const MAX_COUNTER_SETS_PER_SLICE: usize = 8;
 /// The taint of the devices of a GPU vgpud reports faulted.
 pub const FAULTED_TAINT: &str = "vgpu-manager.io/gpu-faulted";
 /// The longest string attribute (`DeviceAttribute.string`: "Must not be longer than 64 characters").
@@ -212,21 +214,11 @@ pub fn build(inputs: Inputs<'_>, generation: i64) -> Vec<ResourceSlice> {
         .iter()
         .filter_map(|g| gpu_part(g, inputs))
         .collect();
-    let mut counter_chunks: Vec<Vec<CounterSet>> = Vec::new();
-    let mut in_chunk = 0;
-    for set in parts.iter().filter_map(|p| p.counters.clone()) {
-        let n = set.counters.len();
-        match counter_chunks.last_mut() {
-            Some(chunk) if in_chunk + n <= MAX_COUNTERS_PER_SLICE => {
-                chunk.push(set);
-                in_chunk += n;
-            }
-            _ => {
-                counter_chunks.push(vec![set]);
-                in_chunk = n;
-            }
-        }
-    }
+    let sets: Vec<CounterSet> = parts.iter().filter_map(|p| p.counters.clone()).collect();
+    let counter_chunks: Vec<Vec<CounterSet>> = sets
+        .chunks(MAX_COUNTER_SETS_PER_SLICE)
+        .map(<[CounterSet]>::to_vec)
+        .collect();
     let devices: Vec<Device> = parts.into_iter().flat_map(|p| p.devices).collect();
     let device_chunks: Vec<Vec<Device>> = devices
         .chunks(MAX_DEVICES_PER_SLICE)
@@ -278,11 +270,6 @@ pub fn slice_name(node: &str, driver: &str, kind: &str, i: usize) -> String {
     format!("{head}{tail}")
 }
 
-/// The counter set name of a GPU: its device-name prefix (`gpu-0000-3b-00-0`), a DNS label.
-fn counter_set_name(pci: &str) -> String {
-    format!("gpu-{}", pci.replace([':', '.'], "-"))
-}
-
 fn gcd(a: u64, b: u64) -> u64 {
     if b == 0 { a } else { gcd(b, a % b) }
 }
@@ -308,17 +295,22 @@ fn published_options<'a>(g: &'a GpuOffers, instances: &[&InstanceInfo]) -> Vec<&
 }
 
 fn gpu_part(g: &GpuOffers, inputs: Inputs<'_>) -> Option<GpuPart> {
-    let pci = canonical_pci(g.pci.as_deref()?)?;
+    // A PCI GPU by its canonical address, a virtual parent (the kernel's samples) by its name.
+    let pci = match g.pci.as_deref() {
+        Some(p) => canonical_pci(p)?,
+        None => virtual_parent(&g.gpu).then(|| g.gpu.clone())?,
+    };
     let on_gpu: Vec<&InstanceInfo> = inputs
         .instances
         .iter()
-        .filter(|i| canonical_pci(&i.gpu).as_deref() == Some(pci.as_str()))
+        .filter(|i| i.gpu == pci || canonical_pci(&i.gpu).as_deref() == Some(pci.as_str()))
         .collect();
     let options = published_options(g, &on_gpu);
     if options.is_empty() {
         return None;
     }
-    let set = counter_set_name(&pci);
+    // The counter set is named as the GPU's part of its device names (`gpu-0000-3b-00-0`).
+    let set = gpu_prefix(&pci);
     let units = share_units(&options);
     let fb_known = options.iter().all(|o| o.framebuffer_mib.is_some());
     let draw_of = |type_id: &str| options.iter().find(|o| o.type_id == type_id);
@@ -597,11 +589,37 @@ mod tests {
         assert_eq!(d.taints[0].key, FAULTED_TAINT);
         assert_eq!(d.taints[0].effect, "NoSchedule");
         assert!(slices(&[], &[], &[]).is_empty());
-        let virtual_parent = GpuOffers {
+        let bad_name = GpuOffers {
+            gpu: "Bad_Parent".to_string(),
             pci: None,
             ..t4(vec![offer("vdi-2g", "nvidia-223", Some(2048), 8, 8)])
         };
-        assert!(slices(&[virtual_parent], &[], &[]).is_empty());
+        assert!(slices(&[bad_name], &[], &[]).is_empty());
+    }
+
+    #[test]
+    fn a_virtual_parent_is_published_by_its_name() {
+        let mbochs = GpuOffers {
+            gpu: "mbochs".to_string(),
+            pci: None,
+            vendor: "virtual".to_string(),
+            homogeneous: false,
+            ..t4(vec![offer("sample-display-4m", "mbochs-1", Some(4), 2, 2)])
+        };
+        let s = slices(&[mbochs], &[], &[]);
+        assert_eq!(s[0].spec.shared_counters[0].name, "parent-mbochs");
+        let names: Vec<&str> = s[1].spec.devices.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "parent-mbochs-sample-display-4m-0",
+                "parent-mbochs-sample-display-4m-1"
+            ]
+        );
+        assert_eq!(
+            s[1].spec.devices[0].attributes["gpu"],
+            Attribute::String("mbochs".into())
+        );
     }
 
     #[test]
@@ -622,14 +640,11 @@ mod tests {
         assert_eq!(sets, 20);
         assert_eq!(devices, 20 * 24);
         for x in &s {
-            let counters: usize = x
-                .spec
-                .shared_counters
-                .iter()
-                .map(|c| c.counters.len())
-                .sum();
-            assert!(counters <= MAX_COUNTERS_PER_SLICE);
-            assert!(x.spec.devices.len() <= MAX_DEVICES_PER_SLICE);
+            assert!(x.spec.shared_counters.len() <= MAX_COUNTER_SETS_PER_SLICE);
+            assert!(
+                x.spec.devices.len() <= 64,
+                "devices drawing from counters: 64 per slice"
+            );
             assert!(x.spec.devices.is_empty() || x.spec.shared_counters.is_empty());
             assert_eq!(x.spec.pool.resource_slice_count, s.len() as i64);
         }

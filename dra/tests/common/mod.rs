@@ -159,13 +159,51 @@ impl Vgpud {
     }
 }
 
-/// A fake API server: answers `GET /apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/{name}`
-/// from a map, 404 otherwise, on a Unix socket; counts the reads.
+/// A fake API server on a Unix socket, as `kubectl proxy --unix-socket` would be: answers
+/// `GET /apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/{name}` from a map (404 otherwise),
+/// and keeps `resource.k8s.io/v1` ResourceSlices as the API server does (list with a field selector
+/// on `spec.nodeName` and `spec.driver`, create, update with a resource-version check, delete).
+/// Every slice written is checked against Kubernetes' OpenAPI schema and the rules its descriptions
+/// state ([`openapi`]); a slice that fails is refused with 422, as the API server would, and
+/// recorded in [`FakeApi::rejected`].
 #[derive(Clone)]
 pub struct FakeApi {
     pub socket: PathBuf,
     claims: Arc<Mutex<HashMap<String, serde_json::Value>>>,
     reads: Arc<Mutex<usize>>,
+    slices: Arc<Mutex<SliceStore>>,
+}
+
+/// The ResourceSlices the fake API server holds.
+#[derive(Default)]
+pub struct SliceStore {
+    /// By name.
+    pub objects: std::collections::BTreeMap<String, serde_json::Value>,
+    /// The last resource version given out.
+    pub version: u64,
+    /// Creates, updates and deletes answered with success.
+    pub writes: usize,
+    /// Every refused write: (method and name, why).
+    pub rejected: Vec<(String, String)>,
+}
+
+const SLICES: &str = "/apis/resource.k8s.io/v1/resourceslices";
+
+fn json_answer(status: u16, body: String) -> hyper::Response<Full<Bytes>> {
+    hyper::Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .unwrap()
+}
+
+fn status_answer(code: u16, reason: &str, message: &str) -> hyper::Response<Full<Bytes>> {
+    json_answer(
+        code,
+        serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+            "reason": reason, "message": message, "code": code})
+        .to_string(),
+    )
 }
 
 impl FakeApi {
@@ -176,6 +214,7 @@ impl FakeApi {
             socket,
             claims: Arc::default(),
             reads: Arc::default(),
+            slices: Arc::default(),
         };
         let served = api.clone();
         tokio::spawn(async move {
@@ -185,7 +224,7 @@ impl FakeApi {
                 tokio::spawn(async move {
                     let svc = hyper::service::service_fn(move |req| {
                         let api = api.clone();
-                        async move { Ok::<_, std::convert::Infallible>(api.answer(req)) }
+                        async move { Ok::<_, std::convert::Infallible>(api.answer(req).await) }
                     });
                     let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), svc)
@@ -196,22 +235,129 @@ impl FakeApi {
         api
     }
 
-    fn answer(&self, req: hyper::Request<hyper::body::Incoming>) -> hyper::Response<Full<Bytes>> {
+    async fn answer(
+        &self,
+        req: hyper::Request<hyper::body::Incoming>,
+    ) -> hyper::Response<Full<Bytes>> {
+        use http_body_util::BodyExt;
         *self.reads.lock().unwrap() += 1;
+        let method = req.method().clone();
         let path = req.uri().path().to_string();
+        let query = req.uri().query().unwrap_or("").to_string();
+        let body = req
+            .into_body()
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        if path == SLICES || path.starts_with(&format!("{SLICES}/")) {
+            return self.slice_answer(&method, &path, &query, &body);
+        }
         let found = self.claims.lock().unwrap().get(&path).cloned();
-        let (status, body) = match found {
-            Some(v) if req.method() == hyper::Method::GET => (200, v.to_string()),
-            _ => (
-                404,
-                r#"{"kind":"Status","reason":"NotFound","code":404}"#.to_string(),
-            ),
-        };
-        hyper::Response::builder()
-            .status(status)
-            .header("content-type", "application/json")
-            .body(Full::new(Bytes::from(body)))
-            .unwrap()
+        match found {
+            Some(v) if method == hyper::Method::GET => json_answer(200, v.to_string()),
+            _ => status_answer(404, "NotFound", "not found"),
+        }
+    }
+
+    fn slice_answer(
+        &self,
+        method: &hyper::Method,
+        path: &str,
+        query: &str,
+        body: &[u8],
+    ) -> hyper::Response<Full<Bytes>> {
+        let mut store = self.slices.lock().unwrap();
+        let name = path.strip_prefix(&format!("{SLICES}/")).map(str::to_string);
+        match (method.as_str(), name) {
+            ("GET", None) => {
+                let query = query.replace("%3D", "=").replace("%2C", ",");
+                let selector: Vec<(String, String)> = query
+                    .split('&')
+                    .filter_map(|kv| kv.strip_prefix("fieldSelector="))
+                    .flat_map(|s| s.split(','))
+                    .filter_map(|t| t.split_once('='))
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect();
+                let items: Vec<&serde_json::Value> = store
+                    .objects
+                    .values()
+                    .filter(|o| {
+                        selector.iter().all(|(k, v)| match k.as_str() {
+                            "spec.nodeName" => o["spec"]["nodeName"] == v.as_str(),
+                            "spec.driver" => o["spec"]["driver"] == v.as_str(),
+                            _ => false,
+                        })
+                    })
+                    .collect();
+                let list = serde_json::json!({"apiVersion": "resource.k8s.io/v1",
+                    "kind": "ResourceSliceList",
+                    "metadata": {"resourceVersion": store.version.to_string()},
+                    "items": items});
+                json_answer(200, list.to_string())
+            }
+            ("POST", None) | ("PUT", Some(_)) => {
+                let what = format!("{method} {path}");
+                let mut obj: serde_json::Value = match serde_json::from_slice(body) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        store.rejected.push((what, e.to_string()));
+                        return status_answer(400, "BadRequest", &e.to_string());
+                    }
+                };
+                let mut errors = openapi::validate("io.k8s.api.resource.v1.ResourceSlice", &obj);
+                errors.extend(openapi::resource_slice_rules(&obj));
+                if obj["apiVersion"] != "resource.k8s.io/v1" || obj["kind"] != "ResourceSlice" {
+                    errors.push("apiVersion/kind is not resource.k8s.io/v1 ResourceSlice".into());
+                }
+                let obj_name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
+                if let Some(n) = path.strip_prefix(&format!("{SLICES}/"))
+                    && n != obj_name
+                {
+                    errors.push(format!("metadata.name {obj_name:?} is not the URL's {n:?}"));
+                }
+                if !errors.is_empty() {
+                    let why = errors.join("; ");
+                    store.rejected.push((what, why.clone()));
+                    return status_answer(422, "Invalid", &why);
+                }
+                let existing = store.objects.get(&obj_name).cloned();
+                match (method.as_str(), existing) {
+                    ("POST", Some(_)) => {
+                        return status_answer(409, "AlreadyExists", &obj_name);
+                    }
+                    ("PUT", None) => return status_answer(404, "NotFound", &obj_name),
+                    ("PUT", Some(old)) => {
+                        if obj["metadata"]["resourceVersion"] != old["metadata"]["resourceVersion"]
+                        {
+                            return status_answer(409, "Conflict", "the object has been modified");
+                        }
+                        obj["metadata"]["uid"] = old["metadata"]["uid"].clone();
+                    }
+                    _ => obj["metadata"]["uid"] = format!("uid-{obj_name}").into(),
+                }
+                store.version += 1;
+                obj["metadata"]["resourceVersion"] = store.version.to_string().into();
+                store.objects.insert(obj_name, obj.clone());
+                store.writes += 1;
+                json_answer(
+                    if method == hyper::Method::POST {
+                        201
+                    } else {
+                        200
+                    },
+                    obj.to_string(),
+                )
+            }
+            ("DELETE", Some(n)) => match store.objects.remove(&n) {
+                Some(_) => {
+                    store.writes += 1;
+                    status_answer(200, "", "deleted")
+                }
+                None => status_answer(404, "NotFound", &n),
+            },
+            _ => status_answer(405, "MethodNotAllowed", path),
+        }
     }
 
     /// Serves `claim` (a ResourceClaim object) at its path.
@@ -230,6 +376,37 @@ impl FakeApi {
     /// How many requests it answered.
     pub fn reads(&self) -> usize {
         *self.reads.lock().unwrap()
+    }
+
+    /// The ResourceSlices it holds now, by name.
+    pub fn slices(&self) -> Vec<serde_json::Value> {
+        self.slices
+            .lock()
+            .unwrap()
+            .objects
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// How many slice writes succeeded so far.
+    pub fn slice_writes(&self) -> usize {
+        self.slices.lock().unwrap().writes
+    }
+
+    /// Every slice write it refused, with why.
+    pub fn rejected(&self) -> Vec<(String, String)> {
+        self.slices.lock().unwrap().rejected.clone()
+    }
+
+    /// Stores `obj` as a slice some other writer made (no checks), e.g. a leftover of an older
+    /// plugin.
+    pub fn insert_slice(&self, mut obj: serde_json::Value) {
+        let mut store = self.slices.lock().unwrap();
+        store.version += 1;
+        obj["metadata"]["resourceVersion"] = store.version.to_string().into();
+        let name = obj["metadata"]["name"].as_str().unwrap().to_string();
+        store.objects.insert(name, obj);
     }
 }
 
@@ -336,6 +513,8 @@ impl Plugin {
             .arg(format!("unix:{}", api.socket.display()))
             .arg("--health-interval-ms")
             .arg("200")
+            .arg("--slice-interval-ms")
+            .arg("300")
             .env("VGPU_LOG", "debug")
             .env_remove("VGPU_DRA_FAILPOINT");
         if let Some(f) = failpoint {

@@ -21,6 +21,7 @@
 //!   `vgpuctl migration prepare`.
 //! * [`vfio`] — VFIO preflight, backends, viability and binding on the real kernel; [`vfio_bench`] its
 //!   benchmarks.
+//! * [`dra`] — the Kubernetes DRA kubelet plugin: published slices, a prepare making a real mdev.
 //! * [`bench_cli`] — provisioning benchmarks: one process per operation against mdevctl, pool apply.
 //! * [`bench`](mod@bench) — benchmarks ([`all_benches`]), run only when a filter names them;
 //!   [`bus_daemon`] a real dbus-daemon for them.
@@ -33,6 +34,7 @@ pub mod bus_daemon;
 pub mod daemon;
 pub mod daemon_events;
 pub mod discovery;
+pub mod dra;
 pub mod faults;
 pub mod guest;
 pub mod handoff;
@@ -73,6 +75,7 @@ pub fn all_tests() -> Vec<Test<Guest>> {
     tests.extend(metrics::tests());
     tests.extend(qemu_attach::tests());
     tests.extend(libvirt::tests());
+    tests.extend(dra::tests());
     tests
 }
 

@@ -5,8 +5,8 @@
 //! profile whose type is full today is still a device of the GPU.
 //!
 //! Matching runs on a copy of the inventory in which every mdev parent is empty and each type shows
-//! the instances it would hold alone; the offers then carry the real `available_instances` and
-//! instance counts. Only mdev options on the GPU's own parent are listed (an SR-IOV GPU's VFs and
+//! the instances it would hold alone (a homogeneous GPU that holds vGPUs keeps only their type); the
+//! offers then carry the real `available_instances` and instance counts. Only mdev options on the GPU's own parent are listed (an SR-IOV GPU's VFs and
 //! vendor-VFIO types are not yet offered).
 
 use mdev_types::model::{Inventory, MdevType, Vendor};
@@ -29,10 +29,19 @@ pub fn max_instances(t: &MdevType) -> u32 {
     }
 }
 
-/// The host with every mdev parent empty, each type showing [`max_instances`] available.
+/// The host with every mdev parent empty, each type showing [`max_instances`] available. A parent
+/// bound by the homogeneous rule (an NVIDIA GPU's time-sliced vGPUs are all of one type) keeps only
+/// the types it holds, so each profile is matched to what the GPU can still make.
 fn emptied(inv: &Inventory) -> Inventory {
     let mut roomy = inv.clone();
     for p in &mut roomy.mdev_parents {
+        let homogeneous = inv
+            .gpus
+            .iter()
+            .any(|g| g.id == p.name && g.vendor == Vendor::Nvidia);
+        if homogeneous && p.types.iter().any(|t| !t.instances.is_empty()) {
+            p.types.retain(|t| !t.instances.is_empty());
+        }
         for t in &mut p.types {
             t.available_instances = max_instances(t);
             t.instances.clear();

@@ -57,14 +57,20 @@ fn only_mdev_parents_are_listed_with_their_shape() {
 #[test]
 fn a_full_or_blocked_type_is_still_offered_with_its_occupancy() {
     let host = SimHost::builtin("demo").unwrap();
-    // T4 #2 holds one nvidia-231: the homogeneous rule leaves nvidia-223 0 available, yet vdi-2g is
-    // still a shape of the GPU.
+    // T4 #2 holds one nvidia-231 (2Q): the homogeneous rule leaves only that type, so vdi-2g is
+    // offered as nvidia-231, which serves it; every option there is of that type.
     let all = offers(&host);
-    let vdi = option(gpu(&all, T4_2), "vdi-2g");
-    assert_eq!(vdi.type_id, "nvidia-223");
-    assert_eq!((vdi.available, vdi.in_use, vdi.max_instances), (0, 0, 8));
+    let t4b = gpu(&all, T4_2);
+    let vdi = option(t4b, "vdi-2g");
+    assert_eq!(vdi.type_id, "nvidia-231");
+    assert_eq!((vdi.available, vdi.in_use, vdi.max_instances), (7, 1, 8));
+    assert!(
+        t4b.options.iter().all(|o| o.type_id == "nvidia-231"),
+        "{t4b:?}"
+    );
 
-    // Fill T4 #1 with nvidia-223: still offered, 0 available, 8 in use.
+    // Fill T4 #1 with nvidia-223: still offered, 0 available, 8 in use (a full type is still a shape
+    // of the GPU).
     let t = "nvidia-223".parse().unwrap();
     for i in 0..8u32 {
         let uuid = format!("00000000-0000-4000-8000-{i:012}").parse().unwrap();
