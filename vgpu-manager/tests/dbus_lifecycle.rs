@@ -566,3 +566,71 @@ async fn defining_a_type_the_gpu_does_not_list_warns_and_keeps_it() {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+/// `vgpuctl offers`: every profile each GPU serves when it has room, with the kernel's occupancy; a
+/// create on a homogeneous GPU narrows that GPU to the created type, the destroy widens it again.
+#[tokio::test(flavor = "multi_thread")]
+async fn offers_follow_what_a_gpu_holds() {
+    let tmp = tempfile::tempdir().unwrap();
+    let daemon = Daemon::embedded(tmp.path(), &tmp.path().join("state")).await;
+    let bus = daemon.bus.clone();
+    let offers = ok_json(&vgpuctl(&bus, &["offers", "--json"]).await);
+    let t4 = |v: &Value| -> Vec<Value> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["gpu"] == "0000:01:00.0")
+            .unwrap()["options"]
+            .as_array()
+            .unwrap()
+            .clone()
+    };
+    let types = |opts: &[Value]| -> Vec<String> {
+        let mut t: Vec<String> = opts.iter().map(|o| s(o, "type")).collect();
+        t.sort();
+        t.dedup();
+        t
+    };
+    assert!(types(&t4(&offers)).len() > 1, "{offers:#}");
+    let vdi = t4(&offers)
+        .into_iter()
+        .find(|o| o["profile"] == "vdi-2g")
+        .unwrap();
+    assert_eq!(vdi["available"], vdi["max_instances"]);
+    assert_eq!(vdi["in_use"], 0);
+
+    let made = ok_json(
+        &vgpuctl(
+            &bus,
+            &[
+                "create",
+                "--profile",
+                "vdi-2g",
+                "--gpu",
+                "0000:01:00.0",
+                "--json",
+            ],
+        )
+        .await,
+    );
+    let after = ok_json(&vgpuctl(&bus, &["offers", "--json"]).await);
+    assert_eq!(types(&t4(&after)), vec![s(&vdi, "type")], "{after:#}");
+    let vdi_after = t4(&after)
+        .into_iter()
+        .find(|o| o["profile"] == "vdi-2g")
+        .unwrap();
+    assert_eq!(vdi_after["in_use"], 1);
+    assert_eq!(
+        vdi_after["available"].as_u64().unwrap() + 1,
+        vdi_after["max_instances"].as_u64().unwrap()
+    );
+    let table = ok(&vgpuctl(&bus, &["offers"]).await);
+    assert!(
+        table.starts_with("GPU") && table.contains("vdi-2g") && table.contains("0000:01:00.0"),
+        "{table}"
+    );
+
+    ok(&vgpuctl(&bus, &["destroy", &s(&made, "uuid")]).await);
+    let again = ok_json(&vgpuctl(&bus, &["offers", "--json"]).await);
+    assert_eq!(t4(&again), t4(&offers));
+}

@@ -116,6 +116,12 @@ pub enum DaemonCommand {
         #[arg(long)]
         disable: bool,
     },
+    /// What each GPU can give each profile when it has room, with its occupancy now.
+    Offers {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Show the daemon's GPUs and instance counts, or one instance in detail.
     Status {
         /// One instance to show.
@@ -505,6 +511,7 @@ async fn dispatch(
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
     match cmd {
+        DaemonCommand::Offers { json } => super::offers::run(client, *json, out).await?,
         DaemonCommand::List { json } => {
             // Both lists in flight at once: one round trip.
             let (list, foreign) =

@@ -15,6 +15,7 @@ mod host_select;
 mod mdevctl;
 mod metrics;
 mod migration;
+mod offers;
 mod open_device;
 mod pool;
 mod preflight;
