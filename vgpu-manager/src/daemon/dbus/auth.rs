@@ -337,9 +337,18 @@ async fn identify_name(
     // database is read.
     drop(creds);
     tracing::debug!(%sender, uid, bus_groups = ?bus_groups, "caller credentials");
-    let (user, groups) = tokio::task::spawn_blocking(move || user_and_groups(uid, bus_groups))
-        .await
-        .map_err(ApiError::internal)?;
+    let (user, groups) = match (bus_groups, cached_name(uid)) {
+        // The bus gave the groups and the name is known: nothing to read.
+        (Some(groups), Some(user)) => (user, groups),
+        (bus_groups, _) => {
+            let (user, groups) =
+                tokio::task::spawn_blocking(move || user_and_groups(uid, bus_groups))
+                    .await
+                    .map_err(ApiError::internal)?;
+            remember_name(uid, user.clone());
+            (user, groups)
+        }
+    };
     Ok(Caller {
         bus_name: sender.to_string(),
         uid,
@@ -347,6 +356,44 @@ async fn identify_name(
         groups,
         user,
     })
+}
+
+/// How long a user name read from the user database is reused. The name only labels the caller
+/// (instance owners, logs; authorization goes by uid and groups), and each lookup reads the user
+/// database (`/etc/passwd` through NSS) once more per client connection.
+const NAME_TTL: std::time::Duration = std::time::Duration::from_secs(60);
+
+type NameCache = std::collections::HashMap<u32, (Option<String>, std::time::Instant)>;
+
+fn names() -> &'static std::sync::Mutex<NameCache> {
+    static NAMES: std::sync::OnceLock<std::sync::Mutex<NameCache>> = std::sync::OnceLock::new();
+    NAMES.get_or_init(Default::default)
+}
+
+/// The name of `uid` read less than [`NAME_TTL`] ago (`Some(None)`: it has none).
+fn cached_name(uid: u32) -> Option<Option<String>> {
+    let cache = names()
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    cache
+        .get(&uid)
+        .filter(|(_, at)| at.elapsed() < NAME_TTL)
+        .map(|(name, _)| name.clone())
+}
+
+fn remember_name(uid: u32, name: Option<String>) {
+    let mut cache = names()
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    // Callers are few (root, the admins, a handful of services); a flood of uids does not grow it
+    // without bound.
+    if cache.len() >= 1024 {
+        cache.retain(|_, (_, at)| at.elapsed() < NAME_TTL);
+        if cache.len() >= 1024 {
+            cache.clear();
+        }
+    }
+    cache.insert(uid, (name, std::time::Instant::now()));
 }
 
 /// The user name of `uid`, and its groups: those the bus reported, else the user database's
@@ -429,6 +476,9 @@ mod tests {
 
     #[test]
     fn root_groups_come_from_the_user_database_when_the_bus_gives_none() {
+        remember_name(4_000_001, Some("cached".into()));
+        assert_eq!(cached_name(4_000_001), Some(Some("cached".into())));
+        assert_eq!(cached_name(4_000_002), None);
         let (name, groups) = user_and_groups(0, None);
         assert_eq!(name.as_deref(), Some("root"));
         assert!(groups.contains(&0), "{groups:?}");

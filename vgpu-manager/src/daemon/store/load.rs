@@ -73,7 +73,6 @@ pub(crate) fn load_dir<R: Record>(
     other: impl Fn(&str) -> bool,
 ) -> Result<BTreeMap<R::Key, R>, StoreError> {
     let mut records = BTreeMap::new();
-    let mut removed_temp = false;
     let entries = fs::read_dir(dir).map_err(|e| StoreError::io(StoreOp::ListDir, dir, e))?;
     for entry in entries {
         let entry = entry.map_err(|e| StoreError::io(StoreOp::ListDir, dir, e))?;
@@ -87,7 +86,6 @@ pub(crate) fn load_dir<R: Record>(
                 path.display()
             );
             report.temp_files_removed.push(path);
-            removed_temp = true;
             continue;
         }
         if other(&name) {
@@ -118,9 +116,10 @@ pub(crate) fn load_dir<R: Record>(
             Err(reason) => set_aside(path, corrupt_dir, R::KIND, reason, report)?,
         }
     }
-    if removed_temp {
-        sync_dir(dir)?;
-    }
+    // Always: an unlink a crashed run made without its directory sync becomes durable now, so that
+    // from here on a file the records do not list is known to be gone for good (the store skips
+    // removing what it knows does not exist).
+    sync_dir(dir)?;
     Ok(records)
 }
 

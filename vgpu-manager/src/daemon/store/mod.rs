@@ -276,6 +276,9 @@ impl StateDir {
                 self.alternates.remove(&key);
                 Ok(self.definitions.insert(*uuid, next))
             }
+            // No definition, no file: the load synced the directory, and every file since was
+            // written through the store, which would have recorded it.
+            _ if !self.definitions.contains_key(uuid) => Ok(None),
             _ => {
                 remove_durable(&dir, &Definition::file_name(uuid))?;
                 Ok(self.definitions.remove(uuid))
@@ -461,8 +464,10 @@ impl StateDir {
             }
             self.batches.forget(n, uuid);
         }
-        remove_durable(&dir, &LedgerEntry::file_name(uuid))?;
-        self.own_files.remove(uuid);
+        // An entry only in batches has no file of its own to remove (see `remove_definition`).
+        if self.own_files.remove(uuid) {
+            remove_durable(&dir, &LedgerEntry::file_name(uuid))?;
+        }
         Ok(self.ledger.remove(uuid))
     }
 

@@ -89,6 +89,9 @@ struct Conn {
     io: AsyncIo<UnixStream, Shared>,
     write: tokio::sync::Mutex<()>,
     cred: PeerCred,
+    /// Its groups, read from the user database once per connection (as dbus-daemon does) although
+    /// both halves of the socket ask for its credentials.
+    groups: tokio::sync::OnceCell<Option<Vec<u32>>>,
     /// busd's number of the client (its unique name is `:busd.ID`), which busd's records of the
     /// client's calls name it by.
     id: usize,
@@ -256,6 +259,7 @@ pub fn split(
         io: AsyncIo::new(runtime, stream)?,
         write: tokio::sync::Mutex::new(()),
         cred,
+        groups: tokio::sync::OnceCell::new(),
         id,
         send_timeout,
         replies: counted.then(|| {
@@ -489,7 +493,7 @@ impl ReadHalf for Reader {
     }
 
     async fn peer_credentials(&mut self) -> io::Result<ConnectionCredentials> {
-        credentials(self.conn.cred).await
+        credentials(&self.conn).await
     }
 }
 
@@ -534,20 +538,24 @@ impl WriteHalf for Writer {
     }
 
     async fn peer_credentials(&mut self) -> io::Result<ConnectionCredentials> {
-        credentials(self.conn.cred).await
+        credentials(&self.conn).await
     }
 }
 
 /// The credentials busd reports for a client (`GetConnectionCredentials`): its user and process,
 /// and its groups, complete or absent as the D-Bus specification asks.
-async fn credentials(cred: PeerCred) -> io::Result<ConnectionCredentials> {
+async fn credentials(conn: &Conn) -> io::Result<ConnectionCredentials> {
+    let cred = conn.cred;
     let mut c = ConnectionCredentials::default()
         .set_unix_user_id(cred.uid)
         .set_process_id(cred.pid);
     // NSS may block (a file, a daemon, the network), so the lookup runs on a blocking thread.
-    let groups = zruntime::unblock(move || groups_of(cred.uid, cred.gid)).await;
-    for g in groups.unwrap_or_default() {
-        c = c.add_unix_group_id(g);
+    let groups = conn
+        .groups
+        .get_or_init(|| zruntime::unblock(move || groups_of(cred.uid, cred.gid)))
+        .await;
+    for g in groups.iter().flatten() {
+        c = c.add_unix_group_id(*g);
     }
     Ok(c)
 }
