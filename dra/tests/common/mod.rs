@@ -240,7 +240,6 @@ impl FakeApi {
         req: hyper::Request<hyper::body::Incoming>,
     ) -> hyper::Response<Full<Bytes>> {
         use http_body_util::BodyExt;
-        *self.reads.lock().unwrap() += 1;
         let method = req.method().clone();
         let path = req.uri().path().to_string();
         let query = req.uri().query().unwrap_or("").to_string();
@@ -253,6 +252,7 @@ impl FakeApi {
         if path == SLICES || path.starts_with(&format!("{SLICES}/")) {
             return self.slice_answer(&method, &path, &query, &body);
         }
+        *self.reads.lock().unwrap() += 1;
         let found = self.claims.lock().unwrap().get(&path).cloned();
         match found {
             Some(v) if method == hyper::Method::GET => json_answer(200, v.to_string()),
@@ -373,7 +373,7 @@ impl FakeApi {
         self.claims.lock().unwrap().clear();
     }
 
-    /// How many requests it answered.
+    /// How many requests for claims it answered (the slice requests are not counted).
     pub fn reads(&self) -> usize {
         *self.reads.lock().unwrap()
     }
