@@ -7,7 +7,7 @@ fn main() {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
-    let code = vgpu_manager::cli::run(
+    let code = vgpu_manager::cli::run_once(
         std::env::args_os(),
         &mut std::io::stdout(),
         &mut std::io::stderr(),

@@ -264,14 +264,16 @@ pub const EXIT_FAILED: i32 = 1;
 pub fn run_program(
     program: Program,
     args: Vec<OsString>,
+    teardown: super::Teardown,
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> i32 {
     let parsed = match program {
-        Program::Mdevctl => MdevctlProgram::try_parse_from(args).map(|p| (p.bus, p.command)),
-        Program::Lsmdev => {
-            LsmdevProgram::try_parse_from(args).map(|p| (p.bus, MdevctlCommand::List(p.list)))
+        Program::Mdevctl => {
+            super::parse_args::<MdevctlProgram>(args, teardown).map(|p| (p.bus, p.command))
         }
+        Program::Lsmdev => super::parse_args::<LsmdevProgram>(args, teardown)
+            .map(|p| (p.bus, MdevctlCommand::List(p.list))),
     };
     let (bus, command) = match parsed {
         Ok(p) => p,

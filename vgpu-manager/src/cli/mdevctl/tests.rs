@@ -394,7 +394,13 @@ fn program(program: Program, line: &str) -> (i32, String, String) {
         .map(OsString::from)
         .collect();
     let (mut out, mut err) = (Vec::new(), Vec::new());
-    let code = run_program(program, argv, &mut out, &mut err);
+    let code = run_program(
+        program,
+        argv,
+        crate::cli::Teardown::Drop,
+        &mut out,
+        &mut err,
+    );
     (
         code,
         String::from_utf8_lossy(&out).into_owned(),
