@@ -9,13 +9,15 @@
 //! * [`boot_bench`] — benchmark: parent driver loaded to every autostart vGPU in `virsh`, vgpu-manager
 //!   against the real mdevctl's udev rule;
 //! * [`mixed`] — beside the real mdevctl 1.2.0, one `/etc/mdevctl.d` for both;
-//! * [`migrate`] — `virsh migrate --live` of a domain with an mtty vGPU between two libvirt daemons.
+//! * [`migrate`] — `virsh migrate --live` of a domain with an mtty vGPU between two libvirt daemons;
+//! * [`nova`] — OpenStack Nova's libvirt driver listing, making, restarting and deleting an mdev.
 
 pub mod boot_bench;
 pub mod domain;
 pub mod migrate;
 pub mod mixed;
 pub mod nodedev;
+pub mod nova;
 pub mod stack;
 pub mod sysroot;
 
@@ -56,6 +58,9 @@ pub fn tests() -> Vec<Test<Guest>> {
         Test::new("libvirt90_migrate_without_override_fails", |g| {
             migrate::fails_without_override(g, Libvirt::V9_0)
         }),
+        Test::new("libvirt90_nova_manages_mdev", |g| {
+            nova::manages_mdev(g, Libvirt::V9_0)
+        }),
         Test::new("libvirt113_nodedev_lists_mdev_parents", |g| {
             nodedev::lists_mdev_parents(g, Libvirt::V11_3)
         }),
@@ -88,6 +93,9 @@ pub fn tests() -> Vec<Test<Guest>> {
         }),
         Test::new("libvirt113_migrate_without_override_fails", |g| {
             migrate::fails_without_override(g, Libvirt::V11_3)
+        }),
+        Test::new("libvirt113_nova_manages_mdev", |g| {
+            nova::manages_mdev(g, Libvirt::V11_3)
         }),
     ]
 }
