@@ -47,11 +47,11 @@ pub enum DeviceNameError {
         /// The name.
         name: String,
     },
-    /// The GPU id is not a PCI address.
+    /// The GPU id is neither a PCI address nor a usable virtual parent name.
     #[error(
         "GPU {gpu:?} is neither a PCI address dddd:bb:dd.f nor a virtual mdev parent name of lowercase letters and digits"
     )]
-    NotPci {
+    NotAGpuId {
         /// The GPU id.
         gpu: String,
     },
@@ -80,7 +80,7 @@ impl DeviceName {
     pub fn new(gpu: &str, profile: &str, index: u32) -> Result<Self, DeviceNameError> {
         let gpu = canonical_pci(gpu)
             .or_else(|| virtual_parent(gpu).then(|| gpu.to_string()))
-            .ok_or_else(|| DeviceNameError::NotPci {
+            .ok_or_else(|| DeviceNameError::NotAGpuId {
                 gpu: gpu.to_string(),
             })?;
         if !valid_profile(profile) {
@@ -253,7 +253,7 @@ mod tests {
             assert!(
                 matches!(
                     DeviceName::new(bad, "x", 0),
-                    Err(DeviceNameError::NotPci { .. })
+                    Err(DeviceNameError::NotAGpuId { .. })
                 ),
                 "{bad}"
             );
@@ -289,7 +289,7 @@ mod tests {
     fn refuses_names_a_dns_label_cannot_hold() {
         assert!(matches!(
             DeviceName::new("nvidia-parent", "vdi", 0),
-            Err(DeviceNameError::NotPci { .. })
+            Err(DeviceNameError::NotAGpuId { .. })
         ));
         assert!(matches!(
             DeviceName::new("0000:3b:00.0", "Vdi", 0),

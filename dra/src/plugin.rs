@@ -286,7 +286,7 @@ async fn publish_once(
         instances: &instances,
         ours: &ours,
     };
-    Ok(publisher.sync(|g| slices::build(inputs, g)).await?)
+    Ok(publisher.sync(slices::build(inputs, 0)).await?)
 }
 
 /// An error and its sources, `: `-joined.

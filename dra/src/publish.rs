@@ -175,15 +175,12 @@ impl Publisher {
             .collect())
     }
 
-    /// Makes the pool what `desired_at(generation)` builds: nothing when the listed slices already
-    /// hold that content, else every slice written at the next generation and the rest deleted.
-    pub async fn sync(
-        &self,
-        desired_at: impl Fn(i64) -> Vec<ResourceSlice>,
-    ) -> Result<Published, PublishError> {
+    /// Makes the pool hold the slices `want` (their generation is set here): nothing when the listed
+    /// slices already hold that content, else every slice written at the next generation and the
+    /// rest deleted.
+    pub async fn sync(&self, mut want: Vec<ResourceSlice>) -> Result<Published, PublishError> {
         let existing = self.list().await?;
         let current = existing.iter().map(|e| e.generation).max().unwrap_or(0);
-        let want = desired_at(current);
         let listed: Option<Vec<ResourceSlice>> = existing.iter().map(|e| e.slice.clone()).collect();
         let same = listed.is_some_and(|l| content(&l) == content(&want))
             && existing.iter().all(|e| {
@@ -203,7 +200,10 @@ impl Publisher {
             generation,
             ..Published::default()
         };
-        for mut slice in desired_at(generation) {
+        for slice in &mut want {
+            slice.spec.pool.generation = generation;
+        }
+        for mut slice in want.iter().cloned() {
             let name = slice.metadata.name.clone();
             match existing.iter().find(|e| e.name == name) {
                 Some(e) => {

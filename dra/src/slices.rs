@@ -314,21 +314,27 @@ fn gpu_part(g: &GpuOffers, inputs: Inputs<'_>) -> Option<GpuPart> {
     let units = share_units(&options);
     let fb_known = options.iter().all(|o| o.framebuffer_mib.is_some());
     let draw_of = |type_id: &str| options.iter().find(|o| o.type_id == type_id);
-    let mut counters = BTreeMap::new();
-    if let Some(l) = units {
-        let share = |o: &ProfileOffer| l / u64::from(o.max_instances);
+    // What remains of a counter for this driver: the kernel's available instances times their draw
+    // (the least over the types), plus what this driver's own vGPUs draw (the scheduler counts those
+    // against their allocations); never more than `total`.
+    let remaining = |draw: &dyn Fn(&ProfileOffer) -> u64, total: u64| {
         let free = options
             .iter()
-            .map(|o| u64::from(o.available) * share(o))
+            .map(|o| u64::from(o.available) * draw(o))
             .min()
             .unwrap_or(0);
         let ours: u64 = on_gpu
             .iter()
             .filter(|i| inputs.ours.contains(&i.uuid))
             .filter_map(|i| draw_of(&i.type_id))
-            .map(|o| share(o))
+            .map(|o| draw(o))
             .sum();
-        counters.insert("share".to_string(), Quantity::count((free + ours).min(l)));
+        (free + ours).min(total)
+    };
+    let mut counters = BTreeMap::new();
+    if let Some(l) = units {
+        let share = |o: &ProfileOffer| l / u64::from(o.max_instances);
+        counters.insert("share".to_string(), Quantity::count(remaining(&share, l)));
     }
     if fb_known {
         let fb = |o: &ProfileOffer| o.framebuffer_mib.unwrap_or(0);
@@ -337,20 +343,9 @@ fn gpu_part(g: &GpuOffers, inputs: Inputs<'_>) -> Option<GpuPart> {
             .map(|o| u64::from(o.max_instances) * fb(o))
             .max()
             .unwrap_or(0);
-        let free = options
-            .iter()
-            .map(|o| u64::from(o.available) * fb(o))
-            .min()
-            .unwrap_or(0);
-        let ours: u64 = on_gpu
-            .iter()
-            .filter(|i| inputs.ours.contains(&i.uuid))
-            .filter_map(|i| draw_of(&i.type_id))
-            .map(|o| fb(o))
-            .sum();
         counters.insert(
             "framebuffer".to_string(),
-            Quantity::mib((free + ours).min(total)),
+            Quantity::mib(remaining(&fb, total)),
         );
     }
     let taints = if g.health == "ok" {

@@ -23,10 +23,13 @@ use super::options::ProfileTarget;
 pub fn max_instances(t: &MdevType) -> u32 {
     match &t.details {
         TypeDescription::Nvidia(d) if d.max_instance > 0 => d.max_instance,
-        _ => t
-            .available_instances
-            .saturating_add(u32::try_from(t.instances.len()).unwrap_or(u32::MAX)),
+        _ => t.available_instances.saturating_add(in_use(t)),
     }
+}
+
+/// How many instances of `t` exist now.
+fn in_use(t: &MdevType) -> u32 {
+    u32::try_from(t.instances.len()).unwrap_or(u32::MAX)
 }
 
 /// The host with every mdev parent empty, each type showing [`max_instances`] available. A parent
@@ -92,7 +95,7 @@ pub fn host_offers(
                     type_name: type_name.clone(),
                     framebuffer_mib: best.framebuffer_mib,
                     available: t.available_instances,
-                    in_use: u32::try_from(t.instances.len()).unwrap_or(u32::MAX),
+                    in_use: in_use(t),
                     max_instances: max_instances(t),
                 })
             })

@@ -275,6 +275,18 @@ struct Seen {
     libvirt: (bool, bool),
 }
 
+impl Seen {
+    /// A defined, autostarted mdev of [`TYPE`] that runs: what Nova's create and its restart leave.
+    fn running_autostart() -> Seen {
+        Seen {
+            sysfs: Some(TYPE.into()),
+            vgpud: Some((TYPE.into(), "running".into(), true, true)),
+            file: Some((TYPE.into(), "auto".into())),
+            libvirt: (true, false),
+        }
+    }
+}
+
 fn seen(s: &Stack, u: &MdevUuid) -> Result<Seen, TestError> {
     let dev = Path::new("/sys/bus/mdev/devices").join(u.to_string());
     let sysfs = if dev.exists() {
@@ -474,12 +486,7 @@ pub fn manages_mdev(g: &Guest, v: Libvirt) -> TestResult {
         &s,
         &u,
         "_create_new_mediated_device",
-        Seen {
-            sysfs: Some(TYPE.into()),
-            vgpud: Some((TYPE.into(), "running".into(), true, true)),
-            file: Some((TYPE.into(), "auto".into())),
-            libvirt: (true, false),
-        },
+        Seen::running_autostart(),
     )?;
 
     // 3: stopped, then started again by Nova's init_host step.
@@ -530,12 +537,7 @@ pub fn manages_mdev(g: &Guest, v: Libvirt) -> TestResult {
         &s,
         &u,
         "_start_inactive_mediated_devices",
-        Seen {
-            sysfs: Some(TYPE.into()),
-            vgpud: Some((TYPE.into(), "running".into(), true, true)),
-            file: Some((TYPE.into(), "auto".into())),
-            libvirt: (true, false),
-        },
+        Seen::running_autostart(),
     )?;
 
     // 4: deleted.
