@@ -84,7 +84,7 @@ const LOADER: &str = "/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2";
 const LIB_DIRS: &str = "/usr/lib/x86_64-linux-gnu:/lib/x86_64-linux-gnu";
 
 /// One program the benchmark runs.
-struct Program {
+pub(super) struct Program {
     /// argv[0]..: the command line before the operation's own arguments.
     argv: Vec<String>,
     env: Vec<(String, String)>,
@@ -92,7 +92,7 @@ struct Program {
 
 impl Program {
     /// A static binary at `path`.
-    fn direct(path: &Path) -> Program {
+    pub(super) fn direct(path: &Path) -> Program {
         Program {
             argv: vec![path.display().to_string()],
             env: Vec::new(),
@@ -101,7 +101,7 @@ impl Program {
 
     /// A dynamic binary of the host (its path outside [`HOSTROOT`] as given), started by the host's
     /// loader.
-    fn host_dynamic(path: &Path) -> Program {
+    pub(super) fn host_dynamic(path: &Path) -> Program {
         let lib_path = LIB_DIRS
             .split(':')
             .map(|d| format!("{HOSTROOT}{d}"))
@@ -118,24 +118,30 @@ impl Program {
         }
     }
 
-    fn with_env(mut self, k: &str, v: &str) -> Program {
+    pub(super) fn with_env(mut self, k: &str, v: &str) -> Program {
         self.env.push((k.into(), v.into()));
         self
     }
 
-    /// Runs the program with `args`, timing fork, exec and wait; fails unless it exits 0.
-    fn run(&self, args: &[&str]) -> Result<Duration, TestError> {
+    /// The program's command line and environment, for the caller's own arguments and pipes.
+    pub(super) fn command(&self) -> Command {
         let mut cmd = Command::new(&self.argv[0]);
         cmd.args(&self.argv[1..])
-            .args(args)
             .env_clear()
-            .env("PATH", "/usr/bin:/bin")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+            .env("PATH", "/usr/bin:/bin");
         for (k, v) in &self.env {
             cmd.env(k, v);
         }
+        cmd
+    }
+
+    /// Runs the program with `args`, timing fork, exec and wait; fails unless it exits 0.
+    pub(super) fn run(&self, args: &[&str]) -> Result<Duration, TestError> {
+        let mut cmd = self.command();
+        cmd.args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         let t = Instant::now();
         let out = cmd.output().map_err(|e| {
             TestError::Check(format!("cannot run {} {args:?}: {e}", self.argv.join(" ")))
@@ -155,7 +161,7 @@ impl Program {
 }
 
 /// Copies the shipped binary `name` (next to kernel-tests) into `dir`.
-fn shipped_copy(name: &str, dir: &Path) -> Result<PathBuf, TestError> {
+pub(super) fn shipped_copy(name: &str, dir: &Path) -> Result<PathBuf, TestError> {
     let exe = std::env::current_exe()
         .map_err(|e| TestError::Check(format!("cannot find the running test binary: {e}")))?;
     let shipped = exe.with_file_name(name);

@@ -30,6 +30,7 @@
 
 pub mod bench;
 pub mod bench_cli;
+pub mod bench_profile;
 pub mod bus_daemon;
 pub mod daemon;
 pub mod daemon_events;
@@ -84,6 +85,7 @@ pub fn all_tests() -> Vec<Test<Guest>> {
 pub fn all_benches() -> Vec<Test<Guest>> {
     let mut benches = bench::benches();
     benches.extend(bench_cli::benches());
+    benches.extend(bench_profile::benches());
     benches.extend(vfio_bench::benches());
     benches.extend(libvirt::boot_bench::benches());
     benches

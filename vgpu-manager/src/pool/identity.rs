@@ -7,15 +7,85 @@
 //! `cb0c4456-3fed-5659-b32e-3cd99acc6957` (the test `namespace_is_derived_as_documented` pins it).
 //! Pool and profile names contain no `/`, so the name is unambiguous.
 
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+
 use mdev_types::ids::MdevUuid;
 use serde::Serialize;
 
+use super::spec::MAX_SLOTS;
+
 /// The namespace of slot UUIDs (see the module documentation for its derivation).
 pub fn namespace() -> MdevUuid {
-    MdevUuid::from_uuid(uuid::Uuid::new_v5(
-        &uuid::Uuid::NAMESPACE_URL,
-        b"urn:vgpu-manager:pool-slot",
-    ))
+    static NAMESPACE: LazyLock<MdevUuid> = LazyLock::new(|| {
+        MdevUuid::from_uuid(uuid::Uuid::new_v5(
+            &uuid::Uuid::NAMESPACE_URL,
+            b"urn:vgpu-manager:pool-slot",
+        ))
+    });
+    *NAMESPACE
+}
+
+/// The index of each of the [`MAX_SLOTS`] slot UUIDs of one profile in one pool.
+type SlotIndexes = HashMap<MdevUuid, u32>;
+/// A pool name and one of its profile names.
+type PoolProfile = (String, String);
+
+/// Slot indexes computed so far, by pool and profile name: finding which slot a UUID is means
+/// hashing every possible slot of every profile (a thousand SHA-1 digests per profile), which a
+/// pool's plan does on every apply. Bounded: past [`MEMO_LIMIT`] profiles it starts again.
+static MEMO: LazyLock<Mutex<HashMap<PoolProfile, Arc<SlotIndexes>>>> =
+    LazyLock::new(Default::default);
+/// Pool and profile pairs [`MEMO`] holds at most (about 40 KiB each).
+const MEMO_LIMIT: usize = 256;
+
+/// The slot of `pool` that `uuid` names, among the slots of the profiles `profiles`; `None` when it
+/// is none of them.
+pub fn slot_of<'a>(
+    pool: &str,
+    profiles: impl IntoIterator<Item = &'a str>,
+    uuid: &MdevUuid,
+) -> Option<SlotId> {
+    // Slot UUIDs are name-based (version 5): any other UUID is no slot, without a lookup.
+    if uuid.as_uuid().get_version_num() != 5 {
+        return None;
+    }
+    profiles.into_iter().find_map(|profile| {
+        let index = *indexes(pool, profile).get(uuid)?;
+        Some(SlotId {
+            pool: pool.to_string(),
+            profile: profile.to_string(),
+            index,
+            uuid: *uuid,
+        })
+    })
+}
+
+fn indexes(pool: &str, profile: &str) -> Arc<SlotIndexes> {
+    let key = (pool.to_string(), profile.to_string());
+    if let Some(found) = MEMO
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get(&key)
+    {
+        return Arc::clone(found);
+    }
+    let made: Arc<SlotIndexes> = Arc::new(
+        (0..MAX_SLOTS)
+            .map(|i| (slot_uuid(pool, profile, i), i))
+            .collect(),
+    );
+    let mut memo = MEMO.lock().unwrap_or_else(PoisonError::into_inner);
+    if memo.len() >= MEMO_LIMIT {
+        memo.clear();
+    }
+    memo.insert(key, Arc::clone(&made));
+    made
+}
+
+/// The UUID of slot `index` of `profile` in `pool`.
+fn slot_uuid(pool: &str, profile: &str, index: u32) -> MdevUuid {
+    MdevUuid::derived(&namespace(), &format!("{pool}/{profile}/{index}"))
 }
 
 /// One slot of a pool.
@@ -38,7 +108,7 @@ impl SlotId {
             pool: pool.to_string(),
             profile: profile.to_string(),
             index,
-            uuid: MdevUuid::derived(&namespace(), &format!("{pool}/{profile}/{index}")),
+            uuid: slot_uuid(pool, profile, index),
         }
     }
 
@@ -70,5 +140,22 @@ mod tests {
         assert_ne!(a.uuid, SlotId::new("vdi2", "vdi-2g", 0).uuid);
         assert_ne!(a.uuid, SlotId::new("vdi", "vdi-1g", 0).uuid);
         assert_eq!(a.uuid.as_uuid().get_version_num(), 5);
+    }
+
+    #[test]
+    fn slot_of_finds_every_slot_and_nothing_else() {
+        let profiles = ["vdi-1g", "vdi-2g"];
+        for index in [0, 1, 47, MAX_SLOTS - 1] {
+            let s = SlotId::new("vdi", "vdi-2g", index);
+            assert_eq!(slot_of("vdi", profiles, &s.uuid), Some(s.clone()));
+            // Asked again (from the memo), the same answer.
+            assert_eq!(slot_of("vdi", profiles, &s.uuid), Some(s.clone()));
+            assert_eq!(slot_of("vdi", ["vdi-1g"], &s.uuid), None);
+            assert_eq!(slot_of("other", profiles, &s.uuid), None);
+        }
+        // Past the last index, and a random (version 4) UUID.
+        let beyond = slot_uuid("vdi", "vdi-2g", MAX_SLOTS);
+        assert_eq!(slot_of("vdi", profiles, &beyond), None);
+        assert_eq!(slot_of("vdi", profiles, &MdevUuid::new_random()), None);
     }
 }

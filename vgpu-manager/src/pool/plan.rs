@@ -8,13 +8,13 @@
 //! still passes the selectors; other slots of the pool are removed, and their room is reused.
 
 use mdev_types::fault::FaultScope;
-use mdev_types::ids::{MdevUuid, PciAddress};
+use mdev_types::ids::PciAddress;
 use mdev_types::model::Inventory;
 use serde::Serialize;
 
 use super::error::PoolError;
-use super::identity::SlotId;
-use super::spec::{MAX_SLOTS, Pool};
+use super::identity::{self, SlotId};
+use super::spec::Pool;
 use crate::placement::convert::{DemandInput, HostUse, build};
 use crate::placement::{Policy, plan};
 use crate::profile::{Catalog, ProfileTarget, match_profile};
@@ -180,18 +180,12 @@ fn existing(
     inv: &Inventory,
     held: &[HeldSlot],
 ) -> Vec<(SlotId, String, String)> {
-    let mut by_uuid: std::collections::HashMap<MdevUuid, SlotId> = Default::default();
-    for p in catalog.profiles() {
-        for i in 0..MAX_SLOTS {
-            let s = SlotId::new(&pool.name, &p.name, i);
-            by_uuid.insert(s.uuid, s);
-        }
-    }
+    let profiles: Vec<&str> = catalog.profiles().iter().map(|p| p.name.as_str()).collect();
     let mut out: Vec<(SlotId, String, String)> = inv
         .mdev_instances
         .iter()
         .filter_map(|m| {
-            let slot = by_uuid.get(&m.uuid)?.clone();
+            let slot = identity::slot_of(&pool.name, profiles.iter().copied(), &m.uuid)?;
             let gpu = inv
                 .mdev_parents
                 .iter()
