@@ -17,7 +17,7 @@ use crate::paths::{gpu_path, instance_path, instance_uuid};
 use crate::proxy::{Gpu1Proxy, Instance1Proxy, Manager1Proxy};
 use crate::{
     BusAddress, ClientError, DefinitionInfo, FaultInfo, GpuInfo, GpuOffers, InstanceInfo,
-    PoolStatus, PoolSummary, TARGET_PROFILE, TARGET_TYPE,
+    PoolRemoval, PoolStatus, PoolSummary, TARGET_PROFILE, TARGET_TYPE,
 };
 
 /// What `Create`/`Define` make an instance of: a profile or an exact mdev type.
@@ -451,6 +451,15 @@ impl Client {
     pub async fn pool_status(&self) -> Result<Vec<PoolStatus>, ClientError> {
         let text = self.call("PoolStatus", self.manager.pool_status()).await?;
         decode("PoolStatus", &text)
+    }
+
+    /// Removes pool `name`, giving back every slot it holds (`RemovePool`, decoded); a pool vgpud
+    /// does not know is no error (`applied` is false and nothing is removed).
+    pub async fn remove_pool(&self, name: &str) -> Result<PoolRemoval, ClientError> {
+        let text = self
+            .call("RemovePool", self.manager.remove_pool(name))
+            .await?;
+        decode("RemovePool", &text)
     }
 
     /// What each GPU can give each profile of vgpud's catalog now (`ListOffers`, decoded).

@@ -62,11 +62,11 @@ pub mod wire;
 pub use api::{Client, NewInstance, PoolProgress, PrepareOptions, TargetKind};
 pub use bus::{BusAddress, connect, connect_daemon, runtime};
 pub use error::ClientError;
-pub use offers::{GpuOffers, ProfileOffer};
+pub use offers::{GpuOffers, ProfileOffer, VfOffers};
 pub use paths::{
     escape_path_element, gpu_id, gpu_path, instance_path, instance_uuid, manager_path,
 };
-pub use pools::{PoolGpu, PoolStatus, PoolSummary, SchedulingView, SlotRow};
+pub use pools::{PoolGpu, PoolRemoval, PoolStatus, PoolSummary, SchedulingView, SlotRow};
 pub use proxy::{Gpu1Proxy, Instance1Proxy, Manager1Proxy};
 pub use sched::{SchedState, SlotState};
 pub use wire::{DefinitionInfo, FaultInfo, GpuInfo, InstanceInfo, TypeSlot};

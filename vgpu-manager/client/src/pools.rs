@@ -49,6 +49,10 @@ pub struct SlotRow {
     /// older vgpud.
     #[serde(default)]
     pub pci_id: Option<String>,
+    /// The IOMMU group a guest's VFIO device node (`/dev/vfio/<group>`) is in: the VF's for a VF slot,
+    /// the instance's for an mdev slot; `None` when the slot has no device now, and from older vgpud.
+    #[serde(default)]
+    pub iommu_group: Option<u32>,
     /// Why the slot's GPU cannot be read, when it is faulted (the path, the problem and the fix): the
     /// slot is kept as it is until the GPU reads again; `None` on a healthy GPU (and from older vgpud).
     #[serde(default)]
@@ -89,6 +93,17 @@ pub struct PoolSummary {
     pub slots: Vec<SlotRow>,
     /// Where the slots are, per GPU.
     pub gpus: Vec<PoolGpu>,
+}
+
+/// What `RemovePool` did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolRemoval {
+    /// The pool's name.
+    pub pool: String,
+    /// Whether vgpud had the pool applied (false: it knew no such pool, or only slots of it).
+    pub applied: bool,
+    /// The slots given back (`profile/index`): mdev instances destroyed, VFs released.
+    pub removed: Vec<String>,
 }
 
 /// A pool vgpud has applied, and its slots now.

@@ -102,6 +102,9 @@ pub trait Manager1 {
     /// Applies a pool (TOML text), emitting `PoolProgress`: JSON of a [`crate::PoolSummary`].
     fn apply(&self, pool_toml: &str) -> zbus::Result<String>;
 
+    /// Removes pool `name` (its slots given back): JSON of [`crate::PoolRemoval`].
+    fn remove_pool(&self, name: &str) -> zbus::Result<String>;
+
     /// The applied pools: JSON array of [`crate::PoolStatus`].
     fn pool_status(&self) -> zbus::Result<String>;
 

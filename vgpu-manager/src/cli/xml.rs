@@ -308,6 +308,7 @@ mod tests {
             parent: None,
             type_name: None,
             fault: None,
+            iommu_group: None,
             profile: profile.into(),
             index,
             uuid: uuid.into(),

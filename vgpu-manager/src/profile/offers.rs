@@ -6,9 +6,11 @@
 //!
 //! Matching runs on a copy of the inventory in which every mdev parent is empty and each type shows
 //! the instances it would hold alone (a homogeneous GPU that holds vGPUs keeps only their type); the
-//! offers then carry the real `available_instances` and instance counts. Only mdev options on the GPU's own parent are listed (an SR-IOV GPU's VFs and
-//! vendor-VFIO types are not yet offered).
+//! offers then carry the real `available_instances` and instance counts. Options are mdev types on the
+//! GPU's own parent and VF-backed options of an SR-IOV PF (a VF on vfio-pci, an NVIDIA vGPU type on a
+//! VF; [`vf`]), which are counted from the PF's VFs and the VFs pool slots hold.
 
+use mdev_types::ids::PciAddress;
 use mdev_types::model::{Inventory, MdevType, Vendor};
 use mdev_types::parse::TypeDescription;
 use vgpu_client::{GpuOffers, ProfileOffer};
@@ -16,6 +18,8 @@ use vgpu_client::{GpuOffers, ProfileOffer};
 use super::catalog::Catalog;
 use super::matching::match_profile;
 use super::options::ProfileTarget;
+
+mod vf;
 
 /// How many instances `t` holds when it is alone on its parent: the NVIDIA description's
 /// `max_instance`, else what the kernel would still create plus what exists (exact when no other
@@ -54,11 +58,13 @@ fn emptied(inv: &Inventory) -> Inventory {
     roomy
 }
 
-/// One [`GpuOffers`] per GPU of `inv` that is an mdev parent, in inventory order; `health` says
-/// `ok` or why a GPU is faulted (the daemon's wording).
+/// One [`GpuOffers`] per GPU of `inv` that is an mdev parent or an SR-IOV PF, in inventory order;
+/// `health` says `ok` or why a GPU is faulted (the daemon's wording). `held_vfs` are the VFs pool
+/// slots hold (the daemon's records: a slot whose VF a reboot gave back still owns it), never free.
 pub fn host_offers(
     catalog: &Catalog,
     inv: &Inventory,
+    held_vfs: &[PciAddress],
     health: impl Fn(&str) -> String,
 ) -> Vec<GpuOffers> {
     let roomy = emptied(inv);
@@ -69,39 +75,44 @@ pub fn host_offers(
         .collect();
     let mut out = Vec::new();
     for gpu in &inv.gpus {
-        let Some(parent) = inv.mdev_parents.iter().find(|p| p.name == gpu.id) else {
+        let parent = inv.mdev_parents.iter().find(|p| p.name == gpu.id);
+        let pf = vf::sriov_pf(gpu, inv);
+        if parent.is_none() && pf.is_none() {
             continue;
-        };
+        }
         let mut options: Vec<ProfileOffer> = reports
             .iter()
             .filter_map(|r| {
                 let best = r.gpu(&gpu.id)?.best.as_ref()?;
-                let ProfileTarget::Mdev {
-                    parent: on,
-                    type_id,
-                    type_name,
-                } = &best.target
-                else {
-                    return None;
-                };
-                if *on != parent.name {
-                    return None;
+                match &best.target {
+                    ProfileTarget::Mdev {
+                        parent: on,
+                        type_id,
+                        type_name,
+                    } => {
+                        let parent = parent.filter(|p| p.name == *on)?;
+                        let t = parent.types.iter().find(|t| &t.id == type_id)?;
+                        Some(ProfileOffer {
+                            profile: r.profile.clone(),
+                            backend: "mdev".to_string(),
+                            type_id: type_id.to_string(),
+                            type_name: type_name.clone(),
+                            framebuffer_mib: best.framebuffer_mib,
+                            available: t.available_instances,
+                            in_use: in_use(t),
+                            max_instances: max_instances(t),
+                        })
+                    }
+                    _ => vf::offer(&r.profile, best, pf?, inv, held_vfs),
                 }
-                let t = parent.types.iter().find(|t| &t.id == type_id)?;
-                Some(ProfileOffer {
-                    profile: r.profile.clone(),
-                    backend: "mdev".to_string(),
-                    type_id: type_id.to_string(),
-                    type_name: type_name.clone(),
-                    framebuffer_mib: best.framebuffer_mib,
-                    available: t.available_instances,
-                    in_use: in_use(t),
-                    max_instances: max_instances(t),
-                })
             })
             .filter(|o| o.max_instances > 0)
             .collect();
         options.sort_by(|a, b| a.profile.cmp(&b.profile));
+        // A PF that is no mdev parent serves by VFs alone, also when no profile fits now.
+        let vfs = pf
+            .filter(|_| parent.is_none() || options.iter().any(|o| o.backend != "mdev"))
+            .map(|pf| vf::counts(pf, &options, inv, held_vfs));
         out.push(GpuOffers {
             gpu: gpu.id.clone(),
             pci: gpu.pci.map(|a| a.to_string()),
@@ -111,6 +122,7 @@ pub fn host_offers(
             health: health(&gpu.id),
             homogeneous: gpu.vendor == Vendor::Nvidia,
             options,
+            vfs,
         });
     }
     out

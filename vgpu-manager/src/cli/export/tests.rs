@@ -20,6 +20,7 @@ fn row(profile: &str, index: u32, gpu: Option<&str>) -> SlotRow {
         state: if gpu.is_some() { "running" } else { "missing" }.into(),
         vf: None,
         pci_id: None,
+        iommu_group: None,
         fault: None,
     }
 }

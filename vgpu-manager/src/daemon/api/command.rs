@@ -229,6 +229,15 @@ pub struct ApplyPool {
 }
 command!(ApplyPool => PoolSummary, Change);
 
+/// Removes a pool: every slot it holds is given back (mdev instances destroyed, VFs released, their
+/// records dropped) and the pool is forgotten. A pool vgpud does not know changes nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemovePool {
+    /// The pool's name.
+    pub name: String,
+}
+command!(RemovePool => vgpu_client::PoolRemoval, Change);
+
 /// Every pool applied through vgpud and the state of its slots.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GetPoolStatus;

@@ -369,6 +369,15 @@ pub enum RequestError {
         /// The byte offset of the first control character.
         at: usize,
     },
+    /// A pool name that no pool can have.
+    #[error(
+        "{:?} is not a pool name: 1-64 lower-case letters, digits and '-', starting with a letter or digit (`vgpuctl pool status` lists the pools)",
+        clip(.name)
+    )]
+    BadPoolName {
+        /// The name sent.
+        name: String,
+    },
     /// A VF slot was asked for with a target that is no VF.
     #[error("{target} is not a VF target")]
     NotVfTarget {

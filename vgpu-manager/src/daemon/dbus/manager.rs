@@ -491,6 +491,22 @@ impl Manager {
         json_text(&self.shared.run(conn, &hdr, cmd).await?)
     }
 
+    /// Removes a pool: each of its slots is given back (mdev instances destroyed, VFs released) and
+    /// the pool forgotten; returns a JSON summary (docs/json.md, `RemovePool`). A pool vgpud does
+    /// not know changes nothing.
+    #[zbus(out_args("removal"))]
+    async fn remove_pool(
+        &self,
+        name: &str,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<String, ApiError> {
+        let cmd = RemovePool {
+            name: name.to_string(),
+        };
+        json_text(&self.shared.run(conn, &hdr, cmd).await?)
+    }
+
     /// The pools applied through vgpud and their slots, as a JSON array.
     #[zbus(out_args("pools"))]
     async fn pool_status(

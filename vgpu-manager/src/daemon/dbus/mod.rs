@@ -67,6 +67,7 @@ pub trait Executor:
     + Handle<PlanPool>
     + Handle<ApplyPool>
     + Handle<GetPoolStatus>
+    + Handle<RemovePool>
     + Handle<GetScheduling>
     + Handle<PlanScheduling>
     + Handle<ApplyScheduling>

@@ -135,12 +135,17 @@ impl Instances {
         Ok(discover(self.host.as_ref())?.faults)
     }
 
-    /// [`ListOffers`](crate::daemon::api::ListOffers): one discovery, matched against the catalog.
-    pub(super) fn offers(&self) -> Result<Vec<vgpu_client::GpuOffers>, CoreError> {
+    /// [`ListOffers`](crate::daemon::api::ListOffers): one discovery, matched against the catalog;
+    /// `held_vfs` are the VFs pool slots hold.
+    pub(super) fn offers(
+        &self,
+        held_vfs: &[mdev_types::ids::PciAddress],
+    ) -> Result<Vec<vgpu_client::GpuOffers>, CoreError> {
         let inv = discover(self.host.as_ref())?;
         Ok(crate::profile::offers::host_offers(
             &self.catalog,
             &inv,
+            held_vfs,
             |id| health(inv.fault_of(id)),
         ))
     }

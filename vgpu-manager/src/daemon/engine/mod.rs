@@ -41,6 +41,7 @@ mod pool_exec;
 #[cfg(test)]
 mod pool_exec_tests;
 mod pool_record;
+mod pool_remove;
 mod pool_stop;
 mod reconcile;
 mod routes;

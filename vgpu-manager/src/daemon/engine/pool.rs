@@ -50,7 +50,7 @@ const ORIGIN: &str = "pool";
 
 /// One apply at a time: two concurrent applies of one pool would both plan the same creates. A
 /// process-wide lock (rather than a `Core` field) because there is one core per daemon.
-static APPLYING: Mutex<()> = Mutex::new(());
+pub(super) static APPLYING: Mutex<()> = Mutex::new(());
 
 /// The label of a slot's instance.
 pub(super) fn slot_label(slot: &SlotId) -> String {

@@ -112,6 +112,16 @@ impl Pools {
                     }
                     .into(),
                     vf: vf.map(|r| r.vf.to_string()),
+                    iommu_group: match (view, vf) {
+                        (Some(v), _) => v.iommu_group,
+                        (None, Some(r)) => inv
+                            .pci_devices
+                            .iter()
+                            .find(|d| d.address == r.vf)
+                            .and_then(|d| d.iommu_group)
+                            .map(|g| g.0),
+                        (None, None) => None,
+                    },
                     fault,
                 });
             }

@@ -25,7 +25,10 @@ route!(GetMetrics, |core, GetMetrics { format }| Ok(core
         crate::daemon::metrics::Freshness::Current
     )));
 route!(ListGpus, |core, ListGpus| core.instances.list_gpus());
-route!(ListOffers, |core, ListOffers| core.instances.offers());
+route!(ListOffers, |core, ListOffers| {
+    let held: Vec<_> = core.vf_slots.vf_records().iter().map(|r| r.vf).collect();
+    core.instances.offers(&held)
+});
 route!(GetGpuCapacity, |core, GetGpuCapacity { id }| Ok(core
     .instances
     .gpu_capacity(&id)));
@@ -75,6 +78,9 @@ route!(ApplyPool, |core, ApplyPool { toml }| core
     .pools
     .apply(&toml));
 route!(GetPoolStatus, |core, GetPoolStatus| core.pools.status());
+route!(RemovePool, |core, RemovePool { name }| core
+    .pools
+    .remove(&name));
 route!(GetScheduling, |core, GetScheduling { gpu }| core
     .scheduling
     .get(&gpu));
