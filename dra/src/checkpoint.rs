@@ -65,6 +65,13 @@ pub struct PreparedDevice {
     /// The vGPU's IOMMU group, once it runs.
     #[serde(default)]
     pub iommu_group: Option<u32>,
+    /// For a VF-backed device: the vgpud pool of one slot made for it ([`crate::vf_slot`]);
+    /// `None` for an mdev.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vgpud_pool: Option<String>,
+    /// For a VF-backed device, once made: the VF's PCI address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vf: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -234,6 +241,8 @@ mod tests {
                 profile: "vdi-2g".into(),
                 uuid: "u".into(),
                 iommu_group: None,
+                vgpud_pool: None,
+                vf: None,
             }],
         }
     }

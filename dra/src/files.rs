@@ -75,19 +75,27 @@ pub fn write(cfg: &DriverConfig, uid: &str, rec: &ClaimRecord) -> Result<(), FsE
     Ok(())
 }
 
-/// The metadata entry of `d`: its mdev UUID and its GPU's PCI address.
+/// The metadata entry of `d`: an mdev's UUID and its GPU's PCI address, or a VF-backed device's VF
+/// address alone (KubeVirt then gives the VM that PCI device).
 fn metadata_device(driver: &str, d: &PreparedDevice) -> metadata::Device {
     let attr = |s: &str| metadata::Attribute {
         string: s.to_string(),
+    };
+    let attributes: BTreeMap<String, metadata::Attribute> = match (&d.vgpud_pool, &d.vf) {
+        (Some(_), vf) => vf
+            .iter()
+            .map(|vf| (metadata::PCI_BUS_ID.to_string(), attr(vf)))
+            .collect(),
+        // A virtual parent (the kernel's samples) has no PCI bus id to give.
+        (None, _) => std::iter::once((metadata::MDEV_UUID.to_string(), attr(&d.uuid)))
+            .chain(canonical_pci(&d.gpu).map(|pci| (metadata::PCI_BUS_ID.to_string(), attr(&pci))))
+            .collect(),
     };
     metadata::Device {
         driver: driver.to_string(),
         pool: d.pool.clone(),
         name: d.device.clone(),
-        // A virtual parent (the kernel's samples) has no PCI bus id to give.
-        attributes: std::iter::once((metadata::MDEV_UUID.to_string(), attr(&d.uuid)))
-            .chain(canonical_pci(&d.gpu).map(|pci| (metadata::PCI_BUS_ID.to_string(), attr(&pci))))
-            .collect::<BTreeMap<_, _>>(),
+        attributes,
     }
 }
 

@@ -5,7 +5,7 @@
 //! calls the DRA service ([`grpc::DraService`]) to prepare a claim before the pod's containers start
 //! and to unprepare it after they stop. Preparing ([`driver::Driver`]) reads the claim's allocation
 //! from the API server ([`claim`]), maps each allocated device name ([`device_name`]) to a GPU and a
-//! profile, has vgpud make the vGPU ([`vgpud`]), and writes the CDI spec ([`cdi`]) and the
+//! profile, has vgpud make the vGPU ([`vgpud`]; a VF-backed one as a pool of one slot, [`vf_slot`]), and writes the CDI spec ([`cdi`]) and the
 //! device-metadata file KubeVirt reads ([`metadata`]; [`files`] writes both), all recorded in a
 //! crash-safe two-phase [`checkpoint`]; [`health`] streams the prepared devices' health to the
 //! kubelet. `docs/dra.md` is the operator's guide.
@@ -26,4 +26,5 @@ pub mod pb;
 pub mod plugin;
 pub mod publish;
 pub mod slices;
+pub mod vf_slot;
 pub mod vgpud;

@@ -178,6 +178,7 @@ pub async fn serve(
         rolled_back = rec.rolled_back.len(),
         destroyed = rec.destroyed.len(),
         kept = rec.kept,
+        orphaned_pools_removed = rec.orphans.len(),
         "checkpoint reconciled"
     );
 
@@ -276,15 +277,18 @@ async fn publish_once(
     driver: &Driver,
     publisher: &Publisher,
 ) -> Result<Published, Box<dyn std::error::Error + Send + Sync>> {
-    let (offers, instances) = driver.slice_inputs().await?;
+    let now = driver.slice_inputs().await?;
     let ours = driver.vgpu_uuids().await;
+    let our_pools = driver.vgpud_pools().await;
     let cfg = driver.config();
     let inputs = slices::Inputs {
         driver: &cfg.driver_name,
         node: &cfg.pool,
-        offers: &offers,
-        instances: &instances,
+        offers: &now.offers,
+        instances: &now.instances,
         ours: &ours,
+        pools: &now.pools,
+        our_pools: &our_pools,
     };
     Ok(publisher.sync(slices::build(inputs, 0)).await?)
 }

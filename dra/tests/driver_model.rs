@@ -8,6 +8,11 @@
 //! - a prepared claim answers the same on every retry and its vGPUs exist;
 //! - an unprepared claim leaves no vGPU and no record; a restart leaves no half-done claim;
 //! - at the end, unpreparing everything leaves only the foreign instance.
+//!
+//! One GPU (`0000:85:00.0`) is VF-backed: its devices are made as vgpud pools of one slot. The same
+//! rules hold for those pools; pools the plugin did not make (an operator's, another driver's with a
+//! look-alike name) are never removed, and a pool of this driver the checkpoint does not hold (an
+//! orphan) is gone after a restart.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -15,20 +20,29 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use proptest::prelude::*;
-use vgpu_client::{ClientError, FaultInfo, InstanceInfo, NewInstance};
+use vgpu_client::{
+    ClientError, FaultInfo, GpuOffers, InstanceInfo, NewInstance, PoolRemoval, PoolStatus,
+    PoolSummary, ProfileOffer, SlotRow, VfOffers,
+};
 use vgpu_dra::checkpoint::{Checkpoint, Phase};
 use vgpu_dra::claim::{ClaimError, ClaimSource, ResourceClaim};
 use vgpu_dra::driver::{ClaimRef, Driver, DriverConfig};
-use vgpu_dra::vgpud::Vgpud;
+use vgpu_dra::vgpud::{SlotPool, Vgpud};
 
 const DRIVER: &str = "vgpu.vgpu-manager.io";
 const FOREIGN: &str = "8f0c2a43-6d1e-4b7a-9c55-0e4b1d2f7a61";
+/// The VF-backed GPU.
+const VF_GPU: &str = "0000:85:00.0";
+/// An operator's pool and another driver's pool with a name like ours: never removed.
+const FOREIGN_POOLS: [&str; 2] = ["floor", "dra-00000000000000000000000000000000"];
 /// Instances one GPU holds.
 const CAPACITY: usize = 2;
 
 #[derive(Default)]
 struct State {
     instances: BTreeMap<String, InstanceInfo>,
+    /// Applied pools: name → (description, profile, GPU, IOMMU group of its VF).
+    pools: BTreeMap<String, (String, String, String, i32)>,
     /// Creates that succeed before one fails; `None`: none fails.
     fail_after: Option<u32>,
     destroyed: Vec<String>,
@@ -48,11 +62,68 @@ fn refused(kind: &str, message: &str) -> ClientError {
 impl FakeVgpud {
     fn with_foreign() -> Self {
         let v = FakeVgpud::default();
-        v.0.lock().unwrap().instances.insert(
+        let mut s = v.0.lock().unwrap();
+        s.instances.insert(
             FOREIGN.into(),
             instance(FOREIGN, "0000:01:00.0", "", "", 50),
         );
+        for (name, description) in FOREIGN_POOLS.iter().zip([
+            "desktops",
+            "vgpu-dra-plugin other.example.com: claim x/y device z",
+        ]) {
+            s.pools.insert(
+                name.to_string(),
+                (description.into(), "vdi-2g".into(), VF_GPU.into(), 70),
+            );
+        }
+        drop(s);
         v
+    }
+}
+
+impl State {
+    /// Counts a create; `Err` if it is the injected failure.
+    fn creating(&mut self) -> Result<(), ClientError> {
+        match self.fail_after {
+            Some(0) => {
+                self.fail_after = None;
+                Err(refused("Failed", "the simulated create failed"))
+            }
+            Some(n) => {
+                self.fail_after = Some(n - 1);
+                Ok(())
+            }
+            None => Ok(()),
+        }
+    }
+
+    fn status(&self, name: &str) -> Option<PoolStatus> {
+        let (description, profile, gpu, group) = self.pools.get(name)?;
+        Some(PoolStatus {
+            pool: name.into(),
+            description: description.clone(),
+            policy: "consolidate".into(),
+            autostart: false,
+            applied_at: 0,
+            wanted: BTreeMap::from([(profile.clone(), 1)]),
+            in_sync: true,
+            slots: vec![SlotRow {
+                profile: profile.clone(),
+                index: 0,
+                uuid: format!("slot-{name}"),
+                gpu: Some(gpu.clone()),
+                numa_node: None,
+                type_id: None,
+                parent: None,
+                type_name: None,
+                state: "running".into(),
+                vf: Some(format!("0000:85:{:02x}.{}", group / 8, group % 8)),
+                pci_id: None,
+                iommu_group: u32::try_from(*group).ok(),
+                fault: None,
+            }],
+            gpus: Vec::new(),
+        })
     }
 }
 
@@ -86,15 +157,11 @@ impl Vgpud for FakeVgpud {
 
     async fn create(&self, req: &NewInstance) -> Result<InstanceInfo, ClientError> {
         let mut s = self.0.lock().unwrap();
-        match s.fail_after {
-            Some(0) => {
-                s.fail_after = None;
-                return Err(refused("Failed", "the simulated create failed"));
-            }
-            Some(n) => s.fail_after = Some(n - 1),
-            None => {}
-        }
+        s.creating()?;
         let gpu = req.gpu.clone().expect("the plugin names the GPU");
+        if gpu == VF_GPU {
+            return Err(refused("NotSupported", "VF-backed: use a pool"));
+        }
         let uuid = req.uuid.clone().expect("the plugin names the UUID");
         if s.instances.contains_key(&uuid) {
             return Err(refused("Exists", "UUID in use"));
@@ -128,8 +195,85 @@ impl Vgpud for FakeVgpud {
         Ok(Vec::new())
     }
 
-    async fn list_offers(&self) -> Result<Vec<vgpu_client::GpuOffers>, ClientError> {
-        Ok(Vec::new())
+    async fn list_offers(&self) -> Result<Vec<GpuOffers>, ClientError> {
+        Ok(vec![GpuOffers {
+            gpu: VF_GPU.into(),
+            pci: Some(VF_GPU.into()),
+            vendor: "nvidia".into(),
+            model: "NVIDIA L40S".into(),
+            numa_node: None,
+            health: "ok".into(),
+            homogeneous: true,
+            options: vec![ProfileOffer {
+                profile: "vdi-2g".into(),
+                backend: "nvidia-vendor-vfio".into(),
+                type_id: "1146".into(),
+                type_name: Some("NVIDIA L40S-2B".into()),
+                framebuffer_mib: Some(2048),
+                available: 2,
+                in_use: 0,
+                max_instances: 2,
+            }],
+            vfs: Some(VfOffers {
+                enabled: 4,
+                total: 4,
+                free: 2,
+            }),
+        }])
+    }
+
+    async fn apply_pool(&self, pool: &SlotPool) -> Result<PoolSummary, ClientError> {
+        let mut s = self.0.lock().unwrap();
+        if !s.pools.contains_key(&pool.name) {
+            s.creating()?;
+            let on_gpu = s.pools.values().filter(|p| p.2 == pool.gpu).count();
+            if on_gpu >= CAPACITY + FOREIGN_POOLS.len() {
+                return Err(refused("Shortfall", "no free VF"));
+            }
+            s.next_group += 1;
+            let group = 100 + s.next_group;
+            s.pools.insert(
+                pool.name.clone(),
+                (
+                    pool.description.clone(),
+                    pool.profile.clone(),
+                    pool.gpu.clone(),
+                    group,
+                ),
+            );
+        }
+        let st = s.status(&pool.name).unwrap();
+        Ok(PoolSummary {
+            pool: pool.name.clone(),
+            host: "fake".into(),
+            changed: true,
+            steps: 1,
+            created: vec!["vdi-2g/0".into()],
+            removed: Vec::new(),
+            kept: 0,
+            slots: st.slots,
+            gpus: Vec::new(),
+        })
+    }
+
+    async fn remove_pool(&self, name: &str) -> Result<PoolRemoval, ClientError> {
+        let mut s = self.0.lock().unwrap();
+        s.destroyed.push(name.to_string());
+        let applied = s.pools.remove(name).is_some();
+        Ok(PoolRemoval {
+            pool: name.into(),
+            applied,
+            removed: if applied {
+                vec!["vdi-2g/0".into()]
+            } else {
+                Vec::new()
+            },
+        })
+    }
+
+    async fn pool_status(&self) -> Result<Vec<PoolStatus>, ClientError> {
+        let s = self.0.lock().unwrap();
+        Ok(s.pools.keys().filter_map(|n| s.status(n)).collect())
     }
 }
 
@@ -157,6 +301,13 @@ const CLAIMS: &[(&str, &str, &[&str])] = &[
         &["gpu-0000-3b-00-0-vdi-2g-0", "gpu-0000-01-00-0-vdi-2g-1"],
     ),
     ("c2", "u2", &["gpu-0000-01-00-0-vdi-2g-2"]),
+    (
+        "c3",
+        "u3",
+        &["gpu-0000-85-00-0-vdi-2g-0", "gpu-0000-01-00-0-vdi-2g-3"],
+    ),
+    ("c4", "u4", &["gpu-0000-85-00-0-vdi-2g-1"]),
+    ("c5", "u5", &["gpu-0000-85-00-0-vdi-2g-2"]),
 ];
 
 fn api() -> FakeApi {
@@ -190,6 +341,9 @@ enum Op {
     /// The create after this many successful ones fails.
     FailCreate(u32),
     VanishOne(usize),
+    /// A pool of this driver appears that no claim holds (an unprepare the plugin did not see
+    /// through).
+    PlantOrphan(u8),
     Restart,
 }
 
@@ -198,7 +352,8 @@ fn op() -> impl Strategy<Value = Op> {
         4 => (0..CLAIMS.len()).prop_map(Op::Prepare),
         3 => (0..CLAIMS.len()).prop_map(Op::Unprepare),
         1 => (0..2u32).prop_map(Op::FailCreate),
-        1 => (0..4usize).prop_map(Op::VanishOne),
+        1 => (0..6usize).prop_map(Op::VanishOne),
+        1 => any::<u8>().prop_map(Op::PlantOrphan),
         2 => Just(Op::Restart),
     ]
 }
@@ -226,7 +381,29 @@ fn on_disk(dir: &Path) -> (BTreeSet<String>, bool) {
     (uuids, started)
 }
 
-fn check_ownership(dir: &Path, vgpud: &FakeVgpud) -> Result<(), TestCaseError> {
+/// The vGPU of `device` of claim `uid` exists: an instance, or for the VF-backed GPU its pool.
+fn made(d: &Driver, s: &State, uid: &str, device: &str) -> bool {
+    let uuid = d.vgpu_uuid(uid, device);
+    if device.starts_with("gpu-0000-85-") {
+        s.pools.contains_key(&vgpu_dra::vf_slot::pool_name(&uuid))
+    } else {
+        s.instances.contains_key(&uuid)
+    }
+}
+
+/// The pools the checkpoint on disk lists.
+fn pools_on_disk(dir: &Path) -> BTreeSet<String> {
+    let ck = Checkpoint::load(&dir.join("checkpoint.json"), DRIVER).unwrap();
+    ck.claims()
+        .flat_map(|(_, r)| r.devices.iter().filter_map(|d| d.vgpud_pool.clone()))
+        .collect()
+}
+
+fn check_ownership(
+    dir: &Path,
+    vgpud: &FakeVgpud,
+    orphans: &BTreeSet<String>,
+) -> Result<(), TestCaseError> {
     let s = vgpud.0.lock().unwrap();
     prop_assert!(
         s.instances.contains_key(FOREIGN),
@@ -239,6 +416,18 @@ fn check_ownership(dir: &Path, vgpud: &FakeVgpud) -> Result<(), TestCaseError> {
     let (recorded, _) = on_disk(dir);
     for u in s.instances.keys().filter(|u| *u != FOREIGN) {
         prop_assert!(recorded.contains(u), "vGPU {u} is not in the checkpoint");
+    }
+    for p in FOREIGN_POOLS {
+        prop_assert!(s.pools.contains_key(p), "pool {p} is gone");
+        prop_assert!(!s.destroyed.iter().any(|u| u == p), "pool {p} was removed");
+    }
+    let pools = pools_on_disk(dir);
+    for p in s.pools.keys() {
+        let ours = !FOREIGN_POOLS.contains(&p.as_str()) && !orphans.contains(p);
+        prop_assert!(
+            !ours || pools.contains(p),
+            "pool {p} is not in the checkpoint"
+        );
     }
     Ok(())
 }
@@ -255,6 +444,7 @@ proptest! {
         let api = Arc::new(api());
         let mut d = driver(dir, &vgpud, &api);
         rt.block_on(d.recover()).unwrap();
+        let mut orphans = BTreeSet::new();
         for op in ops {
             match op {
                 Op::Prepare(i) => {
@@ -264,8 +454,7 @@ proptest! {
                         prop_assert_eq!(&again, &first);
                         let s = vgpud.0.lock().unwrap();
                         for dev in CLAIMS[i].2 {
-                            let uuid = d.vgpu_uuid(CLAIMS[i].1, dev);
-                            prop_assert!(s.instances.contains_key(&uuid), "{} has no vGPU", dev);
+                            prop_assert!(made(&d, &s, CLAIMS[i].1, dev), "{} has no vGPU", dev);
                         }
                     }
                 }
@@ -273,8 +462,7 @@ proptest! {
                     rt.block_on(d.unprepare(&claim_ref(i))).unwrap();
                     let s = vgpud.0.lock().unwrap();
                     for dev in CLAIMS[i].2 {
-                        let uuid = d.vgpu_uuid(CLAIMS[i].1, dev);
-                        prop_assert!(!s.instances.contains_key(&uuid));
+                        prop_assert!(!made(&d, &s, CLAIMS[i].1, dev), "{} is left", dev);
                     }
                     let ck = Checkpoint::load(&dir.join("checkpoint.json"), DRIVER).unwrap();
                     prop_assert!(ck.get(CLAIMS[i].1).is_none());
@@ -288,15 +476,39 @@ proptest! {
                     if let Some(u) = victim {
                         s.instances.remove(&u);
                     }
+                    let pool = s
+                        .pools
+                        .keys()
+                        .filter(|p| !FOREIGN_POOLS.contains(&p.as_str()))
+                        .nth(k)
+                        .cloned();
+                    if let Some(p) = pool {
+                        s.pools.remove(&p);
+                        orphans.remove(&p);
+                    }
+                }
+                Op::PlantOrphan(n) => {
+                    let name = vgpu_dra::vf_slot::pool_name(&format!("{n:032x}"));
+                    let desc = vgpu_dra::vf_slot::description(DRIVER, "vms", "gone", "gpu-0000-85-00-0-vdi-2g-9");
+                    let mut s = vgpud.0.lock().unwrap();
+                    if !s.pools.contains_key(&name) {
+                        s.pools.insert(name.clone(), (desc, "vdi-2g".into(), VF_GPU.into(), 90));
+                        orphans.insert(name);
+                    }
                 }
                 Op::Restart => {
                     drop(d);
                     d = driver(dir, &vgpud, &api);
                     rt.block_on(d.recover()).unwrap();
                     prop_assert!(!on_disk(dir).1, "a half-done claim survived the restart");
+                    let s = vgpud.0.lock().unwrap();
+                    for o in &orphans {
+                        prop_assert!(!s.pools.contains_key(o), "orphan pool {o} survived the restart");
+                    }
+                    orphans.clear();
                 }
             }
-            check_ownership(dir, &vgpud)?;
+            check_ownership(dir, &vgpud, &orphans)?;
         }
         vgpud.0.lock().unwrap().fail_after = None;
         for i in 0..CLAIMS.len() {
@@ -305,5 +517,8 @@ proptest! {
         let left: Vec<String> = vgpud.0.lock().unwrap().instances.keys().cloned().collect();
         prop_assert_eq!(left, vec![FOREIGN.to_string()]);
         prop_assert!(on_disk(dir).0.is_empty());
+        let pools: BTreeSet<String> = vgpud.0.lock().unwrap().pools.keys().cloned().collect();
+        let expected: BTreeSet<String> = FOREIGN_POOLS.iter().map(|p| p.to_string()).chain(orphans).collect();
+        prop_assert_eq!(pools, expected);
     }
 }

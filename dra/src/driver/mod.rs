@@ -15,12 +15,18 @@ use uuid::Uuid;
 use vgpu_client::{ClientError, InstanceInfo, NewInstance};
 
 use crate::cdi;
-use crate::checkpoint::{Checkpoint, CheckpointError, ClaimRecord, Phase, PreparedDevice};
-use crate::claim::{ClaimError, ClaimSource};
-use crate::device_name::{DeviceName, DeviceNameError, canonical_pci};
+use crate::checkpoint::{Checkpoint, ClaimRecord, Phase, PreparedDevice};
+use crate::claim::ClaimSource;
+use crate::device_name::{DeviceName, canonical_pci};
 use crate::files;
-use crate::fsutil::FsError;
+use crate::vf_slot;
 use crate::vgpud::Vgpud;
+
+mod error;
+mod health;
+
+pub use error::DriverError;
+pub use health::DeviceHealth;
 
 /// Where the driver writes and what it is called.
 #[derive(Debug, Clone)]
@@ -85,118 +91,6 @@ pub struct Prepared {
     pub cdi_ids: Vec<String>,
 }
 
-/// Why a claim could not be prepared or unprepared. Sent to the kubelet as the claim's error.
-#[derive(Debug, thiserror::Error)]
-pub enum DriverError {
-    /// The claim could not be read.
-    #[error(transparent)]
-    Claim(#[from] ClaimError),
-    /// The API server has another claim under that name.
-    #[error(
-        "claim {namespace}/{name} has UID {found} in the API server, not {expected}: it was deleted and made again; the kubelet will retry with the new one"
-    )]
-    UidMismatch {
-        /// The namespace.
-        namespace: String,
-        /// The name.
-        name: String,
-        /// The UID the kubelet gave.
-        expected: String,
-        /// The UID the API server has.
-        found: String,
-    },
-    /// The claim has no allocation yet.
-    #[error(
-        "claim {namespace}/{name} is not allocated yet; the kubelet prepares only allocated claims, so retry"
-    )]
-    NotAllocated {
-        /// The namespace.
-        namespace: String,
-        /// The name.
-        name: String,
-    },
-    /// An allocated device name is not one of this driver's.
-    #[error(
-        "claim {namespace}/{name} was allocated device {device:?}, which this driver does not publish"
-    )]
-    Device {
-        /// The namespace.
-        namespace: String,
-        /// The name.
-        name: String,
-        /// The device.
-        device: String,
-        /// Why it does not parse.
-        #[source]
-        source: DeviceNameError,
-    },
-    /// The device belongs to another node's pool.
-    #[error(
-        "claim {namespace}/{name} was allocated device {device} from pool {pool:?}, but this node's pool is {ours:?}"
-    )]
-    WrongPool {
-        /// The namespace.
-        namespace: String,
-        /// The name.
-        name: String,
-        /// The device.
-        device: String,
-        /// Its pool.
-        pool: String,
-        /// This node's pool.
-        ours: String,
-    },
-    /// A vgpud call failed.
-    #[error("vgpud could not {action} vGPU {uuid} ({profile} on {gpu}) for claim {claim}")]
-    Vgpud {
-        /// `create` or `destroy`, `find`.
-        action: &'static str,
-        /// The vGPU's UUID.
-        uuid: String,
-        /// The profile.
-        profile: String,
-        /// The GPU.
-        gpu: String,
-        /// The claim `namespace/name`.
-        claim: String,
-        /// The daemon's or the bus's error.
-        #[source]
-        source: Box<ClientError>,
-    },
-    /// The vGPU with our UUID is not what we would have made.
-    #[error(
-        "vGPU {uuid} exists on {found_gpu} with profile {found_profile:?}, not {profile} on {gpu}: it was not made for this claim; destroy it (vgpuctl destroy {uuid}) if it is unused"
-    )]
-    Conflict {
-        /// The UUID.
-        uuid: String,
-        /// The GPU wanted.
-        gpu: String,
-        /// The profile wanted.
-        profile: String,
-        /// The GPU it is on.
-        found_gpu: String,
-        /// Its profile.
-        found_profile: String,
-    },
-    /// The vGPU runs without an IOMMU group, so it has no VFIO device node.
-    #[error(
-        "vGPU {uuid} is {state} without an IOMMU group, so containers cannot reach it; check vgpuctl show {uuid}"
-    )]
-    NoIommuGroup {
-        /// The UUID.
-        uuid: String,
-        /// Its state.
-        state: String,
-    },
-    /// The checkpoint could not be written.
-    #[error(transparent)]
-    Checkpoint(#[from] CheckpointError),
-    /// A CDI spec or metadata file could not be written or removed.
-    #[error(transparent)]
-    Fs(#[from] FsError),
-}
-
 /// The driver: configuration, vgpud, the claim source and the checkpoint (whose lock serializes
 /// every prepare and unprepare).
 pub struct Driver {
@@ -209,17 +103,15 @@ pub struct Driver {
     changed: std::sync::Arc<tokio::sync::Notify>,
 }
 
-/// The health of one prepared device, as [`Driver::health`] finds it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeviceHealth {
-    /// Its pool.
-    pub pool: String,
-    /// Its device name.
-    pub device: String,
-    /// Its vGPU runs and its GPU reads.
-    pub healthy: bool,
-    /// Why, in words.
-    pub message: String,
+/// What the ResourceSlices are built from ([`Driver::slice_inputs`]).
+#[derive(Debug, Clone, Default)]
+pub struct SliceInputs {
+    /// vgpud's offers.
+    pub offers: Vec<vgpu_client::GpuOffers>,
+    /// Every instance vgpud knows.
+    pub instances: Vec<InstanceInfo>,
+    /// Every pool vgpud has applied.
+    pub pools: Vec<vgpu_client::PoolStatus>,
 }
 
 /// What [`Driver::recover`] did.
@@ -231,6 +123,8 @@ pub struct Recovery {
     pub destroyed: Vec<String>,
     /// Claims still prepared, kept for the kubelet's unprepare.
     pub kept: usize,
+    /// VF slot pools of this driver that no claim of the checkpoint holds, removed.
+    pub orphans: Vec<String>,
 }
 
 impl Driver {
@@ -279,6 +173,16 @@ impl Driver {
             ck.remove(&uid)?;
             out.rolled_back.push(uid);
         }
+        let keep: std::collections::HashSet<String> = ck
+            .claims()
+            .flat_map(|(_, r)| r.devices.iter().filter_map(|d| d.vgpud_pool.clone()))
+            .collect();
+        match vf_slot::remove_orphans(self.vgpud.as_ref(), &self.cfg.driver_name, &keep).await {
+            Ok(removed) => out.orphans = removed,
+            Err(e) => {
+                tracing::warn!(error = %e, "vgpud's pools could not be read to remove orphaned VF slot pools; the next start tries again")
+            }
+        }
         Ok(out)
     }
 
@@ -311,8 +215,20 @@ impl Driver {
                 name: c.name.clone(),
             });
         }
+        let results: Vec<_> = claim.results_of(&self.cfg.driver_name).collect();
+        let offers = if results.is_empty() {
+            Vec::new()
+        } else {
+            self.vgpud
+                .list_offers()
+                .await
+                .map_err(|source| DriverError::Offers {
+                    claim: format!("{}/{}", c.namespace, c.name),
+                    source: Box::new(source),
+                })?
+        };
         let mut devices = Vec::new();
-        for r in claim.results_of(&self.cfg.driver_name) {
+        for r in results {
             let name: DeviceName = r.device.parse().map_err(|source| DriverError::Device {
                 namespace: c.namespace.clone(),
                 name: c.name.clone(),
@@ -328,14 +244,19 @@ impl Driver {
                     ours: self.cfg.pool.clone(),
                 });
             }
+            let uuid = self.vgpu_uuid(&c.uid, &r.device);
+            let vgpud_pool = vf_slot::is_vf_backed(&offers, &name.gpu, &name.profile)
+                .then(|| vf_slot::pool_name(&uuid));
             devices.push(PreparedDevice {
                 request: r.request.clone(),
                 pool: r.pool.clone(),
                 device: r.device.clone(),
-                uuid: self.vgpu_uuid(&c.uid, &r.device),
+                uuid,
                 gpu: name.gpu,
                 profile: name.profile,
                 iommu_group: None,
+                vgpud_pool,
+                vf: None,
             });
         }
         let mut rec = ClaimRecord {
@@ -356,7 +277,9 @@ impl Driver {
         ck.put(&c.uid, rec.clone())?;
         self.failpoint(Failpoint::AfterPlan).await;
         for d in &mut rec.devices {
-            d.iommu_group = Some(self.ensure_vgpu(c, d).await?);
+            let (group, vf) = self.ensure_vgpu(c, d).await?;
+            d.iommu_group = Some(group);
+            d.vf = vf;
         }
         self.failpoint(Failpoint::AfterCreate).await;
         self.write_files(&c.uid, &rec)?;
@@ -377,9 +300,10 @@ impl Driver {
     ) -> Result<Vec<Prepared>, DriverError> {
         let mut changed = false;
         for d in &mut rec.devices {
-            let group = Some(self.ensure_vgpu(c, d).await?);
-            changed |= group != d.iommu_group;
-            d.iommu_group = group;
+            let (group, vf) = self.ensure_vgpu(c, d).await?;
+            changed |= Some(group) != d.iommu_group || vf != d.vf;
+            d.iommu_group = Some(group);
+            d.vf = vf;
         }
         self.write_files(&c.uid, &rec)?;
         if changed {
@@ -402,53 +326,21 @@ impl Driver {
             .collect()
     }
 
-    /// What the ResourceSlices are built from, read from vgpud now: its offers and instances.
-    pub async fn slice_inputs(
-        &self,
-    ) -> Result<(Vec<vgpu_client::GpuOffers>, Vec<vgpu_client::InstanceInfo>), ClientError> {
-        let offers = self.vgpud.list_offers().await?;
-        let instances = self.vgpud.list_instances().await?;
-        Ok((offers, instances))
+    /// The vgpud pools of every VF-backed device this driver made or is making.
+    pub async fn vgpud_pools(&self) -> std::collections::HashSet<String> {
+        let ck = self.state.lock().await;
+        ck.claims()
+            .flat_map(|(_, r)| r.devices.iter().filter_map(|d| d.vgpud_pool.clone()))
+            .collect()
     }
 
-    /// The health of every device of every completed claim: healthy while its vGPU runs and vgpud
-    /// reads its GPU without fault. Two vgpud calls whatever the number of devices.
-    pub async fn health(&self) -> Result<Vec<DeviceHealth>, ClientError> {
-        let devices: Vec<PreparedDevice> = {
-            let ck = self.state.lock().await;
-            ck.claims()
-                .filter(|(_, r)| r.phase == Phase::Completed)
-                .flat_map(|(_, r)| r.devices.iter().cloned())
-                .collect()
-        };
-        if devices.is_empty() {
-            return Ok(Vec::new());
-        }
-        let instances = self.vgpud.list_instances().await?;
-        let faults = self.vgpud.list_faults().await?;
-        Ok(devices
-            .into_iter()
-            .map(|d| {
-                let fault = faults.iter().find(|f| {
-                    f.device == d.gpu || canonical_pci(&f.device).as_deref() == Some(d.gpu.as_str())
-                });
-                let (healthy, message) = match (instances.iter().find(|i| i.uuid == d.uuid), fault)
-                {
-                    (None, _) => (false, format!("vGPU {} is gone", d.uuid)),
-                    (Some(i), _) if i.state != "running" => {
-                        (false, format!("vGPU {} is {}", d.uuid, i.state))
-                    }
-                    (Some(_), Some(f)) => (false, format!("GPU {}: {}", d.gpu, f.problem)),
-                    (Some(_), None) => (true, format!("vGPU {} runs on {}", d.uuid, d.gpu)),
-                };
-                DeviceHealth {
-                    pool: d.pool,
-                    device: d.device,
-                    healthy,
-                    message,
-                }
-            })
-            .collect())
+    /// What the ResourceSlices are built from, read from vgpud now: its offers, instances and pools.
+    pub async fn slice_inputs(&self) -> Result<SliceInputs, ClientError> {
+        Ok(SliceInputs {
+            offers: self.vgpud.list_offers().await?,
+            instances: self.vgpud.list_instances().await?,
+            pools: self.vgpud.pool_status().await?,
+        })
     }
 
     /// Unprepares claim `c`: destroys its vGPUs, removes its files, forgets it. A claim the plugin
@@ -479,8 +371,18 @@ impl Driver {
         }
     }
 
-    /// The vGPU of `d` running, made if missing; its IOMMU group.
-    async fn ensure_vgpu(&self, c: &ClaimRef, d: &PreparedDevice) -> Result<u32, DriverError> {
+    /// The vGPU of `d` running, made if missing; its IOMMU group and, for a VF-backed device, its VF.
+    async fn ensure_vgpu(
+        &self,
+        c: &ClaimRef,
+        d: &PreparedDevice,
+    ) -> Result<(u32, Option<String>), DriverError> {
+        if let Some(pool) = &d.vgpud_pool {
+            let claim = (c.namespace.as_str(), c.name.as_str());
+            let (vf, group) =
+                vf_slot::ensure(self.vgpud.as_ref(), &self.cfg.driver_name, claim, d, pool).await?;
+            return Ok((group, Some(vf)));
+        }
         let fail = |action, source| DriverError::Vgpud {
             action,
             uuid: d.uuid.clone(),
@@ -515,16 +417,25 @@ impl Driver {
                 i
             }
         };
-        inst.iommu_group().ok_or(DriverError::NoIommuGroup {
+        let group = inst.iommu_group().ok_or(DriverError::NoIommuGroup {
             uuid: d.uuid.clone(),
             state: inst.state.clone(),
-        })
+        })?;
+        Ok((group, None))
     }
 
     /// Destroys the vGPUs `rec` lists and removes the claim's files; the UUIDs it destroyed.
     async fn teardown(&self, uid: &str, rec: &ClaimRecord) -> Result<Vec<String>, DriverError> {
         let mut destroyed = Vec::new();
         for d in &rec.devices {
+            if let Some(pool) = &d.vgpud_pool {
+                let claim = (rec.namespace.as_str(), rec.name.as_str());
+                if vf_slot::remove(self.vgpud.as_ref(), claim, d, pool).await? {
+                    tracing::info!(%pool, claim = %uid, "VF slot pool removed");
+                    destroyed.push(d.uuid.clone());
+                }
+                continue;
+            }
             let gone = self
                 .vgpud
                 .destroy(&d.uuid)

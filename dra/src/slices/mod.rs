@@ -24,11 +24,17 @@
 //!   slice count.
 //! - A GPU whose health is not `ok` keeps its devices, with a `NoSchedule` taint
 //!   ([`FAULTED_TAINT`]) so no new claim lands on it.
+//! - A GPU whose options are VF-backed (an SR-IOV VF, an NVIDIA vGPU type on a VF) has the counter
+//!   `vfs` too: the VFs still free for this driver (vgpud's `vfs.free` plus the VF slots this driver
+//!   holds there), every VF-backed device drawing one, so the scheduler never allocates more VFs than
+//!   the PF has. While SR-IOV is off, each profile's devices are as many as the split enabling would
+//!   make for it, and `share` keeps a mix within one split; the first slot made fixes the split,
+//!   after which only the profiles one of its VFs serves are published.
 
 use std::collections::{BTreeMap, HashSet};
 
 use serde::{Deserialize, Serialize};
-use vgpu_client::{GpuOffers, InstanceInfo, ProfileOffer};
+use vgpu_client::{GpuOffers, InstanceInfo, PoolStatus, ProfileOffer};
 
 use crate::device_name::{DeviceName, canonical_pci, gpu_prefix, virtual_parent};
 
@@ -40,6 +46,10 @@ pub const MAX_DEVICES_PER_SLICE: usize = 64;
 pub const MAX_COUNTER_SETS_PER_SLICE: usize = 8;
 /// The taint of the devices of a GPU vgpud reports faulted.
 pub const FAULTED_TAINT: &str = "vgpu-manager.io/gpu-faulted";
+/// The counter of a VF-backed GPU's free VFs.
+pub const VFS: &str = "vfs";
+/// The backend word of an mdev option; every other backend is VF-backed.
+const MDEV: &str = "mdev";
 /// The longest string attribute (`DeviceAttribute.string`: "Must not be longer than 64 characters").
 const MAX_ATTRIBUTE_STRING: usize = 64;
 /// The largest `L` used for the `share` counter; a GPU whose types' capacities multiply past it is
@@ -197,6 +207,10 @@ pub struct Inputs<'a> {
     pub instances: &'a [InstanceInfo],
     /// The UUIDs of the vGPUs this driver made (its checkpoint's).
     pub ours: &'a HashSet<String>,
+    /// Every pool vgpud has applied.
+    pub pools: &'a [PoolStatus],
+    /// The pools of the VF-backed devices this driver made (its checkpoint's).
+    pub our_pools: &'a HashSet<String>,
 }
 
 /// The counter set of one GPU and its devices, before they are cut into slices.
@@ -314,6 +328,25 @@ fn gpu_part(g: &GpuOffers, inputs: Inputs<'_>) -> Option<GpuPart> {
     let units = share_units(&options);
     let fb_known = options.iter().all(|o| o.framebuffer_mib.is_some());
     let draw_of = |type_id: &str| options.iter().find(|o| o.type_id == type_id);
+    // The VF slots this driver holds on the GPU, by profile (they are no instances).
+    let our_vf_slots: Vec<&str> = inputs
+        .pools
+        .iter()
+        .filter(|p| inputs.our_pools.contains(&p.pool))
+        .flat_map(|p| &p.slots)
+        .filter(|r| r.state == "running" && r.vf.is_some())
+        .filter(|r| {
+            r.gpu
+                .as_deref()
+                .is_some_and(|x| x == pci || canonical_pci(x).as_deref() == Some(pci.as_str()))
+        })
+        .map(|r| r.profile.as_str())
+        .collect();
+    let vf_draw_of = |profile: &str| {
+        options
+            .iter()
+            .find(|o| o.profile == profile && o.backend != MDEV)
+    };
     // What remains of a counter for this driver: the kernel's available instances times their draw
     // (the least over the types), plus what this driver's own vGPUs draw (the scheduler counts those
     // against their allocations); never more than `total`.
@@ -329,7 +362,12 @@ fn gpu_part(g: &GpuOffers, inputs: Inputs<'_>) -> Option<GpuPart> {
             .filter_map(|i| draw_of(&i.type_id))
             .map(|o| draw(o))
             .sum();
-        (free + ours).min(total)
+        let ours_vf: u64 = our_vf_slots
+            .iter()
+            .filter_map(|p| vf_draw_of(p))
+            .map(|o| draw(o))
+            .sum();
+        (free + ours + ours_vf).min(total)
     };
     let mut counters = BTreeMap::new();
     if let Some(l) = units {
@@ -347,6 +385,13 @@ fn gpu_part(g: &GpuOffers, inputs: Inputs<'_>) -> Option<GpuPart> {
             "framebuffer".to_string(),
             Quantity::mib(remaining(&fb, total)),
         );
+    }
+    let vf_backed = g.vfs.filter(|_| options.iter().any(|o| o.backend != MDEV));
+    if let Some(v) = vf_backed {
+        let total = if v.enabled > 0 { v.enabled } else { v.free };
+        let ours = u32::try_from(our_vf_slots.len()).unwrap_or(u32::MAX);
+        let left = v.free.saturating_add(ours).min(total);
+        counters.insert(VFS.to_string(), Quantity::count(u64::from(left)));
     }
     let taints = if g.health == "ok" {
         Vec::new()
@@ -368,6 +413,9 @@ fn gpu_part(g: &GpuOffers, inputs: Inputs<'_>) -> Option<GpuPart> {
         }
         if fb_known && let Some(fb) = o.framebuffer_mib {
             draw.insert("framebuffer".to_string(), Quantity::mib(fb));
+        }
+        if vf_backed.is_some() && o.backend != MDEV {
+            draw.insert(VFS.to_string(), Quantity::count(1));
         }
         let consumes = if draw.is_empty() {
             Vec::new()
@@ -447,236 +495,4 @@ pub fn content(slices: &[ResourceSlice]) -> Vec<(String, Vec<Device>, Vec<Counte
 }
 
 #[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-    use super::*;
-
-    fn offer(profile: &str, type_id: &str, fb: Option<u64>, avail: u32, max: u32) -> ProfileOffer {
-        ProfileOffer {
-            profile: profile.to_string(),
-            backend: "mdev".to_string(),
-            type_id: type_id.to_string(),
-            type_name: Some(format!("GRID T4-{type_id}")),
-            framebuffer_mib: fb,
-            available: avail,
-            in_use: max - avail,
-            max_instances: max,
-        }
-    }
-
-    fn t4(options: Vec<ProfileOffer>) -> GpuOffers {
-        GpuOffers {
-            gpu: "0000:3b:00.0".to_string(),
-            pci: Some("0000:3b:00.0".to_string()),
-            vendor: "nvidia".to_string(),
-            model: "NVIDIA T4".to_string(),
-            numa_node: Some(1),
-            health: "ok".to_string(),
-            homogeneous: true,
-            options,
-        }
-    }
-
-    fn instance(uuid: &str, type_id: &str) -> InstanceInfo {
-        InstanceInfo {
-            uuid: uuid.to_string(),
-            gpu: "0000:3b:00.0".to_string(),
-            parent: "0000:3b:00.0".to_string(),
-            type_id: type_id.to_string(),
-            profile: String::new(),
-            state: "running".to_string(),
-            defined: false,
-            autostart: false,
-            owner: String::new(),
-            label: String::new(),
-            iommu_group: 1,
-            created_at: 0,
-        }
-    }
-
-    fn slices(
-        offers: &[GpuOffers],
-        instances: &[InstanceInfo],
-        ours: &[&str],
-    ) -> Vec<ResourceSlice> {
-        let ours: HashSet<String> = ours.iter().map(|s| s.to_string()).collect();
-        build(
-            Inputs {
-                driver: "vgpu.vgpu-manager.io",
-                node: "node-1",
-                offers,
-                instances,
-                ours: &ours,
-            },
-            7,
-        )
-    }
-
-    fn counters(s: &[ResourceSlice]) -> BTreeMap<String, Quantity> {
-        s[0].spec.shared_counters[0].counters.clone()
-    }
-
-    #[test]
-    fn an_empty_gpu_offers_every_size_drawing_from_one_counter_set() {
-        let g = t4(vec![
-            offer("vdi-1g", "nvidia-222", Some(1024), 16, 16),
-            offer("vdi-2g", "nvidia-223", Some(2048), 8, 8),
-            offer("vdi-4g", "nvidia-224", Some(4096), 4, 4),
-        ]);
-        let s = slices(&[g], &[], &[]);
-        assert_eq!(s.len(), 2, "a counters slice and a devices slice");
-        assert!(s[0].spec.devices.is_empty());
-        assert!(s[1].spec.shared_counters.is_empty());
-        assert_eq!(s[0].metadata.name, "node-1-vgpu-counters-0");
-        assert_eq!(s[1].metadata.name, "node-1-vgpu-devices-0");
-        for x in &s {
-            assert_eq!(x.spec.pool.generation, 7);
-            assert_eq!(x.spec.pool.resource_slice_count, 2);
-        }
-        let c = counters(&s);
-        assert_eq!(c["share"].value, "16");
-        assert_eq!(c["framebuffer"].value, "16384Mi");
-        assert_eq!(s[1].spec.devices.len(), 16 + 8 + 4);
-        let d = s[1]
-            .spec
-            .devices
-            .iter()
-            .find(|d| d.name == "gpu-0000-3b-00-0-vdi-4g-3")
-            .unwrap();
-        let draw = &d.consumes_counters[0];
-        assert_eq!(draw.counter_set, "gpu-0000-3b-00-0");
-        assert_eq!(draw.counters["share"].value, "4");
-        assert_eq!(draw.counters["framebuffer"].value, "4096Mi");
-        assert_eq!(d.attributes["profile"], Attribute::String("vdi-4g".into()));
-        assert_eq!(d.attributes["numaNode"], Attribute::Int(1));
-        assert_eq!(d.capacity["framebuffer"].value, "4096Mi");
-    }
-
-    #[test]
-    fn a_homogeneous_gpu_holding_vgpus_offers_only_their_type() {
-        let g = t4(vec![
-            offer("vdi-1g", "nvidia-222", Some(1024), 0, 16),
-            offer("vdi-2g", "nvidia-223", Some(2048), 5, 8),
-        ]);
-        // Three nvidia-223 exist, one made by this driver.
-        let inst = [
-            instance("a", "nvidia-223"),
-            instance("b", "nvidia-223"),
-            instance("c", "nvidia-223"),
-        ];
-        let s = slices(&[g], &inst, &["a"]);
-        let names: Vec<&str> = s[1].spec.devices.iter().map(|d| d.name.as_str()).collect();
-        assert_eq!(names.len(), 8);
-        assert!(names.iter().all(|n| n.contains("-vdi-2g-")), "{names:?}");
-        // L = 8 over the one published type: 5 free + our 1 = 6 of 8 units, the two made by others
-        // are gone.
-        let c = counters(&s);
-        assert_eq!(c["share"].value, "6");
-        assert_eq!(c["framebuffer"].value, "12288Mi");
-    }
-
-    #[test]
-    fn a_faulted_gpu_is_tainted_and_no_gpu_means_no_slices() {
-        let mut g = t4(vec![offer("vdi-2g", "nvidia-223", Some(2048), 8, 8)]);
-        g.health = "faulted: /sys/…/mdev_supported_types: Input/output error".to_string();
-        let s = slices(&[g], &[], &[]);
-        let d = &s[1].spec.devices[0];
-        assert_eq!(d.taints[0].key, FAULTED_TAINT);
-        assert_eq!(d.taints[0].effect, "NoSchedule");
-        assert!(slices(&[], &[], &[]).is_empty());
-        let bad_name = GpuOffers {
-            gpu: "Bad_Parent".to_string(),
-            pci: None,
-            ..t4(vec![offer("vdi-2g", "nvidia-223", Some(2048), 8, 8)])
-        };
-        assert!(slices(&[bad_name], &[], &[]).is_empty());
-    }
-
-    #[test]
-    fn a_virtual_parent_is_published_by_its_name() {
-        let mbochs = GpuOffers {
-            gpu: "mbochs".to_string(),
-            pci: None,
-            vendor: "virtual".to_string(),
-            homogeneous: false,
-            ..t4(vec![offer("sample-display-4m", "mbochs-1", Some(4), 2, 2)])
-        };
-        let s = slices(&[mbochs], &[], &[]);
-        assert_eq!(s[0].spec.shared_counters[0].name, "parent-mbochs");
-        let names: Vec<&str> = s[1].spec.devices.iter().map(|d| d.name.as_str()).collect();
-        assert_eq!(
-            names,
-            [
-                "parent-mbochs-sample-display-4m-0",
-                "parent-mbochs-sample-display-4m-1"
-            ]
-        );
-        assert_eq!(
-            s[1].spec.devices[0].attributes["gpu"],
-            Attribute::String("mbochs".into())
-        );
-    }
-
-    #[test]
-    fn many_gpus_are_cut_within_the_per_slice_limits() {
-        let gpus: Vec<GpuOffers> = (0..20u32)
-            .map(|i| GpuOffers {
-                gpu: format!("0000:{i:02x}:00.0"),
-                pci: Some(format!("0000:{i:02x}:00.0")),
-                ..t4(vec![
-                    offer("vdi-1g", "nvidia-222", Some(1024), 16, 16),
-                    offer("vdi-2g", "nvidia-223", Some(2048), 8, 8),
-                ])
-            })
-            .collect();
-        let s = slices(&gpus, &[], &[]);
-        let sets: usize = s.iter().map(|x| x.spec.shared_counters.len()).sum();
-        let devices: usize = s.iter().map(|x| x.spec.devices.len()).sum();
-        assert_eq!(sets, 20);
-        assert_eq!(devices, 20 * 24);
-        for x in &s {
-            assert!(x.spec.shared_counters.len() <= MAX_COUNTER_SETS_PER_SLICE);
-            assert!(
-                x.spec.devices.len() <= 64,
-                "devices drawing from counters: 64 per slice"
-            );
-            assert!(x.spec.devices.is_empty() || x.spec.shared_counters.is_empty());
-            assert_eq!(x.spec.pool.resource_slice_count, s.len() as i64);
-        }
-        let mut names: Vec<&str> = s.iter().map(|x| x.metadata.name.as_str()).collect();
-        names.sort_unstable();
-        names.dedup();
-        assert_eq!(names.len(), s.len());
-    }
-
-    #[test]
-    fn types_of_unknown_framebuffer_draw_only_share() {
-        let g = GpuOffers {
-            homogeneous: false,
-            ..t4(vec![
-                offer("sample-1", "mtty-1", None, 24, 24),
-                offer("sample-2", "mtty-2", None, 12, 12),
-            ])
-        };
-        let s = slices(&[g], &[], &[]);
-        let c = counters(&s);
-        assert_eq!(c.len(), 1);
-        assert_eq!(c["share"].value, "24");
-        let two = s[1]
-            .spec
-            .devices
-            .iter()
-            .find(|d| d.name.contains("-sample-2-"))
-            .unwrap();
-        assert_eq!(two.consumes_counters[0].counters["share"].value, "2");
-        assert!(two.capacity.is_empty());
-    }
-
-    #[test]
-    fn long_node_names_still_make_valid_slice_names() {
-        let node = "n".repeat(300);
-        let name = slice_name(&node, "vgpu.vgpu-manager.io", "devices", 3);
-        assert!(name.len() <= 253);
-        assert!(name.ends_with("-vgpu-devices-3"));
-    }
-}
+mod tests;

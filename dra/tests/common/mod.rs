@@ -128,11 +128,30 @@ pub struct Vgpud {
 
 impl Vgpud {
     pub async fn start(dir: &Path) -> Vgpud {
+        Vgpud::start_with(dir, &[]).await
+    }
+
+    /// With the simulated kernel kept in `<dir>/sim-journal`, which [`Vgpud::sysfs`] reads back.
+    pub async fn start_journaled(dir: &Path) -> Vgpud {
+        let journal = dir.join("sim-journal").display().to_string();
+        Vgpud::start_with(dir, &["--sim-journal", &journal]).await
+    }
+
+    /// The simulated kernel as vgpud's journal (`start_journaled`) describes it now.
+    pub fn sysfs(dir: &Path) -> vgpu_sim::SimHost {
+        vgpu_sim::SimHost::builtin("demo")
+            .unwrap()
+            .replayed(&dir.join("sim-journal"))
+            .unwrap()
+    }
+
+    async fn start_with(dir: &Path, extra: &[&str]) -> Vgpud {
         let bus = format!("unix:path={}", dir.join("bus.sock").display());
         let mut proc = Proc::spawn(
             Command::new(vgpud_binary())
                 .args(["--listen", &bus, "--sim", "demo", "--state-dir"])
                 .arg(dir.join("vgpud-state"))
+                .args(extra)
                 .env("VGPU_LOG", "info"),
             dir.join("vgpud.log"),
         );
