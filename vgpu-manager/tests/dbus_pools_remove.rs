@@ -114,9 +114,17 @@ async fn a_one_slot_vf_pool_takes_a_vf_and_removing_it_gives_the_vf_back() {
     let e = m.remove_pool("Not A Pool").await.unwrap_err();
     let text = e.to_string();
     assert!(text.contains("is not a pool name"), "{text}");
+    // vgpuctl's front end: the same call.
+    let out =
+        dbus_common::ok(&dbus_common::vgpuctl(&daemon.bus, &["pool", "remove", "dra-c"]).await);
+    assert_eq!(out, "vgpud has no pool dra-c: nothing to remove\n");
     // A VF given back can be taken again.
     let s: PoolSummary =
         serde_json::from_str(&m.apply(&one_slot("dra-a", L40S)).await.unwrap()).unwrap();
     assert_eq!(s.created.len(), 1);
+    let out =
+        dbus_common::ok(&dbus_common::vgpuctl(&daemon.bus, &["pool", "remove", "dra-a"]).await);
+    assert_eq!(out, "pool dra-a removed: 1 slot(s) given back (vdi-2g/0)\n");
+    assert_eq!(records(&state), 0);
     drop(daemon);
 }

@@ -6,6 +6,11 @@
 //! Every vGPU's UUID is a function of the driver name, the claim UID and the device name (UUID v5),
 //! so a retry, or a restart after a crash between the two checkpoint phases, finds the vGPU it made
 //! instead of making a second one. The plugin destroys only UUIDs its checkpoint lists.
+//!
+//! A device whose profile vgpud serves with a VF on its GPU (its offers say so) is made as a vgpud
+//! pool of one slot instead ([`vf_slot`]); the pool's name, derived from the same UUID, is recorded
+//! in phase one, and only pools the checkpoint lists (and, at start, this driver's pools no claim
+//! holds) are removed.
 
 use std::path::PathBuf;
 use std::sync::Arc;

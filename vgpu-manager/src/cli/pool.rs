@@ -4,7 +4,8 @@
 //!
 //! `vgpuctl pool apply FILE` and `vgpuctl pool status` go through vgpud (`--bus`): apply sends the
 //! file's text to Manager1 `Apply`, shows its `PoolProgress` signals (a bar on a terminal, one line per
-//! step otherwise, nothing with `--json`), then a summary.
+//! step otherwise, nothing with `--json`), then a summary. `vgpuctl pool remove NAME` has vgpud give
+//! back every slot of a pool and forget it (Manager1 `RemovePool`).
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -37,6 +38,15 @@ pub(super) enum PoolCommand {
         /// The pool file (TOML); vgpud checks it against its own profiles.
         file: PathBuf,
         /// Print the summary as JSON (and no progress).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Give back every slot of pool NAME through vgpud (mdev instances destroyed, VFs released) and
+    /// forget the pool; a pool vgpud does not know changes nothing.
+    Remove {
+        /// The pool's name.
+        name: String,
+        /// Print what was removed as JSON.
         #[arg(long)]
         json: bool,
     },
@@ -74,6 +84,28 @@ pub(super) fn run(
                 }
             })
         }
+        PoolCommand::Remove { name, json } => with_daemon(bus, |client| async move {
+            let r = client.remove_pool(name).await?;
+            if *json {
+                write_json(out, &r)
+            } else if r.applied || !r.removed.is_empty() {
+                writeln!(
+                    out,
+                    "pool {} removed: {} slot(s) given back{}",
+                    r.pool,
+                    r.removed.len(),
+                    if r.removed.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({})", r.removed.join(", "))
+                    }
+                )?;
+                Ok(())
+            } else {
+                writeln!(out, "vgpud has no pool {}: nothing to remove", r.pool)?;
+                Ok(())
+            }
+        }),
         PoolCommand::Status { json } => with_daemon(bus, |client| async move {
             let status: Vec<PoolStatus> = client.pool_status().await?;
             if *json {
