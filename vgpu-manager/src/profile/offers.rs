@@ -8,7 +8,7 @@
 //! the instances it would hold alone (a homogeneous GPU that holds vGPUs keeps only their type); the
 //! offers then carry the real `available_instances` and instance counts. Options are mdev types on the
 //! GPU's own parent and VF-backed options of an SR-IOV PF (a VF on vfio-pci, an NVIDIA vGPU type on a
-//! VF; [`vf`]), which are counted from the PF's VFs and the VFs pool slots hold.
+//! VF; see the `vf` submodule), which are counted from the PF's VFs and the VFs pool slots hold.
 
 use mdev_types::ids::PciAddress;
 use mdev_types::model::{Inventory, MdevType, Vendor};
