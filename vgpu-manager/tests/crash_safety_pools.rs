@@ -75,6 +75,31 @@ fn taken_vfs(journal: &Path) -> BTreeSet<String> {
         .collect()
 }
 
+/// Waits until the daemon has finished the apply a kill interrupted: vgpud finishes it in the
+/// background once it serves (its `applying/` record goes when the apply is done or given up), and
+/// reading the records and the host meanwhile would see a VF taken after its record was read.
+async fn wait_until_idle(state: &Path, when: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let pending: Vec<_> = std::fs::read_dir(state.join("applying"))
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .map(|e| e.path())
+                    .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if pending.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{when}: the interrupted apply is still not finished after 60 s: {pending:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 fn check(state: &Path, journal: &Path, when: &str) {
     let corrupt: Vec<_> = std::fs::read_dir(state.join("corrupt"))
         .map(|d| d.filter_map(Result::ok).map(|e| e.path()).collect())
@@ -108,11 +133,9 @@ async fn kill_9_during_pool_apply_tears_no_file_and_leaks_no_vf() {
     let mut size = 32;
     for round in 1..=ROUNDS {
         let (daemon, m) = start(tmp.path(), &state, &journal).await;
-        check(
-            &state,
-            &journal,
-            &format!("round {round}, after the restart"),
-        );
+        let when = format!("round {round}, after the restart");
+        wait_until_idle(&state, &when).await;
+        check(&state, &journal, &when);
         let n = 8 + rng.below(25);
         let autostart = rng.below(3) != 0;
         // Within about as long as the slots to make or remove take (a full apply makes 32).
@@ -131,6 +154,7 @@ async fn kill_9_during_pool_apply_tears_no_file_and_leaks_no_vf() {
     eprintln!("{ROUNDS} rounds, {kills_mid_apply} killed mid-apply (a full apply takes {full:?})");
 
     let (daemon, m) = start(tmp.path(), &state, &journal).await;
+    wait_until_idle(&state, "after the last restart").await;
     check(&state, &journal, "after the last restart");
     m.apply(&pool_text(20, true)).await.unwrap();
     let st: Vec<PoolStatus> = serde_json::from_str(&m.pool_status().await.unwrap()).unwrap();

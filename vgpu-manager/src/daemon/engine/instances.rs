@@ -33,6 +33,8 @@ pub(super) struct Instances {
     pub(super) events: broadcast::Sender<Event>,
     /// Bumped after every change of `views` (see [`super::Core::views_generation`]).
     pub(super) views_generation: std::sync::atomic::AtomicU64,
+    /// The instance events held back per thread (see [`Instances::hold_events`]).
+    pub(super) held: Mutex<super::views::HeldEvents>,
     /// Whether a startup-scope reconcile has succeeded (see [`super::Core::startup_owed`]).
     pub(super) startup_done: std::sync::atomic::AtomicBool,
     /// Operation records and the metrics snapshot (`metrics_source.rs`).
@@ -57,6 +59,7 @@ impl Instances {
             known_parents: Mutex::new(BTreeSet::new()),
             events,
             views_generation: std::sync::atomic::AtomicU64::new(0),
+            held: Mutex::default(),
             startup_done: std::sync::atomic::AtomicBool::new(false),
             metrics: Arc::default(),
         };

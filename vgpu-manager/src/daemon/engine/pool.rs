@@ -130,6 +130,12 @@ impl Pools {
         let _one = APPLYING.lock().unwrap_or_else(PoisonError::into_inner);
         let pool = self.parse_pool(text)?;
         if let Some(summary) = self.already_applied(&pool, text)? {
+            // A kill between recording the pool and dropping its in-progress record leaves that
+            // record behind; the host matching the recorded pool means it is done (and a newer
+            // request supersedes an older interrupted one, as a full apply's record would).
+            if lock(&self.store).applying().any(|a| a.name == pool.name) {
+                self.unmark_applying(&pool);
+            }
             return Ok(summary);
         }
         self.mark_applying(&pool, text)?;
@@ -192,7 +198,11 @@ impl Pools {
         let restarts = self.stopped_vf_slots(&pool);
         for (i, step) in restarts.iter().enumerate() {
             self.check_stopping(&pool, i, restarts.len())?;
-            run = match run.run(i, step) {
+            // One event per slot a step changes (see `hold_events`).
+            let held = self.instances.hold_events();
+            let ran = run.run(i, step);
+            drop(held);
+            run = match ran {
                 Ok(run) => run,
                 Err(failed) => {
                     return Err(self.failed_apply(&pool, restarts.len(), failed.roll_back()));
@@ -222,7 +232,10 @@ impl Pools {
         for (i, step) in steps.iter().enumerate() {
             if i >= first {
                 self.check_stopping(&pool, i, steps.len())?;
-                run = match run.run(i, step) {
+                let held = self.instances.hold_events();
+                let ran = run.run(i, step);
+                drop(held);
+                run = match ran {
                     Ok(run) => run,
                     Err(failed) => {
                         return Err(self.failed_apply(&pool, steps.len(), failed.roll_back()));

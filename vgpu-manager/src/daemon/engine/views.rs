@@ -1,8 +1,9 @@
 //! Instance views: what clients see, derived from the store (definitions, ledger) and the host, kept in
 //! a cache so listing never walks sysfs. Every change to the cache emits the matching [`Event`].
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
+use std::thread::ThreadId;
 
 use mdev_types::ids::{MdevTypeId, MdevUuid};
 use vgpu_host::{Host, HostExt, paths};
@@ -147,17 +148,88 @@ impl Instances {
         drop(store);
     }
 
-    /// Emits the event of one view change; called after the view itself was replaced.
+    /// Emits the event of one view change; called after the view itself was replaced. On a thread
+    /// that holds its events ([`Instances::hold_events`]) the change is noted instead, keeping the
+    /// view from before the first change of the UUID.
     fn emit_diff(&self, old: Option<InstanceView>, new: Option<InstanceView>, uuid: &MdevUuid) {
+        if old == new {
+            return;
+        }
+        self.views_generation
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if let Some(held) = lock(&self.held).get_mut(&std::thread::current().id()) {
+            held.entry(*uuid).or_insert(old);
+            return;
+        }
+        self.send_diff(old, new, uuid);
+    }
+
+    /// Sends the event that takes a subscriber from `old` to `new`, if they differ.
+    fn send_diff(&self, old: Option<InstanceView>, new: Option<InstanceView>, uuid: &MdevUuid) {
         let ev = match (old, new) {
             (None, Some(n)) => Event::InstanceAdded(n),
             (Some(_), None) => Event::InstanceRemoved(*uuid),
             (Some(o), Some(n)) if o != n => Event::InstanceChanged(n),
             _ => return,
         };
-        self.views_generation
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         // No receiver is fine: nobody listens yet.
         let _ = self.events.send(ev);
+    }
+
+    /// Holds back the instance events of the changes this thread makes until the guard is
+    /// dropped, then sends one event per UUID changed meanwhile, from its view before the first
+    /// change to its view then: a pool step that defines and starts a slot announces one running
+    /// instance, not a stopped one and then its start. Subscribers still learn every instance that
+    /// came, went or changed, with its current view. Changes made on other threads (the uevent
+    /// thread, other commands) are sent as they happen; the held ones, sent later under the store
+    /// lock with the view current then, can never overtake them with an older view. Nested holds
+    /// send at the outermost guard's drop.
+    pub(super) fn hold_events(&self) -> EventHold<'_> {
+        let mut held = lock(&self.held);
+        let outermost = !held.contains_key(&std::thread::current().id());
+        if outermost {
+            held.insert(std::thread::current().id(), BTreeMap::new());
+        }
+        EventHold {
+            instances: self,
+            outermost,
+        }
+    }
+
+    /// Sends the events held for this thread and stops holding them.
+    fn release_events(&self) {
+        // Locked in refresh_one's order (store, then views): no view change comes in between.
+        let store = lock(&self.store);
+        let held = lock(&self.held)
+            .remove(&std::thread::current().id())
+            .unwrap_or_default();
+        let now: Vec<(MdevUuid, Option<InstanceView>, Option<InstanceView>)> = {
+            let views = lock(&self.views);
+            held.into_iter()
+                .map(|(uuid, before)| (uuid, before, views.get(&uuid).cloned()))
+                .collect()
+        };
+        for (uuid, before, after) in now {
+            self.send_diff(before, after, &uuid);
+        }
+        drop(store);
+    }
+}
+
+/// Per thread, the UUIDs whose events are held and each one's view before its first held change.
+pub(super) type HeldEvents = HashMap<ThreadId, BTreeMap<MdevUuid, Option<InstanceView>>>;
+
+/// Holds instance events back while it lives (see [`Instances::hold_events`]).
+#[must_use = "events are held only while the guard lives"]
+pub(super) struct EventHold<'a> {
+    instances: &'a Instances,
+    outermost: bool,
+}
+
+impl Drop for EventHold<'_> {
+    fn drop(&mut self) {
+        if self.outermost {
+            self.instances.release_events();
+        }
     }
 }

@@ -1,0 +1,187 @@
+//! The instance events of a pool apply, read from the core's event stream on the simulated demo
+//! host: each step announces each slot it changed once, with its view after the step, before the
+//! step's progress event; commands outside a pool keep one event per change.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use mdev_types::ids::MdevUuid;
+use tokio::sync::broadcast::Receiver;
+use vgpu_host::Host;
+use vgpu_manager::daemon::api::{
+    ApplyPool, DefineInstance, Event, InstanceSpec, InstanceState, InstanceTarget, ListInstances,
+    StartInstance,
+};
+use vgpu_manager::daemon::engine::{Core, FinishedApply};
+use vgpu_manager::profile::Catalog;
+use vgpu_sim::SimHost;
+
+fn open(host: &Arc<SimHost>, dir: &Path) -> Core {
+    Core::open(
+        host.clone() as Arc<dyn Host>,
+        dir,
+        Catalog::builtin().unwrap(),
+    )
+    .unwrap()
+}
+
+fn pool(desktops: u32, workstations: u32) -> String {
+    let mut profiles = String::new();
+    for (name, n) in [("vdi-2g", desktops), ("workstation-4g", workstations)] {
+        if n > 0 {
+            profiles.push_str(&format!("{name} = {n}\n"));
+        }
+    }
+    format!(
+        "name = \"ev\"\nautostart = true\n\n[profiles]\n{profiles}\n[select]\nmodels = [\"NVIDIA T4\"]\n"
+    )
+}
+
+/// Every event already sent.
+fn drain(events: &mut Receiver<Event>) -> Vec<Event> {
+    let mut out = Vec::new();
+    while let Ok(e) = events.try_recv() {
+        out.push(e);
+    }
+    out
+}
+
+/// What a subscriber that applies `events` in order ends up knowing.
+fn known_after(events: &[Event]) -> BTreeMap<MdevUuid, InstanceState> {
+    let mut known = BTreeMap::new();
+    for e in events {
+        match e {
+            Event::InstanceAdded(v) | Event::InstanceChanged(v) => {
+                known.insert(v.uuid, v.state);
+            }
+            Event::InstanceRemoved(u) => {
+                known.remove(u);
+            }
+            Event::PoolProgress { .. } => {}
+        }
+    }
+    known
+}
+
+#[test]
+fn a_pool_apply_announces_each_slot_once_with_its_state_after_the_step() {
+    let host = Arc::new(SimHost::builtin("demo").unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let core = open(&host, dir.path());
+    let before = core.execute(ListInstances).unwrap();
+    let mut events = core.subscribe();
+
+    let grown = core.execute(ApplyPool { toml: pool(6, 2) }).unwrap();
+    assert_eq!(grown.created.len(), 8, "{grown:?}");
+    let seen = drain(&mut events);
+    // One InstanceAdded per slot, already running and serving its profile, then the step's
+    // progress; no separate "defined, stopped" announcement and no start after it.
+    let mut added = 0;
+    let mut last_was_added = false;
+    for e in &seen {
+        match e {
+            Event::InstanceAdded(v) => {
+                assert_eq!(v.state, InstanceState::Running, "{v:?}");
+                assert!(v.profile.is_some(), "{v:?}");
+                assert!(v.defined && v.autostart, "{v:?}");
+                added += 1;
+                last_was_added = true;
+            }
+            Event::PoolProgress { done, total, .. } => {
+                assert!(
+                    last_was_added,
+                    "step {done}/{total} reported before its slot was announced: {seen:?}"
+                );
+                last_was_added = false;
+            }
+            other => panic!("a create step sent {other:?}; all events: {seen:?}"),
+        }
+    }
+    assert_eq!(added, 8, "{seen:?}");
+    // A subscriber knows exactly what the core lists.
+    let listed: BTreeMap<MdevUuid, InstanceState> = core
+        .execute(ListInstances)
+        .unwrap()
+        .into_iter()
+        .filter(|v| !before.iter().any(|b| b.uuid == v.uuid))
+        .map(|v| (v.uuid, v.state))
+        .collect();
+    assert_eq!(known_after(&seen), listed);
+
+    // Nothing to do: no event at all.
+    core.execute(ApplyPool { toml: pool(6, 2) }).unwrap();
+    assert!(drain(&mut events).is_empty());
+
+    // A shrink: each removed slot goes in one InstanceRemoved (its stop is not announced apart).
+    let shrunk = core.execute(ApplyPool { toml: pool(1, 0) }).unwrap();
+    assert_eq!(shrunk.removed.len(), 7, "{shrunk:?}");
+    let seen = drain(&mut events);
+    let removed: Vec<MdevUuid> = seen
+        .iter()
+        .filter_map(|e| match e {
+            Event::InstanceRemoved(u) => Some(*u),
+            Event::PoolProgress { .. } => None,
+            other => panic!("a remove step sent {other:?}; all events: {seen:?}"),
+        })
+        .collect();
+    assert_eq!(removed.len(), 7, "{seen:?}");
+    let progress = seen
+        .iter()
+        .filter(|e| matches!(e, Event::PoolProgress { .. }))
+        .count();
+    assert_eq!(progress, 7, "{seen:?}");
+}
+
+#[test]
+fn commands_outside_a_pool_still_announce_every_change() {
+    let host = Arc::new(SimHost::builtin("demo").unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let core = open(&host, dir.path());
+    let mut events = core.subscribe();
+    let v = core
+        .execute(DefineInstance(InstanceSpec {
+            target: InstanceTarget::Profile("vdi-2g".into()),
+            gpu: None,
+            uuid: None,
+            autostart: false,
+            label: None,
+            attrs: Vec::new(),
+        }))
+        .unwrap();
+    core.execute(StartInstance { uuid: v.uuid }).unwrap();
+    let seen = drain(&mut events);
+    assert!(
+        matches!(&seen[..], [Event::InstanceAdded(a), Event::InstanceChanged(b)]
+            if a.state == InstanceState::Stopped && b.state == InstanceState::Running),
+        "{seen:?}"
+    );
+}
+
+#[test]
+fn an_in_progress_record_left_after_the_pool_was_recorded_is_dropped_at_the_next_start() {
+    let host = Arc::new(SimHost::builtin("demo").unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let core = open(&host, dir.path());
+    core.execute(ApplyPool { toml: pool(3, 1) }).unwrap();
+    drop(core);
+    // What a kill between recording the pool and removing its in-progress record leaves.
+    let applying = dir.path().join("applying");
+    std::fs::create_dir_all(&applying).unwrap();
+    std::fs::copy(dir.path().join("pools/ev.toml"), applying.join("ev.toml")).unwrap();
+
+    let core = open(&host, dir.path());
+    let finished = core.finish_interrupted_applies();
+    assert!(
+        matches!(&finished[..], [FinishedApply::Applied { pool, steps: 0 }] if pool == "ev"),
+        "{finished:?}"
+    );
+    assert!(
+        !applying.join("ev.toml").exists(),
+        "the in-progress record is still there: every start would apply the pool again"
+    );
+    drop(core);
+    let core = open(&host, dir.path());
+    assert!(core.finish_interrupted_applies().is_empty());
+}
