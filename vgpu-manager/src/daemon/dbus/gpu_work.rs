@@ -5,6 +5,9 @@
 
 use std::collections::BTreeSet;
 use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use tokio::sync::Notify;
 
@@ -43,7 +46,39 @@ impl GpuWork {
         self.notify.notify_one();
     }
 
+    /// Waits for marks and takes them all, no sooner than `spacing` after `last` (when the
+    /// previous batch was taken): the first change after a quiet spell is re-read at once, and a
+    /// burst (a pool apply's slots, one after another) costs one re-read per GPU per `spacing`
+    /// instead of one per change. Marks are never dropped: what arrives while waiting is taken with
+    /// the batch.
+    pub(super) async fn next_spaced(&self, last: Option<Instant>, spacing: Duration) -> Work {
+        loop {
+            self.notify.notified().await;
+            if let Some(wait) = last.and_then(|t| spacing.checked_sub(t.elapsed())) {
+                tokio::time::sleep(wait).await;
+            }
+            if let Some(work) = self.take() {
+                return work;
+            }
+        }
+    }
+
+    /// The marks pending now, taken; `None` when there are none.
+    fn take(&self) -> Option<Work> {
+        let mut p = self.lock();
+        let work = if p.all {
+            Work::All
+        } else if p.gpus.is_empty() {
+            return None;
+        } else {
+            Work::Gpus(p.gpus.iter().cloned().collect())
+        };
+        *p = Pending::default();
+        Some(work)
+    }
+
     /// Waits for marks and takes them all.
+    #[cfg(test)]
     pub(super) async fn next(&self) -> Work {
         loop {
             self.notify.notified().await;
@@ -83,5 +118,45 @@ mod tests {
         assert_eq!(w.next().await, Work::All);
         w.gpu("c");
         assert_eq!(w.next().await, Work::Gpus(vec!["c".into()]));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_is_taken_once_per_spacing_and_nothing_is_dropped() {
+        let w = std::sync::Arc::new(GpuWork::default());
+        let spacing = Duration::from_millis(100);
+        // After a quiet spell: at once.
+        w.gpu("a");
+        let t0 = Instant::now();
+        assert_eq!(
+            w.next_spaced(None, spacing).await,
+            Work::Gpus(vec!["a".into()])
+        );
+        assert_eq!(t0.elapsed(), Duration::ZERO);
+        // Marks during the spacing wait for its end and come together.
+        let marker = std::sync::Arc::clone(&w);
+        let burst = tokio::spawn(async move {
+            for g in ["b", "c", "b"] {
+                marker.gpu(g);
+                tokio::time::sleep(Duration::from_millis(30)).await;
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let work = w.next_spaced(Some(t0), spacing).await;
+        assert_eq!(t0.elapsed(), spacing);
+        burst.await.unwrap();
+        let mut gpus = match work {
+            Work::Gpus(g) => g,
+            Work::All => panic!("no full refresh was asked for"),
+        };
+        // Whatever the burst marked after the batch was taken is the next batch.
+        if let Some(rest) = w.take() {
+            match rest {
+                Work::Gpus(g) => gpus.extend(g),
+                Work::All => panic!("no full refresh was asked for"),
+            }
+        }
+        gpus.sort();
+        gpus.dedup();
+        assert_eq!(gpus, vec!["b".to_string(), "c".to_string()]);
     }
 }

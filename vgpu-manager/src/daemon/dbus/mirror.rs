@@ -31,6 +31,11 @@ use crate::daemon::api::{
 use mdev_types::ids::{MdevTypeId, MdevUuid};
 use vgpu_client::{GPU_INTERFACE, INSTANCE_INTERFACE, MANAGER_PATH, gpu_path, instance_path};
 
+/// The least time between two re-reads of the GPU objects: a burst of instance changes (a pool
+/// apply) re-reads each GPU once per this much time, not once per change; a change after a quiet
+/// spell is re-read at once.
+const GPU_REFRESH_SPACING: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// How method handlers reach the mirror tasks.
 #[derive(Debug, Clone)]
 pub(super) struct MirrorHandle {
@@ -289,8 +294,11 @@ pub(super) async fn start(
     });
     let gpu_work = Arc::clone(&work);
     let gpus_task = tokio::spawn(async move {
+        let mut last = None;
         loop {
-            let result = match gpu_work.next().await {
+            let work = gpu_work.next_spaced(last, GPU_REFRESH_SPACING).await;
+            last = Some(tokio::time::Instant::now());
+            let result = match work {
                 Work::All => gpu_objects.refresh_all().await,
                 Work::Gpus(ids) => gpu_objects.refresh_capacity(&ids).await,
             };
