@@ -185,3 +185,83 @@ fn an_in_progress_record_left_after_the_pool_was_recorded_is_dropped_at_the_next
     let core = open(&host, dir.path());
     assert!(core.finish_interrupted_applies().is_empty());
 }
+
+/// The demo host, with every mdev `remove` write taking a moment after the kernel's event: time
+/// for a uevent thread to look at the device while the command that removed it is not done yet.
+#[derive(Debug)]
+struct SlowRemove(Arc<SimHost>);
+
+impl Host for SlowRemove {
+    fn read(&self, path: &Path) -> Result<String, vgpu_host::HostError> {
+        self.0.read(path)
+    }
+    fn write(&self, path: &Path, value: &str) -> Result<(), vgpu_host::HostError> {
+        let r = self.0.write(path, value);
+        if path.ends_with("remove") {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        r
+    }
+    fn list(&self, path: &Path) -> Result<Vec<String>, vgpu_host::HostError> {
+        self.0.list(path)
+    }
+    fn read_link(&self, path: &Path) -> Result<std::path::PathBuf, vgpu_host::HostError> {
+        self.0.read_link(path)
+    }
+    fn canonicalize(&self, path: &Path) -> Result<std::path::PathBuf, vgpu_host::HostError> {
+        self.0.canonicalize(path)
+    }
+    fn exists(&self, path: &Path) -> bool {
+        self.0.exists(path)
+    }
+    fn describe(&self) -> String {
+        self.0.describe()
+    }
+}
+
+#[test]
+fn the_kernel_event_of_a_slot_being_removed_does_not_announce_it_stopped_first() {
+    let sim = Arc::new(SimHost::builtin("demo").unwrap());
+    let uevents = sim.subscribe().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let core = Arc::new(
+        Core::open(
+            Arc::new(SlowRemove(sim.clone())) as Arc<dyn Host>,
+            dir.path(),
+            Catalog::builtin().unwrap(),
+        )
+        .unwrap(),
+    );
+    core.execute(ApplyPool { toml: pool(3, 0) }).unwrap();
+    while uevents.try_recv().is_ok() {}
+    // The daemon's uevent thread, handling each event as it comes.
+    let forwarder = {
+        let core = Arc::clone(&core);
+        std::thread::spawn(move || {
+            let mut handled = 0;
+            while let Ok(ev) = uevents.recv_timeout(std::time::Duration::from_secs(2)) {
+                core.handle_uevent(&ev);
+                handled += 1;
+            }
+            handled
+        })
+    };
+    let mut events = core.subscribe();
+    let shrunk = core.execute(ApplyPool { toml: pool(1, 0) }).unwrap();
+    assert_eq!(shrunk.removed.len(), 2, "{shrunk:?}");
+    let handled = forwarder.join().unwrap();
+    assert!(handled >= 2, "the removals sent {handled} kernel events");
+    let seen = drain(&mut events);
+    let changed: Vec<&Event> = seen
+        .iter()
+        .filter(|e| matches!(e, Event::InstanceChanged(_)))
+        .collect();
+    assert!(changed.is_empty(), "{changed:?} in {seen:?}");
+    assert_eq!(
+        seen.iter()
+            .filter(|e| matches!(e, Event::InstanceRemoved(_)))
+            .count(),
+        2,
+        "{seen:?}"
+    );
+}

@@ -96,7 +96,18 @@ impl Instances {
                 if matches!(ev.action.as_str(), "add" | "bind") {
                     self.wait_for_mdev_links(&uuid);
                 }
-                self.refresh_one(&uuid);
+                // Under the parent's lock (the device's directory sits in its parent's): a command
+                // whose own sysfs write sent this event finishes first, so the refresh sees its
+                // result, and a state in between (a slot being destroyed: its device gone, its
+                // definition not yet) is never announced.
+                match ev.devpath.rsplit('/').nth(1).filter(|p| !p.is_empty()) {
+                    Some(parent) => {
+                        self.locks.with_parent(parent, || self.refresh_one(&uuid));
+                    }
+                    None => {
+                        self.refresh_one(&uuid);
+                    }
+                }
             }
             return impact;
         }
