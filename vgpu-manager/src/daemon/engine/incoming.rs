@@ -69,7 +69,13 @@ impl Instances {
         let chosen = chosen.parent.clone();
         let uuid = req.uuid.unwrap_or_else(MdevUuid::new_random);
         let until = deadline_after(req.timeout);
-        // The record first: a crash after the create leaves a record the reaper finishes.
+        // The record first: a crash after the create leaves a record the reaper finishes. Until
+        // the create has returned the reaper must not take the missing device for one that went.
+        lock(&self.incoming_making).insert(uuid);
+        let _making = Making {
+            instances: self,
+            uuid,
+        };
         lock(&self.store).put_incoming(&IncomingRecord {
             uuid,
             source: Some(fp.uuid),
@@ -165,6 +171,10 @@ impl Instances {
     pub(super) fn reap_incoming(&self, now: u64) {
         let records: Vec<IncomingRecord> = lock(&self.store).incoming().cloned().collect();
         for r in records {
+            // Checked before the device: a target leaves this set only once its create returned.
+            if lock(&self.incoming_making).contains(&r.uuid) {
+                continue;
+            }
             let result = if !self.device_exists(&r.uuid) {
                 info!(uuid = %r.uuid, "incoming migration target gone: its record is dropped");
                 lock(&self.store)
@@ -226,6 +236,18 @@ fn deadline_after(timeout: Duration) -> u64 {
     let at = now.saturating_add(timeout);
     at.as_secs()
         .saturating_add(u64::from(at.subsec_nanos() > 0))
+}
+
+/// Marks an incoming target as being made while it lives (`Instances::incoming_making`).
+struct Making<'a> {
+    instances: &'a Instances,
+    uuid: MdevUuid,
+}
+
+impl Drop for Making<'_> {
+    fn drop(&mut self) {
+        lock(&self.instances.incoming_making).remove(&self.uuid);
+    }
 }
 
 /// Starts the reaper of `instances`' incoming records; it ends when they are dropped.

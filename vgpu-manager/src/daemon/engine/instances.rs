@@ -26,6 +26,9 @@ pub(super) struct Instances {
     pub(super) locks: locks::Locks,
     /// UUIDs with a create/define in flight, so two requests for one UUID cannot race.
     pub(super) inflight: Mutex<HashSet<MdevUuid>>,
+    /// Incoming migration targets between their record and their device (see `incoming.rs`): the
+    /// reaper leaves their records alone.
+    pub(super) incoming_making: Mutex<HashSet<MdevUuid>>,
     /// The current view of every instance, kept up to date by our own operations and refreshes.
     pub(super) views: Mutex<BTreeMap<MdevUuid, InstanceView>>,
     /// The registered mdev parents as last seen, to notice one that appears.
@@ -55,6 +58,7 @@ impl Instances {
             store,
             locks: locks::Locks::default(),
             inflight: Mutex::new(HashSet::new()),
+            incoming_making: Mutex::new(HashSet::new()),
             views: Mutex::new(BTreeMap::new()),
             known_parents: Mutex::new(BTreeSet::new()),
             events,
