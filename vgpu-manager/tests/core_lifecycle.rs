@@ -2,6 +2,8 @@
 //! persistence across restarts, ownership, events and concurrency.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod core_common;
+
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
@@ -17,16 +19,9 @@ use vgpu_manager::daemon::engine::Core;
 use vgpu_manager::profile::Catalog;
 use vgpu_sim::SimHost;
 
-const FOREIGN: &str = "8f0c2a43-6d1e-4b7a-9c55-0e4b1d2f7a61";
+use core_common::open;
 
-fn open(host: &Arc<SimHost>, dir: &Path) -> Core {
-    Core::open(
-        host.clone() as Arc<dyn Host>,
-        dir,
-        Catalog::builtin().unwrap(),
-    )
-    .unwrap()
-}
+const FOREIGN: &str = "8f0c2a43-6d1e-4b7a-9c55-0e4b1d2f7a61";
 
 fn req(target: InstanceTarget, gpu: Option<&str>) -> InstanceSpec {
     InstanceSpec {

@@ -3,9 +3,13 @@
 //! step's progress event; commands outside a pool keep one event per change.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod core_common;
+
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
+
+use core_common::{SlowWrites, open};
 
 use mdev_types::ids::MdevUuid;
 use tokio::sync::broadcast::Receiver;
@@ -17,15 +21,6 @@ use vgpu_manager::daemon::api::{
 use vgpu_manager::daemon::engine::{Core, FinishedApply};
 use vgpu_manager::profile::Catalog;
 use vgpu_sim::SimHost;
-
-fn open(host: &Arc<SimHost>, dir: &Path) -> Core {
-    Core::open(
-        host.clone() as Arc<dyn Host>,
-        dir,
-        Catalog::builtin().unwrap(),
-    )
-    .unwrap()
-}
 
 fn pool(desktops: u32, workstations: u32) -> String {
     let mut profiles = String::new();
@@ -186,39 +181,6 @@ fn an_in_progress_record_left_after_the_pool_was_recorded_is_dropped_at_the_next
     assert!(core.finish_interrupted_applies().is_empty());
 }
 
-/// The demo host, with every mdev `remove` write taking a moment after the kernel's event: time
-/// for a uevent thread to look at the device while the command that removed it is not done yet.
-#[derive(Debug)]
-struct SlowRemove(Arc<SimHost>);
-
-impl Host for SlowRemove {
-    fn read(&self, path: &Path) -> Result<String, vgpu_host::HostError> {
-        self.0.read(path)
-    }
-    fn write(&self, path: &Path, value: &str) -> Result<(), vgpu_host::HostError> {
-        let r = self.0.write(path, value);
-        if path.ends_with("remove") {
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-        r
-    }
-    fn list(&self, path: &Path) -> Result<Vec<String>, vgpu_host::HostError> {
-        self.0.list(path)
-    }
-    fn read_link(&self, path: &Path) -> Result<std::path::PathBuf, vgpu_host::HostError> {
-        self.0.read_link(path)
-    }
-    fn canonicalize(&self, path: &Path) -> Result<std::path::PathBuf, vgpu_host::HostError> {
-        self.0.canonicalize(path)
-    }
-    fn exists(&self, path: &Path) -> bool {
-        self.0.exists(path)
-    }
-    fn describe(&self) -> String {
-        self.0.describe()
-    }
-}
-
 #[test]
 fn the_kernel_event_of_a_slot_being_removed_does_not_announce_it_stopped_first() {
     let sim = Arc::new(SimHost::builtin("demo").unwrap());
@@ -226,7 +188,13 @@ fn the_kernel_event_of_a_slot_being_removed_does_not_announce_it_stopped_first()
     let dir = tempfile::tempdir().unwrap();
     let core = Arc::new(
         Core::open(
-            Arc::new(SlowRemove(sim.clone())) as Arc<dyn Host>,
+            // Every removal lingers after its uevent: time for the uevent thread to look.
+            Arc::new(SlowWrites {
+                sim: sim.clone(),
+                file: "remove",
+                before: Duration::ZERO,
+                after: Duration::from_millis(50),
+            }) as Arc<dyn Host>,
             dir.path(),
             Catalog::builtin().unwrap(),
         )
@@ -239,7 +207,7 @@ fn the_kernel_event_of_a_slot_being_removed_does_not_announce_it_stopped_first()
         let core = Arc::clone(&core);
         std::thread::spawn(move || {
             let mut handled = 0;
-            while let Ok(ev) = uevents.recv_timeout(std::time::Duration::from_secs(2)) {
+            while let Ok(ev) = uevents.recv_timeout(Duration::from_secs(2)) {
                 core.handle_uevent(&ev);
                 handled += 1;
             }

@@ -11,6 +11,7 @@
 //! prints SKIPPED under `VGPU_TESTS_ALLOW_SKIP=1`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod core_common;
 mod dbus_common;
 
 use std::path::Path;
@@ -27,22 +28,14 @@ use vgpu_manager::daemon::api::{
     StopInstance, UndefineInstance,
 };
 use vgpu_manager::daemon::engine::Core;
-use vgpu_manager::profile::Catalog;
 use vgpu_sim::SimHost;
+
+use core_common::open;
 
 /// The foreign mdev of the demo host (mdev-types/sims/demo.toml): nvidia-231 on the second T4.
 const FOREIGN: &str = "8f0c2a43-6d1e-4b7a-9c55-0e4b1d2f7a61";
 const T4B: &str = "0000:83:00.0";
 const T4A: &str = "0000:01:00.0";
-
-fn open(host: &Arc<SimHost>, dir: &Path) -> Core {
-    Core::open(
-        host.clone() as Arc<dyn Host>,
-        dir,
-        Catalog::builtin().unwrap(),
-    )
-    .unwrap()
-}
 
 fn spec(type_id: &str, gpu: &str, uuid: Option<&str>) -> InstanceSpec {
     InstanceSpec {

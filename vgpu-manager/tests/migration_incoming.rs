@@ -5,11 +5,13 @@
 //! cannot take is refused with every reason and changes nothing; an unprivileged caller is refused.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod core_common;
 mod dbus_common;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use core_common::source_fingerprint;
 use dbus_common::{Daemon, PATIENCE};
 use vgpu_client::{BusAddress, Client, PrepareOptions};
 use vgpu_host::ops::create_mdev;
@@ -18,25 +20,6 @@ use vgpu_sim::SimHost;
 
 /// A source instance's fingerprint, made on an in-process demo host (the same machine model vgpud
 /// simulates): an NVIDIA type with room.
-fn source_fingerprint() -> Fingerprint {
-    let sim = SimHost::builtin("demo").unwrap();
-    let inv = vgpu_host::discover::discover(&sim).unwrap();
-    let (parent, ty) = inv
-        .mdev_parents
-        .iter()
-        .find_map(|p| {
-            let t = p
-                .types
-                .iter()
-                .find(|t| t.id.as_str().starts_with("nvidia-") && t.available_instances >= 2)?;
-            Some((p.name.clone(), t.id.clone()))
-        })
-        .expect("the demo host has an NVIDIA type with room");
-    let src = "9e8d7c6b-5a49-4382-9170-6f5e4d3c2b1a".parse().unwrap();
-    create_mdev(&sim, &parent, &ty, &src).unwrap();
-    fingerprint(&sim, &src).unwrap()
-}
-
 async fn started(dir: &Path) -> (Daemon, Client) {
     let daemon =
         Daemon::embedded_journaled(dir, "demo", &dir.join("sim.journal"), &dir.join("state")).await;

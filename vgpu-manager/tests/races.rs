@@ -5,10 +5,10 @@
 //! the Create/Destroy race over D-Bus against the real `vgpud`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod core_common;
 mod dbus_common;
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::{Arc, Barrier};
 
 use mdev_types::ids::{MdevTypeId, MdevUuid};
@@ -17,23 +17,14 @@ use vgpu_manager::daemon::api::{
     CoreError, CreateInstance, DefineInstance, DestroyInstance, InstanceSpec, InstanceTarget,
     StartInstance, StopInstance,
 };
-use vgpu_manager::daemon::engine::Core;
-use vgpu_manager::profile::Catalog;
 use vgpu_sim::SimHost;
+
+use core_common::open;
 
 /// Rounds per test; each round races fresh threads.
 const ROUNDS: usize = 60;
 /// Threads racing in each round.
 const THREADS: usize = 8;
-
-fn open(host: &Arc<SimHost>, dir: &Path) -> Core {
-    Core::open(
-        host.clone() as Arc<dyn Host>,
-        dir,
-        Catalog::builtin().unwrap(),
-    )
-    .unwrap()
-}
 
 fn spec(uuid: MdevUuid) -> InstanceSpec {
     InstanceSpec {

@@ -77,25 +77,6 @@ impl GpuWork {
         Some(work)
     }
 
-    /// Waits for marks and takes them all.
-    #[cfg(test)]
-    pub(super) async fn next(&self) -> Work {
-        loop {
-            self.notify.notified().await;
-            let mut p = self.lock();
-            let work = if p.all {
-                Work::All
-            } else if p.gpus.is_empty() {
-                // A permit left by marks already taken with an earlier batch.
-                continue;
-            } else {
-                Work::Gpus(p.gpus.iter().cloned().collect())
-            };
-            *p = Pending::default();
-            return work;
-        }
-    }
-
     fn lock(&self) -> std::sync::MutexGuard<'_, Pending> {
         // Plain data: a panic elsewhere cannot leave it inconsistent.
         self.pending.lock().unwrap_or_else(PoisonError::into_inner)
@@ -112,12 +93,18 @@ mod tests {
         w.gpu("b");
         w.gpu("a");
         w.gpu("b");
-        assert_eq!(w.next().await, Work::Gpus(vec!["a".into(), "b".into()]));
+        assert_eq!(
+            w.next_spaced(None, Duration::ZERO).await,
+            Work::Gpus(vec!["a".into(), "b".into()])
+        );
         w.gpu("a");
         w.all();
-        assert_eq!(w.next().await, Work::All);
+        assert_eq!(w.next_spaced(None, Duration::ZERO).await, Work::All);
         w.gpu("c");
-        assert_eq!(w.next().await, Work::Gpus(vec!["c".into()]));
+        assert_eq!(
+            w.next_spaced(None, Duration::ZERO).await,
+            Work::Gpus(vec!["c".into()])
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -37,7 +37,7 @@ use super::{Store, lock};
 use crate::daemon::api::{
     CoreError, Event, InstanceSpec, InstanceState, InstanceTarget, InstanceView, UndoFailure,
 };
-use crate::daemon::exec::{Report, Transaction, Undone};
+use crate::daemon::exec::{Failed, Report, Transaction, Undone};
 use crate::daemon::store::{Definition, VfSlotRecord};
 use crate::pool::{Pool, PoolPlan, PoolStep, SlotId, plan_pool};
 use crate::profile::Catalog;
@@ -198,11 +198,7 @@ impl Pools {
         let restarts = self.stopped_vf_slots(&pool);
         for (i, step) in restarts.iter().enumerate() {
             self.check_stopping(&pool, i, restarts.len())?;
-            // One event per slot a step changes (see `hold_events`).
-            let held = self.instances.hold_events();
-            let ran = run.run(i, step);
-            drop(held);
-            run = match ran {
+            run = match self.run_held(run, i, step) {
                 Ok(run) => run,
                 Err(failed) => {
                     return Err(self.failed_apply(&pool, restarts.len(), failed.roll_back()));
@@ -232,10 +228,7 @@ impl Pools {
         for (i, step) in steps.iter().enumerate() {
             if i >= first {
                 self.check_stopping(&pool, i, steps.len())?;
-                let held = self.instances.hold_events();
-                let ran = run.run(i, step);
-                drop(held);
-                run = match ran {
+                run = match self.run_held(run, i, step) {
                     Ok(run) => run,
                     Err(failed) => {
                         return Err(self.failed_apply(&pool, steps.len(), failed.roll_back()));
@@ -273,6 +266,24 @@ impl Pools {
             gpus,
         };
         Ok(summary)
+    }
+
+    /// Runs step `i` of an apply with the instance events it causes held back: one event per slot
+    /// it changes, before the step's progress (see [`Instances::hold_events`]). A failed step's
+    /// events go out before its rollback runs.
+    // Transaction::run's own result, passed on unchanged (its failure carries the run to roll back).
+    #[allow(clippy::result_large_err)]
+    fn run_held<'a, A>(
+        &self,
+        run: Transaction<'a, PoolStep, A>,
+        i: usize,
+        step: &PoolStep,
+    ) -> Result<Transaction<'a, PoolStep, A>, Failed<'a, PoolStep, A>>
+    where
+        A: crate::daemon::exec::Actions<PoolStep> + ?Sized,
+    {
+        let _held = self.instances.hold_events();
+        run.run(i, step)
     }
 
     /// The error of an apply whose step failed, out of `total`, and was undone as `report` says.
