@@ -378,7 +378,8 @@ show_guest_lines() {
 	done
 }
 
-# Boots the prepared kernel with topology $2, logging the console to $3. Sets RUN_PASSED, RUN_FAILED,
+# Boots the prepared kernel with topology $2, logging the console to $3; ONE_BOOT, when set, names the
+# boot (kernel/topology) that runs the user-space integration tests. Sets RUN_PASSED, RUN_FAILED,
 # RUN_SKIPPED, RUN_REASON and RUN_EMULATOR_FAULT (1 when the emulator failed rather than a test: it lost
 # a timer interrupt, see LOST_TIMER, or QEMU itself aborted or crashed); returns non-zero unless every
 # binary passed.
@@ -387,7 +388,7 @@ boot_and_test() {
 	local pidfile=$log.qemu-pid
 	rm -f "$pidfile"
 	RUN_EMULATOR_FAULT=0
-	RUN_PASSED=0 RUN_FAILED=0 RUN_SKIPPED=0 RUN_REASON=
+	RUN_PASSED=0 RUN_FAILED=0 RUN_SKIPPED=0 RUN_ELSEWHERE= RUN_REASON=
 	# The share's host path goes on the kernel command line, which splits at whitespace; physical (no
 	# symlinks), because the guest resolves an absolute symlink against its own root, not the host's.
 	local share
@@ -401,7 +402,7 @@ boot_and_test() {
 		# no_timer_check: under TCG on a loaded host the early IO-APIC timer test can miss its ticks and
 		# panic ("timer doesn't work through Interrupt-remapped IO-APIC"); the timer works, the check is
 		# what fails (Documentation/admin-guide/kernel-parameters.txt: no_timer_check).
-		-append "console=ttyS0,115200 intel_iommu=on iommu=pt no_timer_check panic=-1 vmtest.kernel=$kernel vmtest.topology=$topo vmtest.share=$share"
+		-append "console=ttyS0,115200 intel_iommu=on iommu=pt no_timer_check panic=-1 vmtest.kernel=$kernel vmtest.topology=$topo vmtest.share=$share${ONE_BOOT:+ vmtest.one-boot=$ONE_BOOT}"
 		# One 9p share at a fixed slot (see scripts/vm/topologies.sh): the host's whole root, read-only.
 		# The guest's init bind-mounts the test share out of it (vmtest.share=) for the test binaries, and the
 		# qemu_attach tests run the host's QEMU chrooted into it. One device rather than a second share:
@@ -427,6 +428,7 @@ boot_and_test() {
 	RUN_PASSED=$(echo "$summaries" | grep -oE '[0-9]+ passed' | awk '{s += $1} END {print s + 0}')
 	RUN_FAILED=$(echo "$summaries" | grep -oE '[0-9]+ failed' | awk '{s += $1} END {print s + 0}')
 	RUN_SKIPPED=$(echo "$summaries" | grep -oE '[0-9]+ skipped' | awk '{s += $1} END {print s + 0}')
+	RUN_ELSEWHERE=$(echo "$summaries" | grep -oE '[0-9]+ on another boot' | awk '{s += $1} END {if (s) print s}')
 	bad=$(echo "$exits" | grep -vE ' exit 0$' || true)
 	if grep -qF "$LOST_TIMER" "$log"; then
 		RUN_EMULATOR_FAULT=1

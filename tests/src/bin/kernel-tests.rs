@@ -53,7 +53,7 @@ fn main() -> ExitCode {
         guest.topology,
         tests.len()
     );
-    let report = runner::run(&tests, &guest, &args, &mut std::io::stdout());
+    let report = runner::run(&tests, &guest, &args, &guest.boots, &mut std::io::stdout());
     if report.failed == 0 {
         ExitCode::SUCCESS
     } else {

@@ -1,7 +1,9 @@
 //! The test guest: which kernel and topology scripts/vm-test booted, and helpers over the live sysfs.
 //!
 //! scripts/vm-test passes `vmtest.kernel=<name> vmtest.topology=<name>` on the kernel command line; a
-//! machine without them is not the throw-away guest, and the suite refuses to touch its sysfs.
+//! machine without them is not the throw-away guest, and the suite refuses to touch its sysfs. A run of
+//! several boots adds `vmtest.one-boot=<kernel>/<topology>`: the boot that runs the user-space
+//! integration tests ([`Scope::OneBoot`](super::runner::Scope::OneBoot)).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -10,7 +12,7 @@ use mdev_types::ids::PciAddress;
 use thiserror::Error;
 use vgpu_host::{Host, HostError, HostExt, SysfsHost, paths};
 
-use super::runner::TestError;
+use super::runner::{Boots, TestError};
 
 /// Which kernel the guest runs (scripts/vm-test `--kernel`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,6 +63,8 @@ pub struct Guest {
     pub kernel: KernelKind,
     /// The PCI topology scripts/vm-test built.
     pub topology: Topology,
+    /// Whether this boot runs the user-space integration tests or another boot of the run does.
+    pub boots: Boots,
 }
 
 impl Guest {
@@ -76,6 +80,7 @@ impl Guest {
         else {
             return Err(GuestError::NotTheGuest);
         };
+        let boot_name = format!("{kernel}/{topology}");
         let kernel = match kernel.as_str() {
             "stock-6.12" => KernelKind::Stock612,
             "stock-6.1" => KernelKind::Stock61,
@@ -97,10 +102,31 @@ impl Guest {
                 });
             }
         };
+        let boots = match value("vmtest.one-boot") {
+            None => Boots::All,
+            Some(there) => {
+                let known = there.split_once('/').is_some_and(|(k, t)| {
+                    ["stock-6.12", "stock-6.1", "custom"].contains(&k)
+                        && ["default", "shared-group"].contains(&t)
+                });
+                if !known {
+                    return Err(GuestError::UnknownValue {
+                        key: "vmtest.one-boot",
+                        value: there,
+                    });
+                }
+                if there == boot_name {
+                    Boots::All
+                } else {
+                    Boots::OneBootTestsOn(there)
+                }
+            }
+        };
         Ok(Self {
             host,
             kernel,
             topology,
+            boots,
         })
     }
 
@@ -250,6 +276,26 @@ mod tests {
         .unwrap();
         assert_eq!(g.kernel, KernelKind::Stock61);
         assert_eq!(g.topology, Topology::SharedGroup);
+        assert_eq!(g.boots, Boots::All);
+    }
+
+    #[test]
+    fn the_one_boot_marker_names_where_integration_tests_run() {
+        let line =
+            "vmtest.kernel=stock-6.1 vmtest.topology=default vmtest.one-boot=stock-6.12/default";
+        let g = Guest::from_cmdline(line, host()).unwrap();
+        assert_eq!(g.boots, Boots::OneBootTestsOn("stock-6.12/default".into()));
+        let line =
+            "vmtest.kernel=stock-6.12 vmtest.topology=default vmtest.one-boot=stock-6.12/default";
+        assert_eq!(Guest::from_cmdline(line, host()).unwrap().boots, Boots::All);
+        let line = "vmtest.kernel=custom vmtest.topology=default vmtest.one-boot=stock-6.12";
+        assert!(matches!(
+            Guest::from_cmdline(line, host()).unwrap_err(),
+            GuestError::UnknownValue {
+                key: "vmtest.one-boot",
+                ..
+            }
+        ));
     }
 
     #[test]

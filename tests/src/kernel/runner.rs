@@ -2,8 +2,14 @@
 //!
 //! The suite runs as PID 1's child in a busybox guest, so it cannot use libtest: each [`Test`] is a
 //! named function returning [`TestResult`]; [`run`] filters them by name, catches panics, prints one
-//! line per test (`ok name`, `FAILED name: reason`, `skipped name: reason`) and closes with
-//! `N passed, M failed` (plus `, K skipped` when any were skipped), the line scripts/vm-test checks.
+//! line per test (`ok name`, `FAILED name: reason`, `skipped name: reason`, `elsewhere name: boot`) and
+//! closes with `N passed, M failed` (plus `, K skipped` and `, L on another boot` when there are any),
+//! the line scripts/vm-test checks.
+//!
+//! A test is either [`Scope::EveryBoot`] (it checks the kernel or the PCI topology, so every kernel and
+//! topology runs it) or [`Scope::OneBoot`] (it checks our integration with user-space peers — libvirt,
+//! Nova — which behave the same on every kernel the suite boots): a multi-boot run of scripts/vm-test
+//! names one boot for those ([`Boots`]), and the others list them as run elsewhere.
 
 use std::any::Any;
 use std::fmt::Display;
@@ -42,19 +48,54 @@ pub enum TestError {
 /// What every test returns.
 pub type TestResult = Result<Outcome, TestError>;
 
+/// On which boots of a scripts/vm-test run a test runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// On every boot: what it checks depends on the kernel or the topology.
+    EveryBoot,
+    /// On the one boot the run names for user-space integration tests: what it checks (libvirt's and
+    /// Nova's view of our devices, domains booting through them) does not change with the kernel, and
+    /// each such test takes tens of seconds under TCG.
+    OneBoot,
+}
+
 /// One named test over a context `C` (the guest, or a stand-in in the runner's own unit tests).
 pub struct Test<C> {
     /// Unique name, printed and matched by filters.
     pub name: &'static str,
     /// The test body.
     pub run: fn(&C) -> TestResult,
+    /// Which boots run it.
+    pub scope: Scope,
 }
 
 impl<C> Test<C> {
-    /// A test named `name` running `run`.
+    /// A test named `name` running `run` on every boot.
     pub const fn new(name: &'static str, run: fn(&C) -> TestResult) -> Self {
-        Self { name, run }
+        Self {
+            name,
+            run,
+            scope: Scope::EveryBoot,
+        }
     }
+
+    /// A user-space integration test named `name` running `run` on one boot of a run ([`Scope::OneBoot`]).
+    pub const fn one_boot(name: &'static str, run: fn(&C) -> TestResult) -> Self {
+        Self {
+            name,
+            run,
+            scope: Scope::OneBoot,
+        }
+    }
+}
+
+/// Where this run's [`Scope::OneBoot`] tests run (scripts/vm-test's `vmtest.one-boot=` marker).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Boots {
+    /// This boot runs every selected test (a single boot, a filtered run, or the boot named for them).
+    All,
+    /// Another boot of this run, named `kernel/topology`, runs them; this one lists them as run there.
+    OneBootTestsOn(String),
 }
 
 /// Counts of one run.
@@ -66,6 +107,8 @@ pub struct Report {
     pub failed: usize,
     /// Tests skipped because the kernel lacks a feature.
     pub skipped: usize,
+    /// [`Scope::OneBoot`] tests that another boot of the run runs.
+    pub elsewhere: usize,
 }
 
 /// The closing line scripts/vm-test parses.
@@ -74,6 +117,9 @@ impl std::fmt::Display for Report {
         write!(f, "{} passed, {} failed", self.passed, self.failed)?;
         if self.skipped > 0 {
             write!(f, ", {} skipped", self.skipped)?;
+        }
+        if self.elsewhere > 0 {
+            write!(f, ", {} on another boot", self.elsewhere)?;
         }
         Ok(())
     }
@@ -84,12 +130,28 @@ pub fn selected(name: &str, filters: &[String]) -> bool {
     filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str()))
 }
 
-/// Runs the selected tests in order, writing one line per test and the closing summary to `out`.
+/// Runs the selected tests in order, writing one line per test and the closing summary to `out`;
+/// [`Scope::OneBoot`] tests run only when `boots` is [`Boots::All`].
 ///
 /// Output errors are ignored: the guest's console is the only place to report them.
-pub fn run<C>(tests: &[Test<C>], ctx: &C, filters: &[String], out: &mut dyn Write) -> Report {
+pub fn run<C>(
+    tests: &[Test<C>],
+    ctx: &C,
+    filters: &[String],
+    boots: &Boots,
+    out: &mut dyn Write,
+) -> Report {
     let mut report = Report::default();
     for t in tests.iter().filter(|t| selected(t.name, filters)) {
+        if let (Scope::OneBoot, Boots::OneBootTestsOn(there)) = (t.scope, boots) {
+            report.elsewhere += 1;
+            let _ = writeln!(
+                out,
+                "elsewhere {}: a user-space integration test, run on the {there} boot of this run",
+                t.name
+            );
+            continue;
+        }
         let start = Instant::now();
         let result = catch_unwind(AssertUnwindSafe(|| (t.run)(ctx)));
         let ms = start.elapsed().as_millis();
@@ -197,13 +259,14 @@ mod tests {
     #[test]
     fn counts_and_lines() {
         let mut out = Vec::new();
-        let r = run(&tests(), &1, &[], &mut out);
+        let r = run(&tests(), &1, &[], &Boots::All, &mut out);
         assert_eq!(
             r,
             Report {
                 passed: 1,
                 failed: 2,
-                skipped: 1
+                skipped: 1,
+                elsewhere: 0
             }
         );
         let text = String::from_utf8(out).unwrap();
@@ -221,13 +284,14 @@ mod tests {
     #[test]
     fn filters_select_by_substring() {
         let mut out = Vec::new();
-        let r = run(&tests(), &2, &["beta".to_string()], &mut out);
+        let r = run(&tests(), &2, &["beta".to_string()], &Boots::All, &mut out);
         assert_eq!(
             r,
             Report {
                 passed: 1,
                 failed: 0,
-                skipped: 0
+                skipped: 0,
+                elsewhere: 0
             }
         );
         assert_eq!(
@@ -235,6 +299,39 @@ mod tests {
             Some("1 passed, 0 failed")
         );
         assert!(!selected("alpha_pass", &["beta".to_string()]));
+    }
+
+    #[test]
+    fn one_boot_tests_run_only_on_the_boot_named_for_them() {
+        let tests = vec![
+            Test::new("alpha_pass", pass),
+            Test::one_boot("libvirt_fail", fail),
+            Test::one_boot("libvirt_pass", pass),
+        ];
+        let mut out = Vec::new();
+        let there = Boots::OneBootTestsOn("stock-6.12/default".into());
+        let r = run(&tests, &1, &[], &there, &mut out);
+        assert_eq!(
+            r,
+            Report {
+                passed: 1,
+                failed: 0,
+                skipped: 0,
+                elsewhere: 2
+            }
+        );
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[1],
+            "elsewhere libvirt_fail: a user-space integration test, run on the stock-6.12/default boot of this run"
+        );
+        assert_eq!(lines[3], "1 passed, 0 failed, 2 on another boot");
+
+        // The boot named for them runs them (and a failure among them counts).
+        let mut out = Vec::new();
+        let r = run(&tests, &1, &[], &Boots::All, &mut out);
+        assert_eq!((r.passed, r.failed, r.elsewhere), (2, 1, 0));
     }
 
     #[test]

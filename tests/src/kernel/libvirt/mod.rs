@@ -25,76 +25,78 @@ use super::guest::Guest;
 use super::runner::Test;
 use sysroot::Libvirt;
 
-/// The libvirt tests, each on Debian bookworm's libvirt 9.0 and on bookworm-backports' 11.3.
+/// The libvirt tests, each on Debian bookworm's libvirt 9.0 and on bookworm-backports' 11.3. They check
+/// libvirt's and Nova's side of our devices, the same on every kernel the suite boots: a run of several
+/// boots runs them on one ([`Scope::OneBoot`](super::runner::Scope::OneBoot)).
 pub fn tests() -> Vec<Test<Guest>> {
     vec![
-        Test::new("libvirt90_nodedev_lists_mdev_parents", |g| {
+        Test::one_boot("libvirt90_nodedev_lists_mdev_parents", |g| {
             nodedev::lists_mdev_parents(g, Libvirt::V9_0)
         }),
-        Test::new("libvirt90_nodedev_define_start_destroy_undefine", |g| {
+        Test::one_boot("libvirt90_nodedev_define_start_destroy_undefine", |g| {
             nodedev::define_start_destroy_undefine(g, Libvirt::V9_0)
         }),
-        Test::new("libvirt90_nodedev_create_destroy", |g| {
+        Test::one_boot("libvirt90_nodedev_create_destroy", |g| {
             nodedev::create_destroy(g, Libvirt::V9_0)
         }),
-        Test::new("libvirt90_nodedev_view_follows_vgpud", |g| {
+        Test::one_boot("libvirt90_nodedev_view_follows_vgpud", |g| {
             nodedev::view_follows_vgpud(g, Libvirt::V9_0)
         }),
-        Test::new("libvirt90_domain_boots_with_mdev", |g| {
+        Test::one_boot("libvirt90_domain_boots_with_mdev", |g| {
             domain::boots_with_mdev(g, Libvirt::V9_0)
         }),
-        Test::new("libvirt90_domain_boots_with_vf", |g| {
+        Test::one_boot("libvirt90_domain_boots_with_vf", |g| {
             domain::boots_with_vf(g, Libvirt::V9_0)
         }),
-        Test::new("libvirt90_hook_creates_and_removes", |g| {
+        Test::one_boot("libvirt90_hook_creates_and_removes", |g| {
             domain::hook_creates_and_removes(g, Libvirt::V9_0)
         }),
-        Test::new("libvirt90_mixed_with_real_mdevctl", |g| {
+        Test::one_boot("libvirt90_mixed_with_real_mdevctl", |g| {
             mixed::mixed_with_real_mdevctl(g, Libvirt::V9_0)
         }),
-        Test::new("libvirt90_migrate_live_mtty", |g| {
+        Test::one_boot("libvirt90_migrate_live_mtty", |g| {
             migrate::live_migrates_mtty(g, Libvirt::V9_0)
         }),
-        Test::new("libvirt90_migrate_without_override_fails", |g| {
+        Test::one_boot("libvirt90_migrate_without_override_fails", |g| {
             migrate::fails_without_override(g, Libvirt::V9_0)
         }),
-        Test::new("libvirt90_nova_manages_mdev", |g| {
+        Test::one_boot("libvirt90_nova_manages_mdev", |g| {
             nova::manages_mdev(g, Libvirt::V9_0)
         }),
-        Test::new("libvirt113_nodedev_lists_mdev_parents", |g| {
+        Test::one_boot("libvirt113_nodedev_lists_mdev_parents", |g| {
             nodedev::lists_mdev_parents(g, Libvirt::V11_3)
         }),
-        Test::new("libvirt113_nodedev_define_start_destroy_undefine", |g| {
+        Test::one_boot("libvirt113_nodedev_define_start_destroy_undefine", |g| {
             nodedev::define_start_destroy_undefine(g, Libvirt::V11_3)
         }),
-        Test::new("libvirt113_nodedev_create_destroy", |g| {
+        Test::one_boot("libvirt113_nodedev_create_destroy", |g| {
             nodedev::create_destroy(g, Libvirt::V11_3)
         }),
-        Test::new("libvirt113_nodedev_view_follows_vgpud", |g| {
+        Test::one_boot("libvirt113_nodedev_view_follows_vgpud", |g| {
             nodedev::view_follows_vgpud(g, Libvirt::V11_3)
         }),
-        Test::new("libvirt113_nodedev_update_defined", |g| {
+        Test::one_boot("libvirt113_nodedev_update_defined", |g| {
             nodedev::update_defined(g, Libvirt::V11_3)
         }),
-        Test::new("libvirt113_domain_boots_with_mdev", |g| {
+        Test::one_boot("libvirt113_domain_boots_with_mdev", |g| {
             domain::boots_with_mdev(g, Libvirt::V11_3)
         }),
-        Test::new("libvirt113_domain_boots_with_vf", |g| {
+        Test::one_boot("libvirt113_domain_boots_with_vf", |g| {
             domain::boots_with_vf(g, Libvirt::V11_3)
         }),
-        Test::new("libvirt113_hook_creates_and_removes", |g| {
+        Test::one_boot("libvirt113_hook_creates_and_removes", |g| {
             domain::hook_creates_and_removes(g, Libvirt::V11_3)
         }),
-        Test::new("libvirt113_mixed_with_real_mdevctl", |g| {
+        Test::one_boot("libvirt113_mixed_with_real_mdevctl", |g| {
             mixed::mixed_with_real_mdevctl(g, Libvirt::V11_3)
         }),
-        Test::new("libvirt113_migrate_live_mtty", |g| {
+        Test::one_boot("libvirt113_migrate_live_mtty", |g| {
             migrate::live_migrates_mtty(g, Libvirt::V11_3)
         }),
-        Test::new("libvirt113_migrate_without_override_fails", |g| {
+        Test::one_boot("libvirt113_migrate_without_override_fails", |g| {
             migrate::fails_without_override(g, Libvirt::V11_3)
         }),
-        Test::new("libvirt113_nova_manages_mdev", |g| {
+        Test::one_boot("libvirt113_nova_manages_mdev", |g| {
             nova::manages_mdev(g, Libvirt::V11_3)
         }),
     ]
