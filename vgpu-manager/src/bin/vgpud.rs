@@ -42,6 +42,12 @@ struct Args {
     /// on it; clients use `vgpuctl --bus ADDRESS`.
     #[arg(long, value_name = "ADDRESS")]
     listen: Option<String>,
+    /// With --listen: how long a call on the embedded bus waits for its reply before the bus answers
+    /// it NoReply itself (dbus-daemon's reply_timeout limit). A callee that never answers holds the
+    /// caller's places among its calls waiting for replies that long.
+    #[arg(long, value_name = "SECONDS", default_value_t = 120, requires = "listen",
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    bus_reply_timeout: u64,
     /// Members of this group (besides root) may make changes. The shipped bus policy names
     /// vgpu-admin; change it to match when using another group.
     #[arg(long, value_name = "GROUP", default_value = vgpu_client::ADMIN_GROUP)]
@@ -331,7 +337,10 @@ async fn run(args: Args) -> Result<(), DaemonError> {
     // The embedded bus must outlive the connection; it removes its socket when dropped.
     let (embedded, bus): (Option<EmbeddedBus>, BusAddress) = match &args.listen {
         Some(listen) => {
-            let b = embedded_bus::start(listen)?;
+            let options = embedded_bus::BusOptions {
+                reply_timeout: std::time::Duration::from_secs(args.bus_reply_timeout),
+            };
+            let b = embedded_bus::start(listen, &options)?;
             let addr = BusAddress::Address(b.address().to_string());
             (Some(b), addr)
         }

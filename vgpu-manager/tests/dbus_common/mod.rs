@@ -49,7 +49,12 @@ impl Daemon {
     /// [`Daemon::embedded`] with its state in `dir/state`, held to [`HOSTILE_NOFILE`] descriptors
     /// ([`Daemon::limit_fds`]), as the hostile suites run it.
     pub async fn embedded_hostile(dir: &Path) -> Daemon {
-        let d = Daemon::embedded(dir, &dir.join("state")).await;
+        Daemon::embedded_hostile_with(dir, &[]).await
+    }
+
+    /// [`Daemon::embedded_hostile`] with more arguments.
+    pub async fn embedded_hostile_with(dir: &Path, extra: &[&str]) -> Daemon {
+        let d = Daemon::embedded_with(dir, &dir.join("state"), extra).await;
         d.limit_fds();
         d
     }

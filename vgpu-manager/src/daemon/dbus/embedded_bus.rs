@@ -90,9 +90,26 @@ impl Drop for EmbeddedBus {
     }
 }
 
+/// What an embedded bus may be started with besides its address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BusOptions {
+    /// How long a call waits for its reply before the bus answers it
+    /// `org.freedesktop.DBus.Error.NoReply` itself and drops a reply that comes later (dbus-daemon's
+    /// `reply_timeout` limit). Default: 120 s (`replies::REPLY_TIMEOUT`, where the choice is explained).
+    pub reply_timeout: std::time::Duration,
+}
+
+impl Default for BusOptions {
+    fn default() -> Self {
+        Self {
+            reply_timeout: std::time::Duration::from_secs(120),
+        }
+    }
+}
+
 /// Starts a bus listening on `address`: this build has none, so it says so.
 #[cfg(not(feature = "embedded-bus"))]
-pub fn start(address: &str) -> Result<EmbeddedBus, EmbeddedBusError> {
+pub fn start(address: &str, _options: &BusOptions) -> Result<EmbeddedBus, EmbeddedBusError> {
     Err(EmbeddedBusError::NotBuilt {
         address: address.to_string(),
     })

@@ -94,11 +94,20 @@ pub struct Waiting {
 
 /// The calls of one connection that wait for their replies, oldest first (so also by deadline):
 /// never more than [`MAX_PENDING_REPLIES`].
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct PendingReplies {
     calls: VecDeque<Waiting>,
     /// The places of the connection's user, for an unprivileged user.
     user: Option<std::sync::Arc<UserReplies>>,
+    /// How long a call keeps its place ([`REPLY_TIMEOUT`] unless the bus was started with another).
+    timeout: Duration,
+}
+
+/// A connection's waiting calls with the default [`REPLY_TIMEOUT`], not counted against a user.
+impl Default for PendingReplies {
+    fn default() -> Self {
+        Self::new(REPLY_TIMEOUT)
+    }
 }
 
 impl Drop for PendingReplies {
@@ -121,13 +130,29 @@ pub enum Full {
 }
 
 impl PendingReplies {
+    /// The waiting calls of a connection whose calls keep their places for `timeout`, not counted
+    /// against a user (a privileged user's connection).
+    pub fn new(timeout: Duration) -> PendingReplies {
+        PendingReplies {
+            calls: VecDeque::new(),
+            user: None,
+            timeout,
+        }
+    }
+
     /// The waiting calls of a connection of an unprivileged user, sharing `user`'s places with the
-    /// user's other connections.
-    pub fn of_user(user: std::sync::Arc<UserReplies>) -> PendingReplies {
+    /// user's other connections; each call keeps its place for `timeout`.
+    pub fn of_user(user: std::sync::Arc<UserReplies>, timeout: Duration) -> PendingReplies {
         PendingReplies {
             calls: VecDeque::new(),
             user: Some(user),
+            timeout,
         }
+    }
+
+    /// How long a call keeps its place before the bus answers it `NoReply`.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
     }
 
     /// Records a call with `serial` to `callee` made at `now`, or refuses it if the connection has
@@ -150,7 +175,7 @@ impl PendingReplies {
         self.calls.push_back(Waiting {
             serial,
             callee,
-            deadline: now + REPLY_TIMEOUT,
+            deadline: now + self.timeout,
         });
         Ok(())
     }
@@ -250,9 +275,8 @@ pub fn limits_exceeded(call: &Message, uid: u32, full: Full) -> zbus::Result<Mes
         .build(&text)
 }
 
-/// The bus's `NoReply` answer to the call with `serial` whose reply did not come within
-/// [`REPLY_TIMEOUT`].
-pub fn no_reply(serial: NonZeroU32, callee: &str) -> zbus::Result<Message> {
+/// The bus's `NoReply` answer to the call with `serial` whose reply did not come within `timeout`.
+pub fn no_reply(serial: NonZeroU32, callee: &str, timeout: Duration) -> zbus::Result<Message> {
     // zbus builds an error only as the answer to a call's header; the bus keeps only the serial of
     // a waiting call, which is all the error takes of it.
     let call = Message::method_call("/org/freedesktop/DBus", "Call")
@@ -261,7 +285,7 @@ pub fn no_reply(serial: NonZeroU32, callee: &str) -> zbus::Result<Message> {
     let text = format!(
         "{callee} did not reply within {} s; the embedded bus gave up on the reply (as dbus-daemon \
          at its reply_timeout)",
-        REPLY_TIMEOUT.as_secs()
+        timeout.as_secs()
     );
     Message::error(&call.header(), "org.freedesktop.DBus.Error.NoReply")
         .sender(BUS)
@@ -344,6 +368,20 @@ mod tests {
     }
 
     #[test]
+    fn a_bus_started_with_another_reply_timeout_keeps_places_that_long() {
+        let t0 = Instant::now();
+        let short = Duration::from_secs(40);
+        let mut p = PendingReplies::new(short);
+        p.admit(serial(1), name(":busd.2"), t0).unwrap();
+        assert_eq!(p.next_deadline(), Some(t0 + short));
+        assert!(p.expire(t0 + short - Duration::from_millis(1)).is_empty());
+        assert_eq!(p.expire(t0 + short).len(), 1);
+        let e = no_reply(serial(1), ":busd.2", short).unwrap();
+        let text: String = e.body().deserialize().unwrap();
+        assert!(text.contains("within 40 s"), "{text}");
+    }
+
+    #[test]
     fn calls_expire_oldest_first_at_their_deadline() {
         let t0 = Instant::now();
         let mut p = PendingReplies::default();
@@ -371,7 +409,7 @@ mod tests {
         assert_eq!(e.header().reply_serial(), Some(serial(9)));
         let text: String = e.body().deserialize().unwrap();
         assert!(text.contains("128") && text.contains("uid 65534"), "{text}");
-        let e = no_reply(serial(9), ":busd.4").unwrap();
+        let e = no_reply(serial(9), ":busd.4", REPLY_TIMEOUT).unwrap();
         assert_eq!(e.header().reply_serial(), Some(serial(9)));
     }
 
@@ -380,7 +418,7 @@ mod tests {
         let user = std::sync::Arc::new(UserReplies::default());
         let now = Instant::now();
         let mut conns: Vec<PendingReplies> = (0..3)
-            .map(|_| PendingReplies::of_user(user.clone()))
+            .map(|_| PendingReplies::of_user(user.clone(), REPLY_TIMEOUT))
             .collect();
         let mut n = 0u32;
         'fill: for c in conns.iter_mut() {

@@ -24,7 +24,7 @@ use zruntime::{Shared, SharedRuntime};
 use super::limits::{AUTH_TIMEOUT, ConnectionLimits, MAX_CONNECTIONS_PER_UID, connection_cap};
 use super::screen;
 use super::socket::{self, PeerCred};
-use super::{EmbeddedBus, EmbeddedBusError};
+use super::{BusOptions, EmbeddedBus, EmbeddedBusError};
 
 /// The socket file of a `unix:path=` address, if it is one.
 fn socket_file(address: &str) -> Result<Option<PathBuf>, EmbeddedBusError> {
@@ -88,10 +88,11 @@ fn unix_address(path: &Path) -> Address {
     ))))
 }
 
-/// Starts a bus listening on `address` and returns once it accepts connections.
+/// Starts a bus listening on `address` with `options` and returns once it accepts connections.
 ///
 /// Only `unix:path=` addresses: the bus reads each client's credentials from its socket.
-pub fn start(address: &str) -> Result<EmbeddedBus, EmbeddedBusError> {
+pub fn start(address: &str, options: &BusOptions) -> Result<EmbeddedBus, EmbeddedBusError> {
+    let reply_timeout = options.reply_timeout;
     let Some(path) = socket_file(address)? else {
         return Err(EmbeddedBusError::BadAddress {
             address: address.to_string(),
@@ -115,7 +116,7 @@ pub fn start(address: &str) -> Result<EmbeddedBus, EmbeddedBusError> {
                     }
                 };
                 let _ = tx.send(Ok(bound));
-                serve(&runtime, &listener, &bus, &limits).await;
+                serve(&runtime, &listener, &bus, &limits, reply_timeout).await;
             });
         })
         .map_err(|e| EmbeddedBusError::Start {
@@ -185,6 +186,7 @@ async fn serve(
     listener: &UnixListener<Shared>,
     bus: &Bus,
     limits: &Arc<ConnectionLimits>,
+    reply_timeout: Duration,
 ) {
     let mut next_id = 0usize;
     let mut last_log: Option<Instant> = None;
@@ -249,6 +251,7 @@ async fn serve(
             cred,
             id,
             send_timeout,
+            reply_timeout,
         };
         let split = match socket::split(stream, client, slot, bus.peers().clone(), runtime) {
             Ok(split) => split,
@@ -289,7 +292,9 @@ mod tests {
 
     #[test]
     fn bad_addresses_are_named() {
-        let e = start("nonsense").unwrap_err().to_string();
+        let e = start("nonsense", &BusOptions::default())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("--listen nonsense"), "{e}");
     }
 
@@ -301,9 +306,11 @@ mod tests {
         drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
         assert!(sock.exists());
         let address = format!("unix:path={}", sock.display());
-        let bus = start(&address).unwrap();
+        let bus = start(&address, &BusOptions::default()).unwrap();
         assert!(bus.address().contains(&sock.display().to_string()));
-        let e = start(&address).unwrap_err().to_string();
+        let e = start(&address, &BusOptions::default())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("already listening"), "{e}");
         drop(bus);
         assert!(!sock.exists());

@@ -15,7 +15,8 @@
 //!   none; the kernel never installs them in vgpud's table), and closes such a client's connection;
 //! - answers a call past the connection's [`MAX_PENDING_REPLIES`](super::replies::MAX_PENDING_REPLIES)
 //!   calls waiting for replies with `org.freedesktop.DBus.Error.LimitsExceeded`, and a call whose
-//!   reply has not come within [`REPLY_TIMEOUT`] with `org.freedesktop.DBus.Error.NoReply`
+//!   reply has not come within its reply timeout ([`REPLY_TIMEOUT`](super::replies::REPLY_TIMEOUT) unless
+//!   the bus was started with another) with `org.freedesktop.DBus.Error.NoReply`
 //!   ([`super::replies`]);
 //! - closes a connection that has not sent `Hello` within [`AUTH_TIMEOUT`] of connecting, as
 //!   dbus-daemon closes a connection still "incomplete" at its `auth_timeout`;
@@ -41,7 +42,7 @@ use zbus::message::Type;
 use zruntime::{AsyncIo, Shared, SharedRuntime};
 
 use super::limits::{AUTH_TIMEOUT, ConnectionSlot};
-use super::replies::{self, PendingReplies, REPLY_TIMEOUT};
+use super::replies::{self, PendingReplies};
 use super::screen;
 
 /// The longest message a client may send on the embedded bus: 1 MiB. Every call of vgpud's API
@@ -81,6 +82,8 @@ pub struct NewClient {
     /// How long the client may take to read what the bus sends it, before the bus closes its
     /// connection: what busd gives it, for the bus's own answers too.
     pub send_timeout: std::time::Duration,
+    /// How long its calls wait for their replies before the bus answers `NoReply` itself.
+    pub reply_timeout: std::time::Duration,
 }
 
 /// What both halves of a client's socket share: the socket, the lock that keeps messages whole on
@@ -253,6 +256,7 @@ pub fn split(
         cred,
         id,
         send_timeout,
+        reply_timeout,
     } = client;
     let counted = cred.pid != std::process::id();
     let conn = Arc::new(Conn {
@@ -264,8 +268,8 @@ pub fn split(
         send_timeout,
         replies: counted.then(|| {
             Mutex::new(match slot.user_replies() {
-                Some(user) => PendingReplies::of_user(user),
-                None => PendingReplies::default(),
+                Some(user) => PendingReplies::of_user(user, reply_timeout),
+                None => PendingReplies::new(reply_timeout),
             })
         }),
         _slot: slot,
@@ -382,7 +386,10 @@ impl Reader {
         let Some(replies) = &self.conn.replies else {
             return Ok(());
         };
-        let late = screen::lock(replies).expire(now);
+        let (late, timeout) = {
+            let mut r = screen::lock(replies);
+            (r.expire(now), r.timeout())
+        };
         for call in late {
             let taken = self
                 .peers
@@ -397,9 +404,9 @@ impl Reader {
                     uid = self.conn.cred.uid,
                     callee = %call.callee,
                     "a call got no reply within {} s",
-                    REPLY_TIMEOUT.as_secs()
+                    timeout.as_secs()
                 );
-                let no_reply = replies::no_reply(call.serial, call.callee.as_str())?;
+                let no_reply = replies::no_reply(call.serial, call.callee.as_str(), timeout)?;
                 self.conn.answer(&self.runtime, &no_reply).await?;
             }
         }
