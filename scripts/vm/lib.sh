@@ -128,23 +128,29 @@ prepare_libvirt_11_3() {
 # ---------------------------------------------------------------------------------------------------
 # Test binaries
 
-# Builds each PKG:BIN statically (the guest has no libc) into a target dir of its own, so the
-# crt-static RUSTFLAGS do not invalidate the workspace's normal build, and copies it to the share
-# (stripped of debug info).
+# Builds every PKG:BIN statically (the guest has no libc) into a target dir of its own, so the
+# crt-static RUSTFLAGS do not invalidate the workspace's normal build, and copies each to the share
+# (stripped of debug info). One cargo run for all of them: their shared dependencies are built once,
+# with one set of features.
 build_test_binaries() {
-	local triple=x86_64-unknown-linux-gnu target=$CACHE/target spec pkg bin src
+	local triple=x86_64-unknown-linux-gnu target=$CACHE/target spec pkg bin src args=() pkgs=" "
 	for spec; do
 		pkg=${spec%%:*}
+		case "$pkgs" in *" $pkg "*) ;; *) pkgs+="$pkg " args+=(-p "$pkg") ;; esac
+	done
+	for spec; do args+=(--bin "${spec#*:}"); done
+	if [ "$BUILD" = 1 ]; then
+		note "building $* (static, release)"
+		# The release profile's whole-program LTO (smaller shipped binaries, see Cargo.toml) only
+		# slows the test build down: off here; and no line tables, which the copy strips anyway.
+		(cd "$ROOT" && CARGO_TARGET_DIR=$target RUSTFLAGS='-C target-feature=+crt-static' \
+			CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \
+			CARGO_PROFILE_RELEASE_DEBUG=false \
+			cargo build -q --release --target "$triple" "${args[@]}") ||
+			die "cargo build of $* failed"
+	fi
+	for spec; do
 		bin=${spec#*:}
-		if [ "$BUILD" = 1 ]; then
-			note "building $pkg:$bin (static, release)"
-			# The release profile's whole-program LTO (smaller shipped binaries, see Cargo.toml) only
-			# slows the test build down: off here.
-			(cd "$ROOT" && CARGO_TARGET_DIR=$target RUSTFLAGS='-C target-feature=+crt-static' \
-				CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \
-				cargo build -q --release --target "$triple" -p "$pkg" --bin "$bin") ||
-				die "cargo build of $pkg:$bin failed"
-		fi
 		src=$target/$triple/release/$bin
 		[ -x "$src" ] || die "$src is missing (run without --no-build)"
 		if readelf -l "$src" | grep -q 'program interpreter'; then
