@@ -81,16 +81,16 @@ pub(super) fn the_definition(
 
 /// Before `start --uuid U` without a JSON file: a UUID defined on several parents needs `--parent`
 /// (mdevctl src/main.rs `start_command_helper`), a type that differs from the one definition's is
-/// refused, and that definition is made vgpud's.
+/// refused, and that definition is made vgpud's and returned (`None`: `uuid` has no definition).
 pub(super) fn before_start(
     daemon: &mut dyn ManagerCalls,
     uuid: &str,
     parent: Option<&str>,
     mdev_type: Option<&str>,
-) -> Result<(), CliError> {
-    let Matching { found, several } = matching(daemon, uuid, parent)?;
+) -> Result<Option<DefinitionInfo>, CliError> {
+    let Matching { mut found, several } = matching(daemon, uuid, parent)?;
     match found.as_slice() {
-        [] => Ok(()),
+        [] => Ok(None),
         [d] => {
             if let Some(t) = mdev_type
                 && t != d.type_id
@@ -100,7 +100,8 @@ pub(super) fn before_start(
                     d.parent, d.type_id
                 )));
             }
-            own(daemon, d, several)
+            own(daemon, d, several)?;
+            Ok(found.pop())
         }
         _ => Err(bad(format!(
             "Multiple definitions found for device {uuid}. Please specify a parent."

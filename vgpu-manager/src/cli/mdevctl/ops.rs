@@ -196,7 +196,18 @@ pub(super) fn start(
         && spec.jsonfile.is_none()
     {
         let (parent, ty) = (spec.parent.as_deref(), spec.mdev_type.as_deref());
-        super::defined::before_start(daemon, u, parent, ty)?;
+        let defined = super::defined::before_start(daemon, u, parent, ty)?;
+        // The one definition of `u` (checked above, and now vgpud's), with no call-out script to run
+        // around it: one Start. A refusal (it is running, its parent is gone) takes the full path
+        // below, which finds out why and says it in mdevctl's words.
+        if defined.is_some() && co.is_empty() {
+            match daemon.start(u) {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    tracing::debug!(error = %e, "one-call start refused; taking the full path")
+                }
+            }
+        }
     }
     if let Some(u) = &uuid
         && let Some(i) = find(daemon, u, spec.parent.as_deref())?

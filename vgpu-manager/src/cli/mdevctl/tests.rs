@@ -532,3 +532,15 @@ fn types_reads_every_mdev_parent_of_the_host_without_vgpud() {
         "0.0.26ab\n  vfio_ccw-io\n    Available instances: 4\n    Device API: vfio_mdev\n    Name: I/O subchannel\n    Description: line one, line two\n"
     );
 }
+
+#[test]
+fn start_of_the_one_definition_is_one_start_and_a_refusal_keeps_mdevctls_words() {
+    let mut f = demo();
+    mdevctl(&mut f, &format!("start -u {B}")).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(f.instances[B].state, "running");
+    assert_eq!(f.log, vec![format!("start {B}")]);
+    // Started already: the one Start is refused, and the full path says why as mdevctl does.
+    let e = mdevctl(&mut f, &format!("start -u {B}")).unwrap_err();
+    assert!(e.contains("is already running"), "{e}");
+    assert_eq!(f.log, vec![format!("start {B}"), format!("start {B}")]);
+}
