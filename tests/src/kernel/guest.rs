@@ -25,6 +25,18 @@ pub enum KernelKind {
     Custom,
 }
 
+impl KernelKind {
+    /// The kernel scripts/vm-test calls `name` (`--kernel`), if it is one.
+    pub fn named(name: &str) -> Option<Self> {
+        match name {
+            "stock-6.12" => Some(Self::Stock612),
+            "stock-6.1" => Some(Self::Stock61),
+            "custom" => Some(Self::Custom),
+            _ => None,
+        }
+    }
+}
+
 /// Which PCI topology the guest has (scripts/vm/topologies.sh).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Topology {
@@ -32,6 +44,17 @@ pub enum Topology {
     Default,
     /// The default devices plus two `edu` devices behind a PCIe-to-PCI bridge (one IOMMU group).
     SharedGroup,
+}
+
+impl Topology {
+    /// The topology scripts/vm-test calls `name` (`--topology`), if it is one.
+    pub fn named(name: &str) -> Option<Self> {
+        match name {
+            "default" => Some(Self::Default),
+            "shared-group" => Some(Self::SharedGroup),
+            _ => None,
+        }
+    }
 }
 
 /// Why the suite cannot run here.
@@ -80,42 +103,23 @@ impl Guest {
         else {
             return Err(GuestError::NotTheGuest);
         };
-        let boot_name = format!("{kernel}/{topology}");
-        let kernel = match kernel.as_str() {
-            "stock-6.12" => KernelKind::Stock612,
-            "stock-6.1" => KernelKind::Stock61,
-            "custom" => KernelKind::Custom,
-            _ => {
-                return Err(GuestError::UnknownValue {
-                    key: "vmtest.kernel",
-                    value: kernel,
-                });
-            }
+        let unknown = |key: &'static str, value: &str| GuestError::UnknownValue {
+            key,
+            value: value.to_string(),
         };
-        let topology = match topology.as_str() {
-            "default" => Topology::Default,
-            "shared-group" => Topology::SharedGroup,
-            _ => {
-                return Err(GuestError::UnknownValue {
-                    key: "vmtest.topology",
-                    value: topology,
-                });
-            }
-        };
+        let kernel_of =
+            |name: &str| KernelKind::named(name).ok_or_else(|| unknown("vmtest.kernel", name));
+        let topology_of =
+            |name: &str| Topology::named(name).ok_or_else(|| unknown("vmtest.topology", name));
+        let (kernel, topology) = (kernel_of(&kernel)?, topology_of(&topology)?);
         let boots = match value("vmtest.one-boot") {
             None => Boots::All,
             Some(there) => {
-                let known = there.split_once('/').is_some_and(|(k, t)| {
-                    ["stock-6.12", "stock-6.1", "custom"].contains(&k)
-                        && ["default", "shared-group"].contains(&t)
-                });
-                if !known {
-                    return Err(GuestError::UnknownValue {
-                        key: "vmtest.one-boot",
-                        value: there,
-                    });
-                }
-                if there == boot_name {
+                let boot = there
+                    .split_once('/')
+                    .and_then(|(k, t)| Some((KernelKind::named(k)?, Topology::named(t)?)))
+                    .ok_or_else(|| unknown("vmtest.one-boot", &there))?;
+                if boot == (kernel, topology) {
                     Boots::All
                 } else {
                     Boots::OneBootTestsOn(there)

@@ -45,7 +45,7 @@ struct Args {
     /// With --listen: how long a call on the embedded bus waits for its reply before the bus answers
     /// it NoReply itself (dbus-daemon's reply_timeout limit). A callee that never answers holds the
     /// caller's places among its calls waiting for replies that long.
-    #[arg(long, value_name = "SECONDS", default_value_t = 120, requires = "listen",
+    #[arg(long, value_name = "SECONDS", default_value_t = embedded_bus::REPLY_TIMEOUT.as_secs(), requires = "listen",
           value_parser = clap::value_parser!(u64).range(1..=86_400))]
     bus_reply_timeout: u64,
     /// Members of this group (besides root) may make changes. The shipped bus policy names

@@ -81,16 +81,16 @@ pub(super) fn the_definition(
 
 /// Before `start --uuid U` without a JSON file: a UUID defined on several parents needs `--parent`
 /// (mdevctl src/main.rs `start_command_helper`), a type that differs from the one definition's is
-/// refused, and that definition is made vgpud's and returned (`None`: `uuid` has no definition).
+/// refused, and that definition is made vgpud's. True when `uuid` has that one definition.
 pub(super) fn before_start(
     daemon: &mut dyn ManagerCalls,
     uuid: &str,
     parent: Option<&str>,
     mdev_type: Option<&str>,
-) -> Result<Option<DefinitionInfo>, CliError> {
-    let Matching { mut found, several } = matching(daemon, uuid, parent)?;
+) -> Result<bool, CliError> {
+    let Matching { found, several } = matching(daemon, uuid, parent)?;
     match found.as_slice() {
-        [] => Ok(None),
+        [] => Ok(false),
         [d] => {
             if let Some(t) = mdev_type
                 && t != d.type_id
@@ -101,7 +101,7 @@ pub(super) fn before_start(
                 )));
             }
             own(daemon, d, several)?;
-            Ok(found.pop())
+            Ok(true)
         }
         _ => Err(bad(format!(
             "Multiple definitions found for device {uuid}. Please specify a parent."

@@ -200,7 +200,7 @@ pub(super) fn start(
         // The one definition of `u` (checked above, and now vgpud's), with no call-out script to run
         // around it: one Start. A refusal (it is running, its parent is gone) takes the full path
         // below, which finds out why and says it in mdevctl's words.
-        if defined.is_some() && co.is_empty() {
+        if defined && co.is_empty() {
             match daemon.start(u) {
                 Ok(()) => return Ok(()),
                 Err(e) => {

@@ -90,19 +90,29 @@ impl Drop for EmbeddedBus {
     }
 }
 
+/// How long a call on the embedded bus keeps its place before the bus gives up on its reply, unless
+/// it is started with another ([`BusOptions`], `vgpud --bus-reply-timeout`): 120 s. Then the bus
+/// answers it with `org.freedesktop.DBus.Error.NoReply` and drops a reply that comes later, as
+/// dbus-daemon does at its `reply_timeout` (bus/connection.c `bus_pending_reply_expired`). That is
+/// twice the longest any of vgpud's clients waits (60 s, the blocking client's call timeout) and
+/// well past libdbus's default of 25 s, so the bus never fails a call its caller still waits for,
+/// while a callee that stays connected and never answers holds a client's places for 2 minutes,
+/// not for ever (dbus-daemon's default, `-1`, is never).
+pub const REPLY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+
 /// What an embedded bus may be started with besides its address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BusOptions {
     /// How long a call waits for its reply before the bus answers it
     /// `org.freedesktop.DBus.Error.NoReply` itself and drops a reply that comes later (dbus-daemon's
-    /// `reply_timeout` limit). Default: 120 s (`replies::REPLY_TIMEOUT`, where the choice is explained).
+    /// `reply_timeout` limit). Default: [`REPLY_TIMEOUT`].
     pub reply_timeout: std::time::Duration,
 }
 
 impl Default for BusOptions {
     fn default() -> Self {
         Self {
-            reply_timeout: std::time::Duration::from_secs(120),
+            reply_timeout: REPLY_TIMEOUT,
         }
     }
 }

@@ -64,14 +64,7 @@ impl UserReplies {
     }
 }
 
-/// How long a call keeps its place before the bus gives up on its reply: 120 s. Then the bus
-/// answers it with `org.freedesktop.DBus.Error.NoReply` and drops a reply that comes later, as
-/// dbus-daemon does at its `reply_timeout` (bus/connection.c `bus_pending_reply_expired`). That is
-/// twice the longest any of vgpud's clients waits (60 s, the blocking client's call timeout) and
-/// well past libdbus's default of 25 s, so the bus never fails a call its caller still waits for,
-/// while a callee that stays connected and never answers holds a client's places for 2 minutes,
-/// not for ever (dbus-daemon's default, `-1`, is never).
-pub const REPLY_TIMEOUT: Duration = Duration::from_secs(120);
+pub use super::REPLY_TIMEOUT;
 
 /// The error name of the bus's refusal of a call past [`MAX_PENDING_REPLIES`].
 pub const LIMITS_EXCEEDED: &str = "org.freedesktop.DBus.Error.LimitsExceeded";
@@ -101,13 +94,6 @@ pub struct PendingReplies {
     user: Option<std::sync::Arc<UserReplies>>,
     /// How long a call keeps its place ([`REPLY_TIMEOUT`] unless the bus was started with another).
     timeout: Duration,
-}
-
-/// A connection's waiting calls with the default [`REPLY_TIMEOUT`], not counted against a user.
-impl Default for PendingReplies {
-    fn default() -> Self {
-        Self::new(REPLY_TIMEOUT)
-    }
 }
 
 impl Drop for PendingReplies {
@@ -329,7 +315,7 @@ mod tests {
     #[test]
     fn places_are_capped_and_come_back_with_the_replies() {
         let now = Instant::now();
-        let mut p = PendingReplies::default();
+        let mut p = PendingReplies::new(REPLY_TIMEOUT);
         for n in 1..=MAX_PENDING_REPLIES as u32 {
             p.admit(serial(n), name(":busd.2"), now).unwrap();
         }
@@ -348,7 +334,7 @@ mod tests {
     #[test]
     fn the_bus_frees_a_place_only_with_the_errors_it_sends_in_place_of_a_reply() {
         let now = Instant::now();
-        let mut p = PendingReplies::default();
+        let mut p = PendingReplies::new(REPLY_TIMEOUT);
         p.admit(serial(5), name(":busd.2"), now).unwrap();
         // The bus's reply to a call of the bus with the same serial (a client may reuse one).
         assert!(!p.answered(&reply(BUS, 5)));
@@ -360,7 +346,7 @@ mod tests {
     #[test]
     fn a_reused_serial_is_matched_to_its_callee() {
         let now = Instant::now();
-        let mut p = PendingReplies::default();
+        let mut p = PendingReplies::new(REPLY_TIMEOUT);
         p.admit(serial(5), name(":busd.2"), now).unwrap();
         p.admit(serial(5), name(":busd.3"), now).unwrap();
         assert!(p.answered(&reply(":busd.3", 5)));
@@ -384,7 +370,7 @@ mod tests {
     #[test]
     fn calls_expire_oldest_first_at_their_deadline() {
         let t0 = Instant::now();
-        let mut p = PendingReplies::default();
+        let mut p = PendingReplies::new(REPLY_TIMEOUT);
         p.admit(serial(1), name(":busd.2"), t0).unwrap();
         p.admit(serial(2), name(":busd.2"), t0 + Duration::from_secs(1))
             .unwrap();
