@@ -233,3 +233,103 @@ fn the_kernel_event_of_a_slot_being_removed_does_not_announce_it_stopped_first()
         "{seen:?}"
     );
 }
+
+/// A simulated host whose kernel refuses the `refuse`-th write of an mdev `create` (counting from 1)
+/// with `ENOSPC`, as a GPU whose memory ran out between the plan and the create does.
+#[derive(Debug)]
+struct RefusesCreate {
+    sim: Arc<SimHost>,
+    refuse: usize,
+    creates: std::sync::atomic::AtomicUsize,
+}
+
+impl Host for RefusesCreate {
+    fn read(&self, path: &std::path::Path) -> Result<String, vgpu_host::HostError> {
+        self.sim.read(path)
+    }
+    fn write(&self, path: &std::path::Path, value: &str) -> Result<(), vgpu_host::HostError> {
+        if path.ends_with("create") {
+            let n = self
+                .creates
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+                + 1;
+            if n == self.refuse {
+                return Err(vgpu_host::HostError::write(
+                    path,
+                    value,
+                    nix::errno::Errno::ENOSPC,
+                ));
+            }
+        }
+        self.sim.write(path, value)
+    }
+    fn list(&self, path: &std::path::Path) -> Result<Vec<String>, vgpu_host::HostError> {
+        self.sim.list(path)
+    }
+    fn read_link(
+        &self,
+        path: &std::path::Path,
+    ) -> Result<std::path::PathBuf, vgpu_host::HostError> {
+        self.sim.read_link(path)
+    }
+    fn canonicalize(
+        &self,
+        path: &std::path::Path,
+    ) -> Result<std::path::PathBuf, vgpu_host::HostError> {
+        self.sim.canonicalize(path)
+    }
+    fn exists(&self, path: &std::path::Path) -> bool {
+        self.sim.exists(path)
+    }
+    fn describe(&self) -> String {
+        self.sim.describe()
+    }
+}
+
+#[test]
+fn a_create_the_kernel_refuses_in_a_run_of_slots_undoes_the_apply_and_names_that_slot() {
+    let sim = Arc::new(SimHost::builtin("demo").unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let host = Arc::new(RefusesCreate {
+        sim: sim.clone(),
+        refuse: 4,
+        creates: Default::default(),
+    });
+    let core = Core::open(
+        host.clone() as Arc<dyn Host>,
+        dir.path(),
+        Catalog::builtin().unwrap(),
+    )
+    .unwrap();
+    let before = core.execute(ListInstances).unwrap();
+    let mut events = core.subscribe();
+    let err = core.execute(ApplyPool { toml: pool(6, 0) }).unwrap_err();
+    let msg = err.to_string();
+    // The kind is the cause's: the kernel refused.
+    assert_eq!(err.kind(), "Kernel", "{msg}");
+    // The fourth slot's create is step 4 of 6, and the kernel's words are kept.
+    assert!(msg.contains("step 4/6"), "{msg}");
+    assert!(msg.contains("create vdi-2g/3"), "{msg}");
+    assert!(msg.to_lowercase().contains("no space"), "{msg}");
+    // Nothing is left: no device, no definition, no ledger entry (a restart finds nothing either).
+    assert_eq!(core.execute(ListInstances).unwrap(), before);
+    let seen = drain(&mut events);
+    assert_eq!(
+        known_after(&seen),
+        BTreeMap::new(),
+        "a subscriber still knows of slots: {seen:?}"
+    );
+    drop(core);
+    let core = open(&sim, dir.path());
+    // (A foreign device's first-seen time is the new core's own.)
+    let uuids = |v: Vec<vgpu_manager::daemon::api::InstanceView>| -> Vec<MdevUuid> {
+        v.into_iter().map(|v| v.uuid).collect()
+    };
+    assert_eq!(
+        uuids(core.execute(ListInstances).unwrap()),
+        uuids(before.clone())
+    );
+    assert!(core.finish_interrupted_applies().is_empty());
+    let definitions = std::fs::read_dir(dir.path().join("definitions")).unwrap();
+    assert_eq!(definitions.count(), 0);
+}

@@ -38,7 +38,7 @@ fn made(
 
 impl Instances {
     /// Reserves a UUID nobody uses (no definition, no ledger entry, no device, no request in flight).
-    fn reserve_new(&self, uuid: MdevUuid) -> Result<Reservation<'_>, CoreError> {
+    pub(super) fn reserve_new(&self, uuid: MdevUuid) -> Result<Reservation<'_>, CoreError> {
         let store = lock(&self.store);
         let mut inflight = lock(&self.inflight);
         let taken = inflight.contains(&uuid)

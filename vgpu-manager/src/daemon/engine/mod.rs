@@ -37,6 +37,7 @@ mod locks;
 mod metrics_source;
 pub(crate) mod persist;
 mod pool;
+mod pool_create;
 mod pool_exec;
 #[cfg(test)]
 mod pool_exec_tests;

@@ -6,7 +6,10 @@
 //! * **mdev slots** run through the core's own commands ([`DefineInstance`], [`StartInstance`],
 //!   [`DestroyInstance`]), so the ledger protocol, per-parent locks, the kernel's capacity check and
 //!   persistence apply to slots exactly as to any instance. A slot is defined (autostart as the pool
-//!   says) with its stable UUID, labelled `pool:<pool>/<profile>/<index>`, then started.
+//!   says) with its stable UUID, labelled `pool:<pool>/<profile>/<index>`, then started. Consecutive
+//!   new slots on one parent are made as one run (see [`super::pool_create`]): one parent check,
+//!   their definitions, one ledger batch, then their devices, each announced and reported as it
+//!   starts.
 //! * **VF slots** (xe/i915 VFs on vfio-pci, NVIDIA vendor-VFIO vGPUs; see [`super::vf_slots`]) are
 //!   made through the GPU's vendor backend: `EnableVfs` steps enable the PF's VFs (autoprobe off),
 //!   each slot takes a free VF and is recorded before the VF is touched.
@@ -25,7 +28,11 @@ use mdev_types::ids::MdevUuid;
 use tracing::{info, warn};
 use vgpu_host::discover::discover;
 
-use super::pool_exec::{Applying, PoolActions, PoolUndo, SlotSteps, labelled_slot};
+use std::cell::Cell;
+
+use super::pool_exec::{
+    Applying, NewSlot, PoolActions, PoolUndo, SlotRun, SlotSteps, SlotsFailed, labelled_slot, runs,
+};
 use std::sync::Arc;
 
 use tokio::sync::broadcast;
@@ -182,12 +189,17 @@ impl Pools {
     fn apply_marked(&self, pool: &Pool, text: &str) -> Result<PoolSummary, CoreError> {
         let pool = pool.clone();
         let mut slots = Slots(self);
+        // The step count is known once the plan is made (after the restarts below).
+        let total = Cell::new(0u32);
+        let progress = |i: usize, step: &PoolStep| self.progress(&pool.name, i, total.get(), step);
         let mut steps_of = SlotSteps {
             actions: &mut slots,
             pool: Applying {
                 name: &pool.name,
                 autostart: pool.autostart,
             },
+            progress: &progress,
+            failed_at: None,
         };
         let mut run = Transaction::new(&mut steps_of);
         let mut created = Vec::new();
@@ -198,10 +210,11 @@ impl Pools {
         let restarts = self.stopped_vf_slots(&pool);
         for (i, step) in restarts.iter().enumerate() {
             self.check_stopping(&pool, i, restarts.len())?;
-            run = match self.run_held(run, i, step) {
+            run = match self.run_held(run, i, &SlotRun::Step(step.clone())) {
                 Ok(run) => run,
                 Err(failed) => {
-                    return Err(self.failed_apply(&pool, restarts.len(), failed.roll_back()));
+                    let undone = failed.roll_back();
+                    return Err(self.failed_apply(&pool, restarts.len(), undone, None));
                 }
             };
             if let PoolStep::Create { slot, .. } = step {
@@ -224,32 +237,45 @@ impl Pools {
         let first = steps.len();
         steps.extend(self.unwanted_stopped_slots(&pool));
         steps.extend(plan.steps.iter().cloned());
-        let total = u32::try_from(steps.len()).unwrap_or(u32::MAX);
-        for (i, step) in steps.iter().enumerate() {
-            if i >= first {
-                self.check_stopping(&pool, i, steps.len())?;
-                run = match self.run_held(run, i, step) {
-                    Ok(run) => run,
-                    Err(failed) => {
-                        return Err(self.failed_apply(&pool, steps.len(), failed.roll_back()));
+        total.set(u32::try_from(steps.len()).unwrap_or(u32::MAX));
+        // The restarts ran before the plan existed; their progress goes out now, with the total.
+        for (i, step) in steps.iter().enumerate().take(first) {
+            progress(i, step);
+        }
+        let grouped = runs(steps.iter().cloned().enumerate().skip(first), &|uuid| {
+            !self.instances.is_fresh(uuid)
+        });
+        for (i, unit) in grouped {
+            self.check_stopping(&pool, i, steps.len())?;
+            run = match self.run_held(run, i, &unit) {
+                Ok(run) => run,
+                Err(failed) => {
+                    let undone = failed.roll_back();
+                    let at = steps_of.failed_at.take();
+                    return Err(self.failed_apply(&pool, steps.len(), undone, at));
+                }
+            };
+            match &unit {
+                SlotRun::Step(step) => {
+                    match step {
+                        PoolStep::Create { slot, .. } => created.push(slot.name()),
+                        PoolStep::Remove { slot, .. } => removed.push(slot.name()),
+                        PoolStep::EnableVfs { .. } => {}
                     }
-                };
-                match step {
-                    PoolStep::Create { slot, .. } => created.push(slot.name()),
-                    PoolStep::Remove { slot, .. } => removed.push(slot.name()),
-                    PoolStep::EnableVfs { .. } => {}
+                    // After the step's held events: a subscriber learns of the slot first.
+                    progress(i, step);
+                }
+                // Each slot's progress went out as it started.
+                SlotRun::Creates { steps, .. } => {
+                    created.extend(steps.iter().filter_map(|(_, step)| match step {
+                        PoolStep::Create { slot, .. } => Some(slot.name()),
+                        _ => None,
+                    }));
                 }
             }
-            // Nobody listening is fine: progress is a courtesy. (The restarts ran before the plan
-            // existed; their progress goes out now, with the final total.)
-            let _ = self.events.send(Event::PoolProgress {
-                pool: pool.name.clone(),
-                done: u32::try_from(i + 1).unwrap_or(u32::MAX),
-                total,
-                step: step.to_string(),
-            });
         }
         run.commit();
+        let total = total.get();
         self.record_pool(&pool, text)?;
         info!(pool = %pool.name, steps = total, created = created.len(), removed = removed.len(), "pool applied");
         let inv = discover(self.host.as_ref())?;
@@ -268,38 +294,56 @@ impl Pools {
         Ok(summary)
     }
 
-    /// Runs step `i` of an apply with the instance events it causes held back: one event per slot
-    /// it changes, before the step's progress (see [`Instances::hold_events`]). A failed step's
-    /// events go out before its rollback runs.
+    /// Reports step `i` (of `total`) of an apply of pool `name` as done. Nobody listening is fine:
+    /// progress is a courtesy.
+    fn progress(&self, name: &str, i: usize, total: u32, step: &PoolStep) {
+        let _ = self.events.send(Event::PoolProgress {
+            pool: name.to_string(),
+            done: u32::try_from(i + 1).unwrap_or(u32::MAX),
+            total,
+            step: step.to_string(),
+        });
+    }
+
+    /// Runs transaction step `i` of an apply. A single step runs with the instance events it causes
+    /// held back: one event per slot it changes, before the step's progress (see
+    /// [`Instances::hold_events`]); a failed step's events go out before its rollback runs. A run of
+    /// creates announces each slot itself as it starts, before that slot's progress.
     // Transaction::run's own result, passed on unchanged (its failure carries the run to roll back).
     #[allow(clippy::result_large_err)]
     fn run_held<'a, A>(
         &self,
-        run: Transaction<'a, PoolStep, A>,
+        run: Transaction<'a, SlotRun, A>,
         i: usize,
-        step: &PoolStep,
-    ) -> Result<Transaction<'a, PoolStep, A>, Failed<'a, PoolStep, A>>
+        unit: &SlotRun,
+    ) -> Result<Transaction<'a, SlotRun, A>, Failed<'a, SlotRun, A>>
     where
-        A: crate::daemon::exec::Actions<PoolStep> + ?Sized,
+        A: crate::daemon::exec::Actions<SlotRun> + ?Sized,
     {
-        let _held = self.instances.hold_events();
-        run.run(i, step)
+        let _held = matches!(unit, SlotRun::Step(_)).then(|| self.instances.hold_events());
+        run.run(i, unit)
     }
 
-    /// The error of an apply whose step failed, out of `total`, and was undone as `report` says.
+    /// The error of an apply whose step failed, out of `total`, and was undone as `report` says;
+    /// `at` is the plan step that failed when it was one of a run of creates.
     fn failed_apply(
         &self,
         pool: &Pool,
         total: usize,
-        Undone { failure, report }: Undone<PoolStep, PoolUndo, CoreError>,
+        Undone { failure, report }: Undone<SlotRun, PoolUndo, CoreError>,
+        at: Option<(usize, PoolStep)>,
     ) -> CoreError {
-        warn!(pool = %pool.name, step = %failure.step, error = %failure.error, "pool apply failed; undone");
+        let (index, step) = match at {
+            Some((i, step)) => (i, step.to_string()),
+            None => (failure.index, failure.step.to_string()),
+        };
+        warn!(pool = %pool.name, %step, error = %failure.error, "pool apply failed; undone");
         self.log_rollback(pool, &report);
         CoreError::PoolStep {
             pool: pool.name.clone(),
-            number: failure.index + 1,
+            number: index + 1,
             total,
-            step: failure.step.to_string(),
+            step,
             cause: Box::new(failure.error),
             undone: report.effects,
             rollback: report
@@ -314,7 +358,7 @@ impl Pools {
     }
 
     /// Logs what a rollback could not undo.
-    fn log_rollback(&self, pool: &Pool, report: &Report<PoolStep, PoolUndo, CoreError>) {
+    fn log_rollback(&self, pool: &Pool, report: &Report<SlotRun, PoolUndo, CoreError>) {
         for f in &report.rollback_errors {
             warn!(pool = %pool.name, undo = %f.what, error = %f.error, "undoing a pool apply failed; `vgpuctl pool status` shows what is left");
         }
@@ -461,6 +505,18 @@ impl PoolActions for Slots<'_> {
 
     fn start(&mut self, uuid: &MdevUuid) -> Result<(), CoreError> {
         self.0.instances.start(*uuid).map(|_| ())
+    }
+
+    fn create_slots(
+        &mut self,
+        parent: &str,
+        slots: &[NewSlot],
+        autostart: bool,
+        started: &mut dyn FnMut(usize),
+    ) -> Result<(), SlotsFailed> {
+        self.0
+            .instances
+            .create_slots(parent, slots, autostart, started)
     }
 
     fn stop(&mut self, uuid: &MdevUuid) -> Result<(), CoreError> {

@@ -54,6 +54,16 @@ pub(super) trait PoolActions {
     ) -> Result<(), CoreError>;
     /// Starts defined instance `uuid`.
     fn start(&mut self, uuid: &MdevUuid) -> Result<(), CoreError>;
+    /// Defines `slots` (none of them defined yet) on `parent` as [`PoolActions::define`] does, then
+    /// starts them all, calling `started(k)` once slot `k` runs. A failure names how many slots it
+    /// defined (the first ones) and which slot failed; none of them is left running.
+    fn create_slots(
+        &mut self,
+        parent: &str,
+        slots: &[NewSlot],
+        autostart: bool,
+        started: &mut dyn FnMut(usize),
+    ) -> Result<(), SlotsFailed>;
     /// Stops instance `uuid` (keeps its definition).
     fn stop(&mut self, uuid: &MdevUuid) -> Result<(), CoreError>;
     /// Removes instance `uuid` entirely.
@@ -135,6 +145,119 @@ pub(super) struct Applying<'a> {
     pub name: &'a str,
     /// Whether its slots are defined with autostart.
     pub autostart: bool,
+}
+
+/// A slot of a [`SlotRun::Creates`]: defined and started with the others of its run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct NewSlot {
+    /// The slot (its UUID names the instance).
+    pub slot: SlotId,
+    /// The type it is defined as.
+    pub type_id: MdevTypeId,
+}
+
+/// How [`PoolActions::create_slots`] failed.
+#[derive(Debug)]
+pub(super) struct SlotsFailed {
+    /// How many slots (the first ones) it defined before failing; none of them runs.
+    pub defined: usize,
+    /// The slot whose change failed.
+    pub at: usize,
+    /// Why (boxed: a `Result` carrying this stays small).
+    pub error: Box<CoreError>,
+}
+
+/// The most creates one [`SlotRun::Creates`] takes: a run holds its GPU's lock from its first create
+/// to its last, and other requests on that GPU wait meanwhile.
+pub(super) const MAX_RUN: usize = 16;
+
+/// What one transaction step of a pool apply runs.
+#[derive(Debug, Clone)]
+pub(super) enum SlotRun {
+    /// One step of the plan.
+    Step(PoolStep),
+    /// Consecutive creates of mdev slots on one parent, none of them defined before the apply
+    /// started: their definitions are written, the parent checked and their ledger entries written
+    /// once for all of them, then their devices are created in order. Each step with its index in
+    /// the plan.
+    Creates {
+        /// The mdev parent of every slot.
+        parent: String,
+        /// The steps, in plan order.
+        steps: Vec<(usize, PoolStep)>,
+    },
+}
+
+impl fmt::Display for SlotRun {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SlotRun::Step(step) => step.fmt(f),
+            SlotRun::Creates { steps, .. } if steps.len() == 1 => steps[0].1.fmt(f),
+            SlotRun::Creates { parent, steps } => {
+                let name = |i: usize| match &steps[i].1 {
+                    PoolStep::Create { slot, .. } => slot.name(),
+                    other => other.to_string(),
+                };
+                write!(
+                    f,
+                    "create {} slots on {parent} ({} … {})",
+                    steps.len(),
+                    name(0),
+                    name(steps.len() - 1)
+                )
+            }
+        }
+    }
+}
+
+/// The parent and type of `step` when it creates an mdev slot that has no definition (`defined`
+/// says which UUIDs have one): such creates can run together.
+fn fresh_mdev_create<'s>(
+    step: &'s PoolStep,
+    defined: &dyn Fn(&MdevUuid) -> bool,
+) -> Option<(&'s str, &'s MdevTypeId, &'s SlotId)> {
+    match step {
+        PoolStep::Create {
+            slot,
+            target: ProfileTarget::Mdev {
+                parent, type_id, ..
+            },
+            ..
+        } if !defined(&slot.uuid) => Some((parent.as_str(), type_id, slot)),
+        _ => None,
+    }
+}
+
+/// Groups the steps of a plan (each with its index) into the transaction steps of an apply:
+/// consecutive creates of undefined mdev slots on one parent become one [`SlotRun::Creates`] of at
+/// most [`MAX_RUN`] slots; every other step runs alone. The order of the steps is kept.
+pub(super) fn runs(
+    steps: impl IntoIterator<Item = (usize, PoolStep)>,
+    defined: &dyn Fn(&MdevUuid) -> bool,
+) -> Vec<(usize, SlotRun)> {
+    let mut out: Vec<(usize, SlotRun)> = Vec::new();
+    for (i, step) in steps {
+        let Some((parent, _, _)) = fresh_mdev_create(&step, defined) else {
+            out.push((i, SlotRun::Step(step)));
+            continue;
+        };
+        if let Some((_, SlotRun::Creates { parent: p, steps })) = out.last_mut()
+            && p == parent
+            && steps.len() < MAX_RUN
+        {
+            steps.push((i, step));
+            continue;
+        }
+        let parent = parent.to_string();
+        out.push((
+            i,
+            SlotRun::Creates {
+                parent,
+                steps: vec![(i, step)],
+            },
+        ));
+    }
+    out
 }
 
 /// What a step records of its changes: the executor's [`Effects`].
@@ -248,20 +371,87 @@ fn define_and_start(
     a.start(&slot.uuid)
 }
 
-/// A pool apply's steps on the daemon's executor: [`run_step`] over `actions`.
+/// A pool apply's steps on the daemon's executor: [`run_step`] over `actions`, and the creates of a
+/// [`SlotRun::Creates`] together.
 pub(super) struct SlotSteps<'a> {
     /// The engine (or a fake).
     pub actions: &'a mut dyn PoolActions,
     /// The pool being applied.
     pub pool: Applying<'a>,
+    /// Called with the plan index and step of each create of a [`SlotRun::Creates`] once its slot
+    /// runs (a [`SlotRun::Step`] is reported by the caller, once its events are out).
+    pub progress: &'a dyn Fn(usize, &PoolStep),
+    /// The plan index and step of the create that failed a [`SlotRun::Creates`], if one did.
+    pub failed_at: Option<(usize, PoolStep)>,
 }
 
-impl exec::Actions<PoolStep> for SlotSteps<'_> {
+impl SlotSteps<'_> {
+    /// Runs the creates of a [`SlotRun::Creates`]: every slot defined is recorded for undo (destroy),
+    /// also when a later one fails.
+    fn run_creates(
+        &mut self,
+        parent: &str,
+        steps: &[(usize, PoolStep)],
+        undo: &mut Journal,
+    ) -> Result<(), CoreError> {
+        let slots: Vec<NewSlot> = steps
+            .iter()
+            .filter_map(|(_, step)| match step {
+                PoolStep::Create {
+                    slot,
+                    target: ProfileTarget::Mdev { type_id, .. },
+                    ..
+                } => Some(NewSlot {
+                    slot: slot.clone(),
+                    type_id: type_id.clone(),
+                }),
+                _ => None,
+            })
+            .collect();
+        // Built by `runs` from mdev creates only.
+        if slots.len() != steps.len() {
+            return Err(CoreError::WholeGpuSlot {
+                step: SlotRun::Creates {
+                    parent: parent.to_string(),
+                    steps: steps.to_vec(),
+                }
+                .to_string(),
+            });
+        }
+        let progress = self.progress;
+        let result = self
+            .actions
+            .create_slots(parent, &slots, self.pool.autostart, &mut |k| {
+                if let Some((i, step)) = steps.get(k) {
+                    progress(*i, step);
+                }
+            });
+        let (defined, failure) = match result {
+            Ok(()) => (slots.len(), None),
+            Err(f) => (f.defined.min(slots.len()), Some(f)),
+        };
+        for s in &slots[..defined] {
+            done(undo, PoolUndo::Destroy(s.slot.uuid));
+        }
+        match failure {
+            None => Ok(()),
+            Some(f) => {
+                self.failed_at = steps.get(f.at).cloned();
+                Err(*f.error)
+            }
+        }
+    }
+}
+
+impl exec::Actions<SlotRun> for SlotSteps<'_> {
     type Undo = PoolUndo;
     type Error = CoreError;
 
-    fn run(&mut self, step: &PoolStep, undo: &mut Journal) -> Result<(), CoreError> {
-        run_step(self.actions, self.pool, step, undo)
+    fn run(&mut self, run: &SlotRun, undo: &mut Journal) -> Result<(), CoreError> {
+        match run {
+            SlotRun::Step(step) => run_step(self.actions, self.pool, step, undo),
+            SlotRun::Creates { parent, steps } => self.run_creates(parent, steps, undo),
+        }
     }
 
     fn undo(&mut self, u: &PoolUndo) -> Result<(), CoreError> {

@@ -8,7 +8,9 @@ use mdev_types::ids::{MdevTypeId, MdevUuid, PciAddress};
 use proptest::prelude::*;
 
 use super::pool::slot_label;
-use super::pool_exec::{Applying, PoolActions, SlotSteps, run_step};
+use super::pool_exec::{
+    Applying, MAX_RUN, NewSlot, PoolActions, SlotRun, SlotSteps, SlotsFailed, run_step, runs,
+};
 use crate::daemon::api::{CoreError, InstanceState, InstanceView, Ownership};
 use crate::daemon::exec::{Effects, execute};
 use crate::daemon::store::{Definition, VfKind, VfSlotRecord};
@@ -233,6 +235,39 @@ impl PoolActions for Fake {
         Ok(())
     }
 
+    fn create_slots(
+        &mut self,
+        parent: &str,
+        slots: &[NewSlot],
+        autostart: bool,
+        started: &mut dyn FnMut(usize),
+    ) -> Result<(), SlotsFailed> {
+        for (k, s) in slots.iter().enumerate() {
+            if let Err(error) = self.define(&s.slot, parent, &s.type_id, autostart) {
+                return Err(SlotsFailed {
+                    defined: k,
+                    at: k,
+                    error: Box::new(error),
+                });
+            }
+        }
+        for (k, s) in slots.iter().enumerate() {
+            if let Err(error) = self.start(&s.slot.uuid) {
+                // As the engine's: a failed start leaves none of the run's devices.
+                for t in &slots[..k] {
+                    self.inst(&t.slot.uuid).unwrap().running = false;
+                }
+                return Err(SlotsFailed {
+                    defined: slots.len(),
+                    at: k,
+                    error: Box::new(error),
+                });
+            }
+            started(k);
+        }
+        Ok(())
+    }
+
     fn stop(&mut self, uuid: &MdevUuid) -> Result<(), CoreError> {
         self.call(uuid)?;
         self.inst(uuid)?.running = false;
@@ -377,17 +412,23 @@ fn scenario(slots: &[Before], enable: bool) -> (Fake, Vec<PoolStep>) {
 /// Runs `steps` as an apply does; on the first failure rolls back. Returns the failed step's index
 /// and the undos that failed.
 fn apply(fake: &mut Fake, steps: &[PoolStep]) -> Option<(usize, usize)> {
+    let units = runs(steps.iter().cloned().enumerate(), &|u| {
+        fake.instances.contains_key(u)
+    });
     let mut run = SlotSteps {
         actions: fake,
         pool: Applying {
             name: POOL,
             autostart: false,
         },
+        progress: &|_, _| {},
+        failed_at: None,
     };
-    let report = execute(&mut run, steps.iter().cloned().enumerate());
+    let report = execute(&mut run, units);
+    let at = run.failed_at.map(|(i, _)| i);
     report
         .failure
-        .map(|f| (f.index, report.rollback_errors.len()))
+        .map(|f| (at.unwrap_or(f.index), report.rollback_errors.len()))
 }
 
 proptest! {
@@ -491,5 +532,127 @@ fn a_slot_defined_as_something_else_is_refused_before_any_change() {
         "{e}"
     );
     assert!(undo.is_empty());
+    assert_eq!(fake.state(), start);
+}
+
+fn mdev_create(index: u32, parent: &str) -> PoolStep {
+    PoolStep::Create {
+        slot: SlotId::new(POOL, "vdi-2g", index),
+        gpu: parent.into(),
+        numa_node: None,
+        target: ProfileTarget::Mdev {
+            parent: parent.into(),
+            type_id: ty("nvidia-1"),
+            type_name: Some("T".into()),
+        },
+        start: None,
+    }
+}
+
+/// The plan indices of each transaction step, and whether it is a run of creates.
+fn shape(units: &[(usize, SlotRun)]) -> Vec<(bool, Vec<usize>)> {
+    units
+        .iter()
+        .map(|(i, u)| match u {
+            SlotRun::Step(_) => (false, vec![*i]),
+            SlotRun::Creates { steps, .. } => (true, steps.iter().map(|(i, _)| *i).collect()),
+        })
+        .collect()
+}
+
+#[test]
+fn fresh_creates_on_one_parent_run_together_and_nothing_else_does() {
+    let defined = SlotId::new(POOL, "vdi-2g", 2).uuid;
+    let remove = PoolStep::Remove {
+        slot: SlotId::new(POOL, "vdi-2g", 9),
+        gpu: "p1".into(),
+        holds: "nvidia-1".into(),
+    };
+    let steps = vec![
+        remove,
+        mdev_create(0, "p1"),
+        mdev_create(1, "p1"),
+        // Defined already: started (or moved) on its own.
+        mdev_create(2, "p1"),
+        mdev_create(3, "p1"),
+        // Another parent starts another run.
+        mdev_create(4, "p2"),
+        mdev_create(5, "p2"),
+    ];
+    let units = runs(steps.into_iter().enumerate(), &|u| *u == defined);
+    assert_eq!(
+        shape(&units),
+        vec![
+            (false, vec![0]),
+            (true, vec![1, 2]),
+            (false, vec![3]),
+            (true, vec![4]),
+            (true, vec![5, 6]),
+        ]
+    );
+    assert_eq!(
+        units[4].1.to_string(),
+        "create 2 slots on p2 (vdi-2g/4 … vdi-2g/5)"
+    );
+    // A run of one reads as its step.
+    assert_eq!(units[3].1.to_string(), mdev_create(3, "p1").to_string());
+
+    // Runs hold at most MAX_RUN slots.
+    let n = u32::try_from(MAX_RUN * 2 + 1).unwrap();
+    let units = runs((0..n).map(|i| mdev_create(i, "p1")).enumerate(), &|_| false);
+    let sizes: Vec<usize> = shape(&units).iter().map(|(_, s)| s.len()).collect();
+    assert_eq!(sizes, vec![MAX_RUN, MAX_RUN, 1]);
+}
+
+#[test]
+fn a_run_of_creates_reports_each_slot_and_names_the_one_that_failed() {
+    let steps: Vec<PoolStep> = (0..5).map(|i| mdev_create(i, "p1")).collect();
+    let units = runs(steps.iter().cloned().enumerate(), &|_| false);
+    assert_eq!(units.len(), 1);
+
+    let mut fake = Fake::default();
+    let seen = std::cell::RefCell::new(Vec::new());
+    let progress = |i: usize, step: &PoolStep| seen.borrow_mut().push((i, step.to_string()));
+    let mut run = SlotSteps {
+        actions: &mut fake,
+        pool: Applying {
+            name: POOL,
+            autostart: false,
+        },
+        progress: &progress,
+        failed_at: None,
+    };
+    let report = execute(&mut run, units.clone());
+    assert!(report.succeeded());
+    assert!(run.failed_at.is_none());
+    let expected: Vec<(usize, String)> = steps
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (i, s.to_string()))
+        .collect();
+    assert_eq!(*seen.borrow(), expected);
+    assert!(fake.instances.values().all(|i| i.defined && i.running));
+
+    // Five defines, then five starts: the second start fails.
+    let mut fake = Fake::default();
+    fake.fail.insert(6);
+    let start = fake.state();
+    let mut run = SlotSteps {
+        actions: &mut fake,
+        pool: Applying {
+            name: POOL,
+            autostart: false,
+        },
+        progress: &|_, _| {},
+        failed_at: None,
+    };
+    let report = execute(&mut run, units);
+    let (i, step) = run.failed_at.clone().unwrap();
+    assert_eq!((i, step), (1, steps[1].clone()));
+    let failure = report.failure.unwrap();
+    assert_eq!(failure.index, 0);
+    assert!(report.rollback_errors.is_empty());
+    // Every definition it wrote was destroyed again.
+    assert_eq!(report.effects, 5);
     assert_eq!(fake.state(), start);
 }

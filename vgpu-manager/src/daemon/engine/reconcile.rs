@@ -28,15 +28,17 @@ pub enum ReconcileScope {
 }
 
 /// The executor's actions on the real host and store.
-struct Actions<'a> {
-    core: &'a Instances,
+pub(super) struct Actions<'a> {
+    pub(super) core: &'a Instances,
     /// What clients see of a device a command creates (gpu, profile, label), written into its new
     /// ledger entry; reconcile's creates take these from their definitions instead.
-    shown: Option<Shown>,
+    pub(super) shown: Option<Shown>,
+    /// Called with each device's UUID once the kernel created it.
+    pub(super) created: Option<&'a mut dyn FnMut(&MdevUuid)>,
 }
 
 /// See [`Actions::shown`].
-struct Shown {
+pub(super) struct Shown {
     gpu: String,
     profile: Option<String>,
     label: Option<String>,
@@ -83,7 +85,11 @@ impl StepActions for Actions<'_> {
         parent: &str,
         type_id: &MdevTypeId,
     ) -> Result<(), CoreError> {
-        ops::create_mdev(self.core.host.as_ref(), parent, type_id, uuid).map_err(Into::into)
+        ops::create_mdev(self.core.host.as_ref(), parent, type_id, uuid)?;
+        if let Some(created) = &mut self.created {
+            created(uuid);
+        }
+        Ok(())
     }
 
     fn write_attr(&mut self, uuid: &MdevUuid, attr: &MdevAttr) -> Result<(), CoreError> {
@@ -162,6 +168,7 @@ impl Instances {
                 profile: place.profile.clone(),
                 label,
             }),
+            created: None,
         };
         let report = execute(&plan, &mut actions);
         for e in &report.rollback_errors {
@@ -190,6 +197,7 @@ impl Instances {
         let mut actions = Actions {
             core: self,
             shown: None,
+            created: None,
         };
         match execute_steps(&mut actions, [(0, step)]).failure {
             Some(f) => Err(f.error),
@@ -234,6 +242,7 @@ impl Instances {
                 &mut Actions {
                     core: self,
                     shown: None,
+                    created: None,
                 },
             )
         };

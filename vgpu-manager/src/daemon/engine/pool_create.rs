@@ -1,0 +1,164 @@
+//! Pool slots made together: the creates of one [`SlotRun::Creates`](super::pool_exec::SlotRun)
+//! (undefined mdev slots on one parent) as one command of the engine.
+//!
+//! A pool that grows by dozens of slots would otherwise repeat, per slot, what only needs doing once
+//! per run: the parent's health check, the search for a placement the plan already made, the ledger
+//! write (the ledger protocol wants each entry on disk before its device exists, and one batch file
+//! written before the first device satisfies that for all of them) and a view computed for a stopped
+//! definition that is started a moment later. What each slot still gets of its own: its definition,
+//! written durably before any device exists, its device, and one event when it runs.
+//!
+//! Crash safety is the per-slot path's: definitions come first (a crash leaves definitions without
+//! devices, which the interrupted apply's record makes the next start finish), then the ledger
+//! batch, then the devices, each on the reconcile executor, which removes the devices and entries of
+//! a run whose create failed.
+
+use tracing::{info, warn};
+
+use vgpu_host::discover::device_fault;
+
+use super::instances::Instances;
+use super::lock;
+use super::pool::slot_label;
+use super::pool_exec::{NewSlot, SlotsFailed};
+use super::reconcile::Actions;
+use crate::daemon::api::{CoreError, RequestError};
+use crate::daemon::reconcile::{Plan, ReconcileStep, execute};
+use crate::daemon::store::{Definition, unix_now};
+
+impl Instances {
+    /// True when nothing names `uuid` yet: no definition (main, alternate or mdevctl's own), no
+    /// ledger entry, no device. Only such slots are made by [`Instances::create_slots`]; any other goes the way of a
+    /// single define, which knows how to take over what is there.
+    pub(super) fn is_fresh(&self, uuid: &mdev_types::ids::MdevUuid) -> bool {
+        let store = lock(&self.store);
+        store.get_definition(uuid).is_none()
+            && store.alternates_of(uuid).next().is_none()
+            && store.get_ledger(uuid).is_none()
+            && store.foreign_definition_parent(uuid).is_none()
+            && !self.device_exists(uuid)
+    }
+
+    /// Defines `slots` on mdev parent `parent` (each labelled as its slot, serving its profile, with
+    /// `autostart`) and starts them, calling `started(k)` once slot `k` runs and its view is
+    /// announced. The parent is checked once: it must be registered and not faulted. A failure
+    /// before any definition is written leaves nothing; one after leaves the definitions written so
+    /// far ([`SlotsFailed::defined`]) and no device.
+    pub(super) fn create_slots(
+        &self,
+        parent: &str,
+        slots: &[NewSlot],
+        autostart: bool,
+        started: &mut dyn FnMut(usize),
+    ) -> Result<(), SlotsFailed> {
+        let refused = |at: usize, error: CoreError| SlotsFailed {
+            defined: 0,
+            at,
+            error: Box::new(error),
+        };
+        if !self.parent_exists(parent) {
+            return Err(refused(
+                0,
+                RequestError::NoParent {
+                    parent: parent.to_string(),
+                    host: self.host.describe(),
+                }
+                .into(),
+            ));
+        }
+        // Checked before anything is written: a faulted GPU gets nothing new.
+        if let Some(fault) = device_fault(self.host.as_ref(), parent) {
+            return Err(refused(
+                0,
+                RequestError::Faulted {
+                    gpu: parent.to_string(),
+                    fault: Box::new(fault),
+                }
+                .into(),
+            ));
+        }
+        let mut reserved = Vec::with_capacity(slots.len());
+        for (k, s) in slots.iter().enumerate() {
+            reserved.push(
+                self.reserve_new(s.slot.uuid)
+                    .map_err(|error| refused(k, error))?,
+            );
+        }
+        let now = unix_now();
+        self.locks.with_parent(parent, || {
+            for (k, s) in slots.iter().enumerate() {
+                let def = Definition {
+                    uuid: s.slot.uuid,
+                    parent: parent.to_string(),
+                    gpu: parent.to_string(),
+                    type_id: s.type_id.clone(),
+                    profile: Some(s.slot.profile.clone()),
+                    autostart,
+                    label: Some(slot_label(&s.slot)),
+                    created_at: now,
+                    attrs: Vec::new(),
+                };
+                if let Err(error) = lock(&self.store).put_definition(&def) {
+                    return Err(SlotsFailed {
+                        defined: k,
+                        at: k,
+                        error: Box::new(error),
+                    });
+                }
+            }
+            self.start_slots(parent, slots, started)
+        })
+    }
+
+    /// Creates the devices of the slots just defined on `parent` in one run of the reconcile
+    /// executor (one ledger batch for all of them). The parent lock must be held.
+    fn start_slots(
+        &self,
+        parent: &str,
+        slots: &[NewSlot],
+        started: &mut dyn FnMut(usize),
+    ) -> Result<(), SlotsFailed> {
+        let plan = Plan {
+            steps: slots
+                .iter()
+                .map(|s| ReconcileStep::Create {
+                    uuid: s.slot.uuid,
+                    parent: parent.to_string(),
+                    type_id: s.type_id.clone(),
+                    replaces: None,
+                    attrs: Vec::new(),
+                })
+                .collect(),
+        };
+        let mut announce = |uuid: &mdev_types::ids::MdevUuid| {
+            info!(%uuid, %parent, "pool slot defined and created");
+            self.refresh_one(uuid);
+            if let Some(k) = slots.iter().position(|s| s.slot.uuid == *uuid) {
+                started(k);
+            }
+        };
+        let report = execute(
+            &plan,
+            &mut Actions {
+                core: self,
+                shown: None,
+                created: Some(&mut announce),
+            },
+        );
+        for e in &report.rollback_errors {
+            warn!(step = %e.step, error = %e.error, "undoing a failed create is incomplete; reconcile finishes it");
+        }
+        let Some(failure) = report.failure else {
+            return Ok(());
+        };
+        // The devices made before the failure are gone again: their views say so.
+        for s in slots {
+            self.refresh_one(&s.slot.uuid);
+        }
+        Err(SlotsFailed {
+            defined: slots.len(),
+            at: failure.index,
+            error: Box::new(failure.error),
+        })
+    }
+}
