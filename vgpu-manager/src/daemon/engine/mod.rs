@@ -43,6 +43,7 @@ mod pool_exec;
 mod pool_exec_tests;
 mod pool_record;
 mod pool_remove;
+mod pool_shrink;
 mod pool_stop;
 mod reconcile;
 mod routes;

@@ -165,6 +165,27 @@ impl Persist {
         }
     }
 
+    /// Durably deletes the definitions of `uuids` as [`Persist::remove_definition`] does each (their
+    /// mdevctl files first, then the store), the store's part with one flush for all of them. A file
+    /// that cannot be removed fails the call before the store changes.
+    pub(crate) fn remove_definitions(&mut self, uuids: &[MdevUuid]) -> Result<(), CoreError> {
+        if let Some(dir) = self.mdevctl.clone() {
+            for uuid in uuids {
+                let Some(parent) = self.state.get_definition(uuid).map(|d| d.parent.clone()) else {
+                    continue;
+                };
+                self.step()?;
+                match dir.remove(&parent, uuid) {
+                    Ok(_) | Err(MdevctlDirError::Parent { .. }) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        self.step()?;
+        self.state.remove_definitions(uuids)?;
+        Ok(())
+    }
+
     /// Durably stores (creates or replaces) `def` as an alternate of its UUID (a definition on
     /// another parent than the main one): the store first, then its mdevctl file, as
     /// [`Persist::put_definition`].

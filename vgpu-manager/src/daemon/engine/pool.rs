@@ -31,7 +31,8 @@ use vgpu_host::discover::discover;
 use std::cell::Cell;
 
 use super::pool_exec::{
-    Applying, NewSlot, PoolActions, PoolUndo, SlotRun, SlotSteps, SlotsFailed, labelled_slot, runs,
+    Applying, NewSlot, PoolActions, PoolUndo, SlotKinds, SlotRun, SlotSteps, SlotsFailed,
+    labelled_slot, runs,
 };
 use std::sync::Arc;
 
@@ -242,9 +243,19 @@ impl Pools {
         for (i, step) in steps.iter().enumerate().take(first) {
             progress(i, step);
         }
-        let grouped = runs(steps.iter().cloned().enumerate().skip(first), &|uuid| {
-            !self.instances.is_fresh(uuid)
-        });
+        let grouped = runs(
+            steps.iter().cloned().enumerate().skip(first),
+            &SlotKinds {
+                named: &|uuid| !self.instances.is_fresh(uuid),
+                removable_on: &|uuid| {
+                    self.vf_slots
+                        .vf_record(uuid)
+                        .is_none()
+                        .then(|| self.instances.removable_on(uuid))
+                        .flatten()
+                },
+            },
+        );
         for (i, unit) in grouped {
             self.check_stopping(&pool, i, steps.len())?;
             run = match self.run_held(run, i, &unit) {
@@ -265,12 +276,15 @@ impl Pools {
                     // After the step's held events: a subscriber learns of the slot first.
                     progress(i, step);
                 }
-                // Each slot's progress went out as it started.
-                SlotRun::Creates { steps, .. } => {
-                    created.extend(steps.iter().filter_map(|(_, step)| match step {
-                        PoolStep::Create { slot, .. } => Some(slot.name()),
-                        _ => None,
-                    }));
+                // Each slot's progress went out as it was done.
+                SlotRun::Creates { steps, .. } | SlotRun::Removes { steps, .. } => {
+                    for (_, step) in steps {
+                        match step {
+                            PoolStep::Create { slot, .. } => created.push(slot.name()),
+                            PoolStep::Remove { slot, .. } => removed.push(slot.name()),
+                            PoolStep::EnableVfs { .. } => {}
+                        }
+                    }
                 }
             }
         }
@@ -517,6 +531,15 @@ impl PoolActions for Slots<'_> {
         self.0
             .instances
             .create_slots(parent, slots, autostart, started)
+    }
+
+    fn remove_slots(
+        &mut self,
+        parent: &str,
+        uuids: &[MdevUuid],
+        removed: &mut dyn FnMut(usize),
+    ) -> Result<(), SlotsFailed> {
+        self.0.instances.remove_slots(parent, uuids, removed)
     }
 
     fn stop(&mut self, uuid: &MdevUuid) -> Result<(), CoreError> {

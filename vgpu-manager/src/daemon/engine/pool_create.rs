@@ -52,7 +52,7 @@ impl Instances {
         started: &mut dyn FnMut(usize),
     ) -> Result<(), SlotsFailed> {
         let refused = |at: usize, error: CoreError| SlotsFailed {
-            defined: 0,
+            done: 0,
             at,
             error: Box::new(error),
         };
@@ -100,7 +100,7 @@ impl Instances {
                 };
                 if let Err(error) = lock(&self.store).put_definition(&def) {
                     return Err(SlotsFailed {
-                        defined: k,
+                        done: k,
                         at: k,
                         error: Box::new(error),
                     });
@@ -156,7 +156,7 @@ impl Instances {
             self.refresh_one(&s.slot.uuid);
         }
         Err(SlotsFailed {
-            defined: slots.len(),
+            done: slots.len(),
             at: failure.index,
             error: Box::new(failure.error),
         })

@@ -64,6 +64,15 @@ pub(super) trait PoolActions {
         autostart: bool,
         started: &mut dyn FnMut(usize),
     ) -> Result<(), SlotsFailed>;
+    /// Removes the running slots `uuids` of parent `parent` entirely (devices, then what is recorded
+    /// of them), calling `removed(k)` once slot `k` is gone. A failure names how many slots (the first
+    /// ones) it removed and which one failed; the others are left as they were.
+    fn remove_slots(
+        &mut self,
+        parent: &str,
+        uuids: &[MdevUuid],
+        removed: &mut dyn FnMut(usize),
+    ) -> Result<(), SlotsFailed>;
     /// Stops instance `uuid` (keeps its definition).
     fn stop(&mut self, uuid: &MdevUuid) -> Result<(), CoreError>;
     /// Removes instance `uuid` entirely.
@@ -159,16 +168,17 @@ pub(super) struct NewSlot {
 /// How [`PoolActions::create_slots`] failed.
 #[derive(Debug)]
 pub(super) struct SlotsFailed {
-    /// How many slots (the first ones) it defined before failing; none of them runs.
-    pub defined: usize,
+    /// How many slots (the first ones) it changed before failing: defined (none of them runs) for
+    /// [`PoolActions::create_slots`], removed entirely for [`PoolActions::remove_slots`].
+    pub done: usize,
     /// The slot whose change failed.
     pub at: usize,
     /// Why (boxed: a `Result` carrying this stays small).
     pub error: Box<CoreError>,
 }
 
-/// The most creates one [`SlotRun::Creates`] takes: a run holds its GPU's lock from its first create
-/// to its last, and other requests on that GPU wait meanwhile.
+/// The most slots one [`SlotRun::Creates`] or [`SlotRun::Removes`] takes: a run holds its GPU's lock
+/// from its first change to its last, and other requests on that GPU wait meanwhile.
 pub(super) const MAX_RUN: usize = 16;
 
 /// What one transaction step of a pool apply runs.
@@ -186,21 +196,36 @@ pub(super) enum SlotRun {
         /// The steps, in plan order.
         steps: Vec<(usize, PoolStep)>,
     },
+    /// Consecutive removes of running mdev slots of ours on one parent: their devices are removed
+    /// in order, then their ledger entries and definitions at once.
+    Removes {
+        /// The mdev parent of every slot.
+        parent: String,
+        /// The steps, in plan order.
+        steps: Vec<(usize, PoolStep)>,
+    },
 }
 
 impl fmt::Display for SlotRun {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             SlotRun::Step(step) => step.fmt(f),
-            SlotRun::Creates { steps, .. } if steps.len() == 1 => steps[0].1.fmt(f),
-            SlotRun::Creates { parent, steps } => {
+            SlotRun::Creates { steps, .. } | SlotRun::Removes { steps, .. } if steps.len() == 1 => {
+                steps[0].1.fmt(f)
+            }
+            SlotRun::Creates { parent, steps } | SlotRun::Removes { parent, steps } => {
                 let name = |i: usize| match &steps[i].1 {
-                    PoolStep::Create { slot, .. } => slot.name(),
+                    PoolStep::Create { slot, .. } | PoolStep::Remove { slot, .. } => slot.name(),
                     other => other.to_string(),
+                };
+                let verb = if matches!(self, SlotRun::Creates { .. }) {
+                    "create"
+                } else {
+                    "remove"
                 };
                 write!(
                     f,
-                    "create {} slots on {parent} ({} … {})",
+                    "{verb} {} slots on {parent} ({} … {})",
                     steps.len(),
                     name(0),
                     name(steps.len() - 1)
@@ -228,32 +253,61 @@ fn fresh_mdev_create<'s>(
     }
 }
 
+/// How the engine sees the slots of a plan's steps, for [`runs`].
+pub(super) struct SlotKinds<'a> {
+    /// Whether anything names the UUID already (a definition, a ledger entry, a device): only a
+    /// create of a slot nothing names joins a run.
+    pub named: &'a dyn Fn(&MdevUuid) -> bool,
+    /// The parent of a slot that is a running mdev device of ours with its one definition there:
+    /// only the remove of such a slot joins a run.
+    pub removable_on: &'a dyn Fn(&MdevUuid) -> Option<String>,
+}
+
 /// Groups the steps of a plan (each with its index) into the transaction steps of an apply:
-/// consecutive creates of undefined mdev slots on one parent become one [`SlotRun::Creates`] of at
-/// most [`MAX_RUN`] slots; every other step runs alone. The order of the steps is kept.
+/// consecutive creates of unnamed mdev slots on one parent become one [`SlotRun::Creates`],
+/// consecutive removes of removable slots on one parent one [`SlotRun::Removes`], each of at most
+/// [`MAX_RUN`] slots; every other step runs alone. The order of the steps is kept.
 pub(super) fn runs(
     steps: impl IntoIterator<Item = (usize, PoolStep)>,
-    defined: &dyn Fn(&MdevUuid) -> bool,
+    kinds: &SlotKinds<'_>,
 ) -> Vec<(usize, SlotRun)> {
     let mut out: Vec<(usize, SlotRun)> = Vec::new();
     for (i, step) in steps {
-        let Some((parent, _, _)) = fresh_mdev_create(&step, defined) else {
-            out.push((i, SlotRun::Step(step)));
-            continue;
+        let (creates, parent) = match &step {
+            PoolStep::Remove { slot, .. } => match (kinds.removable_on)(&slot.uuid) {
+                Some(parent) => (false, parent),
+                None => {
+                    out.push((i, SlotRun::Step(step)));
+                    continue;
+                }
+            },
+            _ => match fresh_mdev_create(&step, kinds.named) {
+                Some((parent, _, _)) => (true, parent.to_string()),
+                None => {
+                    out.push((i, SlotRun::Step(step)));
+                    continue;
+                }
+            },
         };
-        if let Some((_, SlotRun::Creates { parent: p, steps })) = out.last_mut()
-            && p == parent
+        let joined = match out.last_mut() {
+            Some((_, SlotRun::Creates { parent: p, steps })) if creates => Some((p, steps)),
+            Some((_, SlotRun::Removes { parent: p, steps })) if !creates => Some((p, steps)),
+            _ => None,
+        };
+        if let Some((p, steps)) = joined
+            && *p == parent
             && steps.len() < MAX_RUN
         {
             steps.push((i, step));
             continue;
         }
-        let parent = parent.to_string();
+        let steps = vec![(i, step)];
         out.push((
             i,
-            SlotRun::Creates {
-                parent,
-                steps: vec![(i, step)],
+            if creates {
+                SlotRun::Creates { parent, steps }
+            } else {
+                SlotRun::Removes { parent, steps }
             },
         ));
     }
@@ -378,8 +432,9 @@ pub(super) struct SlotSteps<'a> {
     pub actions: &'a mut dyn PoolActions,
     /// The pool being applied.
     pub pool: Applying<'a>,
-    /// Called with the plan index and step of each create of a [`SlotRun::Creates`] once its slot
-    /// runs (a [`SlotRun::Step`] is reported by the caller, once its events are out).
+    /// Called with the plan index and step of each slot of a [`SlotRun::Creates`] or
+    /// [`SlotRun::Removes`] once it is done (a [`SlotRun::Step`] is reported by the caller, once its
+    /// events are out).
     pub progress: &'a dyn Fn(usize, &PoolStep),
     /// The plan index and step of the create that failed a [`SlotRun::Creates`], if one did.
     pub failed_at: Option<(usize, PoolStep)>,
@@ -428,10 +483,54 @@ impl SlotSteps<'_> {
             });
         let (defined, failure) = match result {
             Ok(()) => (slots.len(), None),
-            Err(f) => (f.defined.min(slots.len()), Some(f)),
+            Err(f) => (f.done.min(slots.len()), Some(f)),
         };
         for s in &slots[..defined] {
             done(undo, PoolUndo::Destroy(s.slot.uuid));
+        }
+        match failure {
+            None => Ok(()),
+            Some(f) => {
+                self.failed_at = steps.get(f.at).cloned();
+                Err(*f.error)
+            }
+        }
+    }
+}
+
+impl SlotSteps<'_> {
+    /// Runs the removes of a [`SlotRun::Removes`]: every slot removed is recorded for undo (its view
+    /// from before, restored), also when a later one fails.
+    fn run_removes(
+        &mut self,
+        parent: &str,
+        steps: &[(usize, PoolStep)],
+        undo: &mut Journal,
+    ) -> Result<(), CoreError> {
+        let mut views = Vec::with_capacity(steps.len());
+        for (_, step) in steps {
+            match step {
+                PoolStep::Remove { slot, .. } => views.push(self.actions.instance(&slot.uuid)?),
+                other => {
+                    return Err(CoreError::WholeGpuSlot {
+                        step: other.to_string(),
+                    });
+                }
+            }
+        }
+        let uuids: Vec<MdevUuid> = views.iter().map(|v| v.uuid).collect();
+        let progress = self.progress;
+        let result = self.actions.remove_slots(parent, &uuids, &mut |k| {
+            if let Some((i, step)) = steps.get(k) {
+                progress(*i, step);
+            }
+        });
+        let (removed, failure) = match result {
+            Ok(()) => (views.len(), None),
+            Err(f) => (f.done.min(views.len()), Some(f)),
+        };
+        for v in views.into_iter().take(removed) {
+            done(undo, PoolUndo::Restore(Box::new(v)));
         }
         match failure {
             None => Ok(()),
@@ -451,6 +550,7 @@ impl exec::Actions<SlotRun> for SlotSteps<'_> {
         match run {
             SlotRun::Step(step) => run_step(self.actions, self.pool, step, undo),
             SlotRun::Creates { parent, steps } => self.run_creates(parent, steps, undo),
+            SlotRun::Removes { parent, steps } => self.run_removes(parent, steps, undo),
         }
     }
 

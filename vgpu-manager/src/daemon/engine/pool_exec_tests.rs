@@ -9,7 +9,8 @@ use proptest::prelude::*;
 
 use super::pool::slot_label;
 use super::pool_exec::{
-    Applying, MAX_RUN, NewSlot, PoolActions, SlotRun, SlotSteps, SlotsFailed, run_step, runs,
+    Applying, MAX_RUN, NewSlot, PoolActions, SlotKinds, SlotRun, SlotSteps, SlotsFailed, run_step,
+    runs,
 };
 use crate::daemon::api::{CoreError, InstanceState, InstanceView, Ownership};
 use crate::daemon::exec::{Effects, execute};
@@ -245,7 +246,7 @@ impl PoolActions for Fake {
         for (k, s) in slots.iter().enumerate() {
             if let Err(error) = self.define(&s.slot, parent, &s.type_id, autostart) {
                 return Err(SlotsFailed {
-                    defined: k,
+                    done: k,
                     at: k,
                     error: Box::new(error),
                 });
@@ -258,12 +259,39 @@ impl PoolActions for Fake {
                     self.inst(&t.slot.uuid).unwrap().running = false;
                 }
                 return Err(SlotsFailed {
-                    defined: slots.len(),
+                    done: slots.len(),
                     at: k,
                     error: Box::new(error),
                 });
             }
             started(k);
+        }
+        Ok(())
+    }
+
+    fn remove_slots(
+        &mut self,
+        parent: &str,
+        uuids: &[MdevUuid],
+        removed: &mut dyn FnMut(usize),
+    ) -> Result<(), SlotsFailed> {
+        for (k, uuid) in uuids.iter().enumerate() {
+            let ok = self
+                .instances
+                .get(uuid)
+                .is_some_and(|i| i.running && i.defined && i.parent == parent);
+            assert!(ok, "{uuid} is no running slot on {parent}");
+            if let Err(error) = self.call(uuid) {
+                return Err(SlotsFailed {
+                    done: k,
+                    at: k,
+                    error: Box::new(error),
+                });
+            }
+            self.instances.remove(uuid);
+        }
+        for k in 0..uuids.len() {
+            removed(k);
         }
         Ok(())
     }
@@ -409,12 +437,26 @@ fn scenario(slots: &[Before], enable: bool) -> (Fake, Vec<PoolStep>) {
     (fake, steps)
 }
 
+/// `steps` grouped into runs over the fake's slots, as the engine groups them over its own.
+fn runs_of(fake: &Fake, steps: &[PoolStep]) -> Vec<(usize, SlotRun)> {
+    runs(
+        steps.iter().cloned().enumerate(),
+        &SlotKinds {
+            named: &|u| fake.instances.contains_key(u),
+            removable_on: &|u| {
+                fake.instances
+                    .get(u)
+                    .filter(|i| i.running && i.defined)
+                    .map(|i| i.parent.clone())
+            },
+        },
+    )
+}
+
 /// Runs `steps` as an apply does; on the first failure rolls back. Returns the failed step's index
 /// and the undos that failed.
 fn apply(fake: &mut Fake, steps: &[PoolStep]) -> Option<(usize, usize)> {
-    let units = runs(steps.iter().cloned().enumerate(), &|u| {
-        fake.instances.contains_key(u)
-    });
+    let units = runs_of(fake, steps);
     let mut run = SlotSteps {
         actions: fake,
         pool: Applying {
@@ -555,7 +597,9 @@ fn shape(units: &[(usize, SlotRun)]) -> Vec<(bool, Vec<usize>)> {
         .iter()
         .map(|(i, u)| match u {
             SlotRun::Step(_) => (false, vec![*i]),
-            SlotRun::Creates { steps, .. } => (true, steps.iter().map(|(i, _)| *i).collect()),
+            SlotRun::Creates { steps, .. } | SlotRun::Removes { steps, .. } => {
+                (true, steps.iter().map(|(i, _)| *i).collect())
+            }
         })
         .collect()
 }
@@ -579,7 +623,13 @@ fn fresh_creates_on_one_parent_run_together_and_nothing_else_does() {
         mdev_create(4, "p2"),
         mdev_create(5, "p2"),
     ];
-    let units = runs(steps.into_iter().enumerate(), &|u| *u == defined);
+    let units = runs(
+        steps.into_iter().enumerate(),
+        &SlotKinds {
+            named: &|u| *u == defined,
+            removable_on: &|_| None,
+        },
+    );
     assert_eq!(
         shape(&units),
         vec![
@@ -599,7 +649,11 @@ fn fresh_creates_on_one_parent_run_together_and_nothing_else_does() {
 
     // Runs hold at most MAX_RUN slots.
     let n = u32::try_from(MAX_RUN * 2 + 1).unwrap();
-    let units = runs((0..n).map(|i| mdev_create(i, "p1")).enumerate(), &|_| false);
+    let nothing = SlotKinds {
+        named: &|_| false,
+        removable_on: &|_| None,
+    };
+    let units = runs((0..n).map(|i| mdev_create(i, "p1")).enumerate(), &nothing);
     let sizes: Vec<usize> = shape(&units).iter().map(|(_, s)| s.len()).collect();
     assert_eq!(sizes, vec![MAX_RUN, MAX_RUN, 1]);
 }
@@ -607,7 +661,13 @@ fn fresh_creates_on_one_parent_run_together_and_nothing_else_does() {
 #[test]
 fn a_run_of_creates_reports_each_slot_and_names_the_one_that_failed() {
     let steps: Vec<PoolStep> = (0..5).map(|i| mdev_create(i, "p1")).collect();
-    let units = runs(steps.iter().cloned().enumerate(), &|_| false);
+    let units = runs(
+        steps.iter().cloned().enumerate(),
+        &SlotKinds {
+            named: &|_| false,
+            removable_on: &|_| None,
+        },
+    );
     assert_eq!(units.len(), 1);
 
     let mut fake = Fake::default();
@@ -654,5 +714,53 @@ fn a_run_of_creates_reports_each_slot_and_names_the_one_that_failed() {
     assert!(report.rollback_errors.is_empty());
     // Every definition it wrote was destroyed again.
     assert_eq!(report.effects, 5);
+    assert_eq!(fake.state(), start);
+}
+
+#[test]
+fn removes_of_running_slots_on_one_parent_run_together() {
+    let mut fake = Fake::default();
+    let remove = |i: u32| {
+        let slot = SlotId::new(POOL, "vdi-2g", i);
+        PoolStep::Remove {
+            slot,
+            gpu: "p1".into(),
+            holds: "nvidia-1".into(),
+        }
+    };
+    for i in 0..4 {
+        let slot = SlotId::new(POOL, "vdi-2g", i);
+        // Slot 2 is stopped: removed on its own.
+        fake.instances
+            .insert(slot.uuid, mdev("p1", true, i != 2, &slot));
+    }
+    let steps: Vec<PoolStep> = (0..4).map(remove).collect();
+    let units = runs_of(&fake, &steps);
+    assert_eq!(
+        shape(&units),
+        vec![(true, vec![0, 1]), (false, vec![2]), (true, vec![3])]
+    );
+    assert_eq!(
+        units[0].1.to_string(),
+        "remove 2 slots on p1 (vdi-2g/0 … vdi-2g/1)"
+    );
+
+    // The second removal fails: the first slot is restored, the error names the second.
+    let start = fake.state();
+    fake.fail.insert(1);
+    let mut run = SlotSteps {
+        actions: &mut fake,
+        pool: Applying {
+            name: POOL,
+            autostart: false,
+        },
+        progress: &|_, _| {},
+        failed_at: None,
+    };
+    let report = execute(&mut run, units);
+    assert_eq!(run.failed_at.clone().map(|(i, _)| i), Some(1));
+    assert!(report.failure.is_some());
+    assert_eq!(report.effects, 1);
+    assert!(report.rollback_errors.is_empty());
     assert_eq!(fake.state(), start);
 }

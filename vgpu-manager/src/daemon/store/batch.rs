@@ -127,6 +127,15 @@ impl Batches {
             .collect()
     }
 
+    /// The batches holding any of `uuids`, with the members each keeps once they are all gone.
+    pub(crate) fn without_all(&self, uuids: &BTreeSet<MdevUuid>) -> Vec<(u64, Vec<MdevUuid>)> {
+        self.members
+            .iter()
+            .filter(|(_, m)| !m.is_disjoint(uuids))
+            .map(|(n, m)| (*n, m.difference(uuids).copied().collect()))
+            .collect()
+    }
+
     /// Forgets `uuid` in batch `n` (its file no longer holds it), and the batch once it is empty.
     pub(crate) fn forget(&mut self, n: u64, uuid: &MdevUuid) {
         if let Some(m) = self.members.get_mut(&n) {

@@ -135,6 +135,27 @@ pub(crate) fn remove_durable(dir: &Path, name: &str) -> Result<bool, StoreError>
     Ok(existed)
 }
 
+/// Removes the files `names` of `dir` durably with one `fsync` of the directory after the last
+/// unlink (none when `names` is empty). A file already gone is not an error.
+pub(crate) fn remove_all_durable(dir: &Path, names: &[String]) -> Result<(), StoreError> {
+    if names.is_empty() {
+        return Ok(());
+    }
+    for name in names {
+        let path = dir.join(name);
+        match fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => {
+                // What was unlinked so far must still reach the disk.
+                let _ = sync_dir(dir);
+                return Err(StoreError::io(StoreOp::Remove, path, e));
+            }
+        }
+    }
+    sync_dir(dir)
+}
+
 /// Moves `path` to `corrupt_dir/<file name>.<unix-ts>` (with `.1`, `.2`, … if that exists already)
 /// and syncs both directories. Returns the new path.
 pub(crate) fn move_aside(path: &Path, corrupt_dir: &Path) -> Result<PathBuf, StoreError> {

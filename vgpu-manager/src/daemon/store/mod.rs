@@ -115,7 +115,7 @@ pub use vf_slot::{VfKind, VfSlotRecord};
 
 use alternate::{Alternate, AlternateKey};
 use batch::{Batches, batch_name, batch_seq, encode_batch};
-use fsio::{ensure_dir, remove_durable, write_atomic, write_atomic_at};
+use fsio::{ensure_dir, remove_all_durable, remove_durable, write_atomic, write_atomic_at};
 use load::{load_batches, load_dir};
 use lock::{DirLock, lock_dir};
 use record::Record;
@@ -469,6 +469,69 @@ impl StateDir {
             remove_durable(&dir, &LedgerEntry::file_name(uuid))?;
         }
         Ok(self.ledger.remove(uuid))
+    }
+
+    /// Durably deletes the ledger entries of `uuids` (their devices must be gone) with one rewrite of
+    /// each batch that holds any of them and one flush of the directory for their own files, in the
+    /// order [`StateDir::remove_ledger`] keeps: batch copies first. On error the in-memory view keeps
+    /// every entry not yet removed on disk.
+    pub fn remove_ledgers(&mut self, uuids: &[MdevUuid]) -> Result<(), StoreError> {
+        let dir = self.root.join(LEDGER);
+        let going: BTreeSet<MdevUuid> = uuids.iter().copied().collect();
+        for (n, keep) in self.batches.without_all(&going) {
+            if keep.is_empty() {
+                remove_durable(&dir, &batch_name(n))?;
+            } else {
+                let entries: Vec<LedgerEntry> = keep
+                    .iter()
+                    .filter_map(|u| self.ledger.get(u).cloned())
+                    .collect();
+                let text = encode_batch(&entries).map_err(|reason| StoreError::Encode {
+                    path: dir.join(batch_name(n)),
+                    reason,
+                })?;
+                write_atomic(&dir, &batch_name(n), text.as_bytes())?;
+            }
+            for u in &going {
+                self.batches.forget(n, u);
+            }
+        }
+        let own: Vec<MdevUuid> = going
+            .iter()
+            .filter(|u| self.own_files.contains(u))
+            .copied()
+            .collect();
+        let names: Vec<String> = own.iter().map(LedgerEntry::file_name).collect();
+        remove_all_durable(&dir, &names)?;
+        for u in &going {
+            self.own_files.remove(u);
+            self.ledger.remove(u);
+        }
+        Ok(())
+    }
+
+    /// Durably deletes the main definitions of `uuids` with one flush of the directory; a UUID with
+    /// alternates (whose first alternate becomes its main definition) goes through
+    /// [`StateDir::remove_definition`] instead. Returns the definitions removed.
+    pub fn remove_definitions(
+        &mut self,
+        uuids: &[MdevUuid],
+    ) -> Result<Vec<Definition>, StoreError> {
+        let dir = self.root.join(DEFINITIONS);
+        let (plain, with_alternates): (Vec<MdevUuid>, Vec<MdevUuid>) = uuids
+            .iter()
+            .filter(|u| self.definitions.contains_key(u))
+            .partition(|u| self.alternates_of(u).next().is_none());
+        let names: Vec<String> = plain.iter().map(Definition::file_name).collect();
+        remove_all_durable(&dir, &names)?;
+        let mut removed: Vec<Definition> = plain
+            .iter()
+            .filter_map(|u| self.definitions.remove(u))
+            .collect();
+        for u in with_alternates {
+            removed.extend(self.remove_definition(&u)?);
+        }
+        Ok(removed)
     }
 
     /// One ledger entry.

@@ -135,3 +135,51 @@ fn unusable_batches_are_moved_aside_and_the_rest_loads() {
         AsideReason::FutureSchema { found: 7 }
     ));
 }
+
+#[test]
+fn removing_many_entries_rewrites_each_batch_once_and_takes_own_files_too() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut s, _) = StateDir::open(tmp.path()).unwrap();
+    s.put_ledgers(&[ledger(1), ledger(2), ledger(3)]).unwrap();
+    s.put_ledgers(&[ledger(4), ledger(5)]).unwrap();
+    // 6 has only its own file; 2 has both.
+    s.put_ledger(&ledger(6)).unwrap();
+    let mut renewed = ledger(2);
+    renewed.label = Some("renewed".into());
+    s.put_ledger(&renewed).unwrap();
+    s.remove_ledgers(&[uuid(2), uuid(4), uuid(5), uuid(6)])
+        .unwrap();
+    assert_eq!(ledger_of(&s), vec![ledger(1), ledger(3)]);
+    // Batch 2 held only removed entries: it is gone; batch 1 keeps the others.
+    assert_eq!(names_in(&tmp.path().join("ledger")), ["batch-1.toml"]);
+    drop(s);
+    let (mut s, report) = StateDir::open(tmp.path()).unwrap();
+    assert_eq!(ledger_of(&s), vec![ledger(1), ledger(3)]);
+    assert!(report.set_aside.is_empty(), "{report:?}");
+    // UUIDs without an entry are no error; nothing is left after the rest goes.
+    s.remove_ledgers(&[uuid(1), uuid(3), uuid(9)]).unwrap();
+    s.remove_ledgers(&[]).unwrap();
+    assert!(names_in(&tmp.path().join("ledger")).is_empty());
+    drop(s);
+    let (s, _) = StateDir::open(tmp.path()).unwrap();
+    assert!(ledger_of(&s).is_empty());
+}
+
+#[test]
+fn removing_many_definitions_keeps_the_rest_and_promotes_alternates() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut s, _) = StateDir::open(tmp.path()).unwrap();
+    for n in 1..=4 {
+        s.put_definition(&def(n)).unwrap();
+    }
+    // 3 also has a definition on another parent, which becomes its main one.
+    let mut alternate = def(3);
+    alternate.parent = "0000:3c:00.0".into();
+    s.put_alternate(&alternate).unwrap();
+    let removed = s.remove_definitions(&[uuid(1), uuid(3), uuid(7)]).unwrap();
+    let removed: Vec<MdevUuid> = removed.iter().map(|d| d.uuid).collect();
+    assert_eq!(removed, vec![uuid(1), uuid(3)]);
+    drop(s);
+    let (s, _) = StateDir::open(tmp.path()).unwrap();
+    assert_eq!(defs_of(&s), vec![def(2), alternate, def(4)]);
+}

@@ -1,0 +1,109 @@
+//! Pool slots removed together: the removes of one [`SlotRun::Removes`](super::pool_exec::SlotRun)
+//! (running mdev slots of ours on one parent) as one command of the engine.
+//!
+//! Per slot only its device removal is its own; the ledger entries and definitions of the run go in
+//! one durable removal each, after the last device is gone. That is the ledger protocol's order (an
+//! entry goes only once its device is gone), and a crash in between leaves entries without devices,
+//! which the next start drops, and definitions the interrupted apply's record makes it remove.
+
+use tracing::info;
+
+use mdev_types::ids::MdevUuid;
+use vgpu_host::ops::{self, LifecycleError};
+
+use super::instances::Instances;
+use super::lock;
+use super::pool_exec::SlotsFailed;
+use crate::daemon::api::{CoreError, StateError};
+
+impl Instances {
+    /// The parent of `uuid` when it is a running device of ours with one definition there (no
+    /// alternates): what [`Instances::remove_slots`] takes. `None` sends the slot the way of a single
+    /// destroy.
+    pub(super) fn removable_on(&self, uuid: &MdevUuid) -> Option<String> {
+        let store = lock(&self.store);
+        let def = store.get_definition(uuid)?;
+        let led = store.get_ledger(uuid)?;
+        (led.parent == def.parent
+            && store.alternates_of(uuid).next().is_none()
+            && self.device_exists(uuid))
+        .then(|| def.parent.clone())
+    }
+
+    /// Removes the devices of `uuids` on `parent` in order, then their ledger entries and
+    /// definitions, then announces each slot gone and calls `removed(k)`. Every slot must be
+    /// [`Instances::removable_on`] `parent`. A failure names how many slots it removed (the first
+    /// ones, gone entirely) and which one failed (left as it was, with the rest).
+    pub(super) fn remove_slots(
+        &self,
+        parent: &str,
+        uuids: &[MdevUuid],
+        removed: &mut dyn FnMut(usize),
+    ) -> Result<(), SlotsFailed> {
+        self.locks.with_parent(parent, || {
+            let mut gone = Vec::with_capacity(uuids.len());
+            let mut failure = None;
+            for (k, uuid) in uuids.iter().enumerate() {
+                // Read under the lock: a concurrent command may have changed the slot.
+                if self.removable_on(uuid).as_deref() != Some(parent) {
+                    failure = Some((
+                        k,
+                        StateError::Vanished {
+                            uuid: *uuid,
+                            doing: "removed",
+                        }
+                        .into(),
+                    ));
+                    break;
+                }
+                if let Err(e) = self.remove_device_only(uuid) {
+                    failure = Some((k, e));
+                    break;
+                }
+                gone.push(*uuid);
+            }
+            let forgotten = {
+                let mut store = lock(&self.store);
+                store
+                    .remove_ledgers(&gone)
+                    .map_err(CoreError::from)
+                    .and_then(|()| store.remove_definitions(&gone))
+            };
+            for uuid in &gone {
+                info!(%uuid, %parent, "pool slot removed");
+                self.refresh_one(uuid);
+            }
+            if let Err(e) = forgotten {
+                // The devices are gone; what the store still holds of them the next start drops.
+                return Err(SlotsFailed {
+                    done: gone.len(),
+                    at: gone.len().saturating_sub(1),
+                    error: Box::new(e),
+                });
+            }
+            for k in 0..gone.len() {
+                removed(k);
+            }
+            match failure {
+                None => Ok(()),
+                Some((at, error)) => Err(SlotsFailed {
+                    done: gone.len(),
+                    at,
+                    error: Box::new(error),
+                }),
+            }
+        })
+    }
+
+    /// Removes the device of `uuid` (ours, its parent locked), leaving its ledger entry.
+    fn remove_device_only(&self, uuid: &MdevUuid) -> Result<(), CoreError> {
+        match ops::remove_mdev(self.host.as_ref(), uuid) {
+            Ok(()) | Err(LifecycleError::NoSuchInstance { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+        if self.device_exists(uuid) {
+            return Err(StateError::StillPresent { uuid: *uuid }.into());
+        }
+        Ok(())
+    }
+}
