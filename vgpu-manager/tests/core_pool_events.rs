@@ -45,7 +45,14 @@ fn drain(events: &mut Receiver<Event>) -> Vec<Event> {
 
 /// What a subscriber that applies `events` in order ends up knowing.
 fn known_after(events: &[Event]) -> BTreeMap<MdevUuid, InstanceState> {
-    let mut known = BTreeMap::new();
+    known_from(BTreeMap::new(), events)
+}
+
+/// What a subscriber that knew `known` and then applies `events` in order ends up knowing.
+fn known_from(
+    mut known: BTreeMap<MdevUuid, InstanceState>,
+    events: &[Event],
+) -> BTreeMap<MdevUuid, InstanceState> {
     for e in events {
         match e {
             Event::InstanceAdded(v) | Event::InstanceChanged(v) => {
@@ -234,11 +241,13 @@ fn the_kernel_event_of_a_slot_being_removed_does_not_announce_it_stopped_first()
     );
 }
 
-/// A simulated host whose kernel refuses the `refuse`-th write of an mdev `create` (counting from 1)
-/// with `ENOSPC`, as a GPU whose memory ran out between the plan and the create does.
+/// A simulated host whose kernel refuses the `refuse`-th write of a file named `file` (`create`,
+/// `remove`; counting from 1) with `ENOSPC` or `EBUSY`, as a GPU whose memory ran out between the
+/// plan and the create, or a device still in use, does.
 #[derive(Debug)]
 struct RefusesCreate {
     sim: Arc<SimHost>,
+    file: &'static str,
     refuse: usize,
     creates: std::sync::atomic::AtomicUsize,
 }
@@ -248,17 +257,18 @@ impl Host for RefusesCreate {
         self.sim.read(path)
     }
     fn write(&self, path: &std::path::Path, value: &str) -> Result<(), vgpu_host::HostError> {
-        if path.ends_with("create") {
+        if path.ends_with(self.file) {
             let n = self
                 .creates
                 .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
                 + 1;
             if n == self.refuse {
-                return Err(vgpu_host::HostError::write(
-                    path,
-                    value,
-                    nix::errno::Errno::ENOSPC,
-                ));
+                let errno = if self.file == "create" {
+                    nix::errno::Errno::ENOSPC
+                } else {
+                    nix::errno::Errno::EBUSY
+                };
+                return Err(vgpu_host::HostError::write(path, value, errno));
             }
         }
         self.sim.write(path, value)
@@ -292,6 +302,7 @@ fn a_create_the_kernel_refuses_in_a_run_of_slots_undoes_the_apply_and_names_that
     let dir = tempfile::tempdir().unwrap();
     let host = Arc::new(RefusesCreate {
         sim: sim.clone(),
+        file: "create",
         refuse: 4,
         creates: Default::default(),
     });
@@ -332,4 +343,51 @@ fn a_create_the_kernel_refuses_in_a_run_of_slots_undoes_the_apply_and_names_that
     assert!(core.finish_interrupted_applies().is_empty());
     let definitions = std::fs::read_dir(dir.path().join("definitions")).unwrap();
     assert_eq!(definitions.count(), 0);
+}
+
+#[test]
+fn a_removal_the_kernel_refuses_in_a_run_of_slots_brings_back_the_ones_removed() {
+    let sim = Arc::new(SimHost::builtin("demo").unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    // Slot 3 of the shrink below (the third removal) is busy.
+    let host = Arc::new(RefusesCreate {
+        sim: sim.clone(),
+        file: "remove",
+        refuse: 3,
+        creates: Default::default(),
+    });
+    let core = Core::open(
+        host.clone() as Arc<dyn Host>,
+        dir.path(),
+        Catalog::builtin().unwrap(),
+    )
+    .unwrap();
+    core.execute(ApplyPool { toml: pool(6, 0) }).unwrap();
+    let before = core.execute(ListInstances).unwrap();
+    let mut events = core.subscribe();
+    let err = core.execute(ApplyPool { toml: pool(1, 0) }).unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("step 3/5"), "{msg}");
+    assert!(msg.contains("remove vdi-2g/3"), "{msg}");
+    assert!(msg.contains("EBUSY"), "{msg}");
+    // The two slots removed before it are back, running, as they were.
+    let states =
+        |v: Vec<vgpu_manager::daemon::api::InstanceView>| -> BTreeMap<MdevUuid, InstanceState> {
+            v.into_iter().map(|v| (v.uuid, v.state)).collect()
+        };
+    let after = core.execute(ListInstances).unwrap();
+    assert_eq!(states(after.clone()), states(before.clone()));
+    for v in &after {
+        let old = before.iter().find(|b| b.uuid == v.uuid).unwrap();
+        assert_eq!(
+            (&v.label, &v.profile, v.autostart, v.defined),
+            (&old.label, &old.profile, old.autostart, old.defined)
+        );
+    }
+    // A subscriber that followed the events knows what is listed.
+    let seen = drain(&mut events);
+    assert_eq!(known_from(states(before), &seen), states(after), "{seen:?}");
+    // The same shrink goes through once the device is free.
+    let shrunk = core.execute(ApplyPool { toml: pool(1, 0) }).unwrap();
+    assert_eq!(shrunk.removed.len(), 5, "{shrunk:?}");
 }
