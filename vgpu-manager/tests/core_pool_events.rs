@@ -245,21 +245,22 @@ fn the_kernel_event_of_a_slot_being_removed_does_not_announce_it_stopped_first()
 /// `remove`; counting from 1) with `ENOSPC` or `EBUSY`, as a GPU whose memory ran out between the
 /// plan and the create, or a device still in use, does.
 #[derive(Debug)]
-struct RefusesCreate {
+struct Refuses {
     sim: Arc<SimHost>,
     file: &'static str,
     refuse: usize,
-    creates: std::sync::atomic::AtomicUsize,
+    /// The writes of `file` so far.
+    writes: std::sync::atomic::AtomicUsize,
 }
 
-impl Host for RefusesCreate {
+impl Host for Refuses {
     fn read(&self, path: &std::path::Path) -> Result<String, vgpu_host::HostError> {
         self.sim.read(path)
     }
     fn write(&self, path: &std::path::Path, value: &str) -> Result<(), vgpu_host::HostError> {
         if path.ends_with(self.file) {
             let n = self
-                .creates
+                .writes
                 .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
                 + 1;
             if n == self.refuse {
@@ -296,22 +297,29 @@ impl Host for RefusesCreate {
     }
 }
 
-#[test]
-fn a_create_the_kernel_refuses_in_a_run_of_slots_undoes_the_apply_and_names_that_slot() {
+/// A core on the demo host whose kernel refuses the `refuse`-th write of `file` ([`Refuses`]), with
+/// the simulated kernel and the state directory.
+fn refusing(file: &'static str, refuse: usize) -> (Arc<SimHost>, tempfile::TempDir, Core) {
     let sim = Arc::new(SimHost::builtin("demo").unwrap());
     let dir = tempfile::tempdir().unwrap();
-    let host = Arc::new(RefusesCreate {
+    let host = Arc::new(Refuses {
         sim: sim.clone(),
-        file: "create",
-        refuse: 4,
-        creates: Default::default(),
+        file,
+        refuse,
+        writes: Default::default(),
     });
     let core = Core::open(
-        host.clone() as Arc<dyn Host>,
+        host as Arc<dyn Host>,
         dir.path(),
         Catalog::builtin().unwrap(),
     )
     .unwrap();
+    (sim, dir, core)
+}
+
+#[test]
+fn a_create_the_kernel_refuses_in_a_run_of_slots_undoes_the_apply_and_names_that_slot() {
+    let (sim, dir, core) = refusing("create", 4);
     let before = core.execute(ListInstances).unwrap();
     let mut events = core.subscribe();
     let err = core.execute(ApplyPool { toml: pool(6, 0) }).unwrap_err();
@@ -347,21 +355,8 @@ fn a_create_the_kernel_refuses_in_a_run_of_slots_undoes_the_apply_and_names_that
 
 #[test]
 fn a_removal_the_kernel_refuses_in_a_run_of_slots_brings_back_the_ones_removed() {
-    let sim = Arc::new(SimHost::builtin("demo").unwrap());
-    let dir = tempfile::tempdir().unwrap();
     // Slot 3 of the shrink below (the third removal) is busy.
-    let host = Arc::new(RefusesCreate {
-        sim: sim.clone(),
-        file: "remove",
-        refuse: 3,
-        creates: Default::default(),
-    });
-    let core = Core::open(
-        host.clone() as Arc<dyn Host>,
-        dir.path(),
-        Catalog::builtin().unwrap(),
-    )
-    .unwrap();
+    let (_sim, _dir, core) = refusing("remove", 3);
     core.execute(ApplyPool { toml: pool(6, 0) }).unwrap();
     let before = core.execute(ListInstances).unwrap();
     let mut events = core.subscribe();

@@ -35,8 +35,11 @@ pub fn benches() -> Vec<Test<Guest>> {
 const ITERATIONS: u32 = 50;
 /// Iterations run first and not counted (page cache, the daemon's first allocations).
 const WARMUP: u32 = 5;
-/// The target for the p50 ratio D-Bus / raw.
+/// The target for the p50 ratio D-Bus / raw of a create+destroy pair.
 const TARGET_RATIO: f64 = 1.3;
+/// The target for one call from a persistent client against its floor: the raw sysfs operation plus
+/// one bus round trip.
+const TARGET_CALL: f64 = 1.2;
 /// The pause of the third run (see [`Setup::pause`]).
 const PAUSE: Duration = Duration::from_millis(300);
 const PARENT: &str = "mbochs";
@@ -224,6 +227,28 @@ fn run(g: &Guest, setup: &Setup<'_>, seq: &mut u32) -> Result<Results, TestError
         "bench:   one-round-trip floor (sysfs + 2 x Ping) / sysfs = {:.2}x: a D-Bus call can come no closer to raw sysfs here",
         ratio(pr + percentile(&ping, 50) * 2, pr)
     );
+    let rtt = percentile(&ping, 50);
+    for (what, ours, raw) in [
+        (
+            "Create",
+            percentile(&dbus.create, 50),
+            percentile(&raw.create, 50),
+        ),
+        (
+            "Destroy",
+            percentile(&dbus.remove, 50),
+            percentile(&raw.remove, 50),
+        ),
+    ] {
+        let q = ratio(ours, raw + rtt);
+        println!(
+            "bench:   {what:<7} {} vs floor (sysfs {} + one round trip) {}: {q:.2}x (target <= {TARGET_CALL}x{})",
+            ms(ours),
+            ms(raw),
+            ms(raw + rtt),
+            if q <= TARGET_CALL { "" } else { ": ABOVE" }
+        );
+    }
     println!(
         "bench:   state-dir file protocol alone (write+fsync+rename+fsync dir, unlink+fsync dir) p50 {}",
         ms(store)

@@ -437,6 +437,19 @@ fn scenario(slots: &[Before], enable: bool) -> (Fake, Vec<PoolStep>) {
     (fake, steps)
 }
 
+/// The executor's steps of an apply of [`POOL`] (no autostart) over `fake`, reporting to `progress`.
+fn steps_over<'a>(fake: &'a mut Fake, progress: &'a dyn Fn(usize, &PoolStep)) -> SlotSteps<'a> {
+    SlotSteps {
+        actions: fake,
+        pool: Applying {
+            name: POOL,
+            autostart: false,
+        },
+        progress,
+        failed_at: None,
+    }
+}
+
 /// `steps` grouped into runs over the fake's slots, as the engine groups them over its own.
 fn runs_of(fake: &Fake, steps: &[PoolStep]) -> Vec<(usize, SlotRun)> {
     runs(
@@ -457,15 +470,7 @@ fn runs_of(fake: &Fake, steps: &[PoolStep]) -> Vec<(usize, SlotRun)> {
 /// and the undos that failed.
 fn apply(fake: &mut Fake, steps: &[PoolStep]) -> Option<(usize, usize)> {
     let units = runs_of(fake, steps);
-    let mut run = SlotSteps {
-        actions: fake,
-        pool: Applying {
-            name: POOL,
-            autostart: false,
-        },
-        progress: &|_, _| {},
-        failed_at: None,
-    };
+    let mut run = steps_over(fake, &|_, _| {});
     let report = execute(&mut run, units);
     let at = run.failed_at.map(|(i, _)| i);
     report
@@ -673,15 +678,7 @@ fn a_run_of_creates_reports_each_slot_and_names_the_one_that_failed() {
     let mut fake = Fake::default();
     let seen = std::cell::RefCell::new(Vec::new());
     let progress = |i: usize, step: &PoolStep| seen.borrow_mut().push((i, step.to_string()));
-    let mut run = SlotSteps {
-        actions: &mut fake,
-        pool: Applying {
-            name: POOL,
-            autostart: false,
-        },
-        progress: &progress,
-        failed_at: None,
-    };
+    let mut run = steps_over(&mut fake, &progress);
     let report = execute(&mut run, units.clone());
     assert!(report.succeeded());
     assert!(run.failed_at.is_none());
@@ -697,15 +694,7 @@ fn a_run_of_creates_reports_each_slot_and_names_the_one_that_failed() {
     let mut fake = Fake::default();
     fake.fail.insert(6);
     let start = fake.state();
-    let mut run = SlotSteps {
-        actions: &mut fake,
-        pool: Applying {
-            name: POOL,
-            autostart: false,
-        },
-        progress: &|_, _| {},
-        failed_at: None,
-    };
+    let mut run = steps_over(&mut fake, &|_, _| {});
     let report = execute(&mut run, units);
     let (i, step) = run.failed_at.clone().unwrap();
     assert_eq!((i, step), (1, steps[1].clone()));
@@ -748,15 +737,7 @@ fn removes_of_running_slots_on_one_parent_run_together() {
     // The second removal fails: the first slot is restored, the error names the second.
     let start = fake.state();
     fake.fail.insert(1);
-    let mut run = SlotSteps {
-        actions: &mut fake,
-        pool: Applying {
-            name: POOL,
-            autostart: false,
-        },
-        progress: &|_, _| {},
-        failed_at: None,
-    };
+    let mut run = steps_over(&mut fake, &|_, _| {});
     let report = execute(&mut run, units);
     assert_eq!(run.failed_at.clone().map(|(i, _)| i), Some(1));
     assert!(report.failure.is_some());

@@ -118,15 +118,6 @@ impl Batches {
         self.members.keys().next_back().map_or(1, |n| n + 1)
     }
 
-    /// The batches holding `uuid`, with the members each keeps once `uuid` is gone.
-    pub(crate) fn without(&self, uuid: &MdevUuid) -> Vec<(u64, Vec<MdevUuid>)> {
-        self.members
-            .iter()
-            .filter(|(_, m)| m.contains(uuid))
-            .map(|(n, m)| (*n, m.iter().filter(|u| *u != uuid).copied().collect()))
-            .collect()
-    }
-
     /// The batches holding any of `uuids`, with the members each keeps once they are all gone.
     pub(crate) fn without_all(&self, uuids: &BTreeSet<MdevUuid>) -> Vec<(u64, Vec<MdevUuid>)> {
         self.members

@@ -444,37 +444,18 @@ impl StateDir {
     }
 
     /// Durably deletes a ledger entry; returns it if there was one. Call only *after* the device is
-    /// gone.
+    /// gone. Batch copies go first: until the entry's own file is gone too, a crash keeps the entry.
     pub fn remove_ledger(&mut self, uuid: &MdevUuid) -> Result<Option<LedgerEntry>, StoreError> {
-        let dir = self.root.join(LEDGER);
-        // Batch copies first: until the entry's own file is gone too, a crash keeps the entry.
-        for (n, keep) in self.batches.without(uuid) {
-            if keep.is_empty() {
-                remove_durable(&dir, &batch_name(n))?;
-            } else {
-                let entries: Vec<LedgerEntry> = keep
-                    .iter()
-                    .filter_map(|u| self.ledger.get(u).cloned())
-                    .collect();
-                let text = encode_batch(&entries).map_err(|reason| StoreError::Encode {
-                    path: dir.join(batch_name(n)),
-                    reason,
-                })?;
-                write_atomic(&dir, &batch_name(n), text.as_bytes())?;
-            }
-            self.batches.forget(n, uuid);
-        }
-        // An entry only in batches has no file of its own to remove (see `remove_definition`).
-        if self.own_files.remove(uuid) {
-            remove_durable(&dir, &LedgerEntry::file_name(uuid))?;
-        }
-        Ok(self.ledger.remove(uuid))
+        let entry = self.ledger.get(uuid).cloned();
+        self.remove_ledgers(std::slice::from_ref(uuid))?;
+        Ok(entry)
     }
 
     /// Durably deletes the ledger entries of `uuids` (their devices must be gone) with one rewrite of
-    /// each batch that holds any of them and one flush of the directory for their own files, in the
-    /// order [`StateDir::remove_ledger`] keeps: batch copies first. On error the in-memory view keeps
-    /// every entry not yet removed on disk.
+    /// each batch that holds any of them and one flush of the directory for their own files: batch
+    /// copies first, as a crash in between then keeps the entries. An entry only in batches has no
+    /// file of its own to remove (see `remove_definition`). On error the in-memory view keeps every
+    /// entry.
     pub fn remove_ledgers(&mut self, uuids: &[MdevUuid]) -> Result<(), StoreError> {
         let dir = self.root.join(LEDGER);
         let going: BTreeSet<MdevUuid> = uuids.iter().copied().collect();
