@@ -12,7 +12,7 @@
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -86,6 +86,25 @@ impl Qemu {
             std::thread::sleep(Duration::from_millis(50));
         }
         Ok(q)
+    }
+
+    /// Waits until `path` exists (a socket QEMU creates), failing when QEMU exits or
+    /// [`WITHIN`] passes first; `what` says what QEMU did once it is there.
+    fn wait_for(&mut self, path: &Path, what: &str) -> Result<(), TestError> {
+        let t = Instant::now();
+        while !path.exists() {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(self.failure(&format!("QEMU exited ({status}) before it {what}")));
+            }
+            if t.elapsed() > WITHIN {
+                return Err(self.failure(&format!(
+                    "QEMU has not {what} within {WITHIN:?} ({} does not exist)",
+                    path.display()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
     }
 
     fn failure(&self, what: &str) -> TestError {
@@ -219,7 +238,10 @@ fn two_qemus(g: &Guest) -> TestResult {
     let mut b_args = device_args(&target);
     b_args.push("-incoming".into());
     b_args.push(format!("unix:{socket}"));
-    let b = Qemu::spawn("migration-target", &b_args)?;
+    let mut b = Qemu::spawn("migration-target", &b_args)?;
+    // QEMU opens its monitor before it listens for the incoming stream (the `-incoming` socket
+    // comes once the machine, its VFIO device included, is set up): the source may connect only then.
+    b.wait_for(Path::new(socket), "listened for the incoming migration")?;
     let a = Qemu::spawn("migration-source", &device_args(&source))?;
     let t = Instant::now();
     a.hmp(&format!("migrate -d unix:{socket}"))?;
