@@ -178,8 +178,11 @@ pub(super) struct SlotsFailed {
 }
 
 /// The most slots one [`SlotRun::Creates`] or [`SlotRun::Removes`] takes: a run holds its GPU's lock
-/// from its first change to its last, and other requests on that GPU wait meanwhile.
-pub(super) const MAX_RUN: usize = 16;
+/// from its first change to its last, and other requests on that GPU (and the kernel events of its
+/// devices) wait meanwhile. With an NVIDIA create taking a few hundred milliseconds, eight keep that
+/// wait around a second or two, while the parent check and the ledger write, once per run, still
+/// count for little per slot.
+pub(super) const MAX_RUN: usize = 8;
 
 /// What one transaction step of a pool apply runs.
 #[derive(Debug, Clone)]
