@@ -167,22 +167,34 @@ impl Persist {
 
     /// Durably deletes the definitions of `uuids` as [`Persist::remove_definition`] does each (their
     /// mdevctl files first, then the store), the store's part with one flush for all of them. A file
-    /// that cannot be removed fails the call before the store changes.
+    /// that cannot be removed fails the call before the store changes; a store that cannot remove
+    /// them keeps them, and their files are written back.
     pub(crate) fn remove_definitions(&mut self, uuids: &[MdevUuid]) -> Result<(), CoreError> {
+        let mut files_removed = Vec::new();
         if let Some(dir) = self.mdevctl.clone() {
             for uuid in uuids {
-                let Some(parent) = self.state.get_definition(uuid).map(|d| d.parent.clone()) else {
+                let Some(def) = self.state.get_definition(uuid).cloned() else {
                     continue;
                 };
                 self.step()?;
-                match dir.remove(&parent, uuid) {
-                    Ok(_) | Err(MdevctlDirError::Parent { .. }) => {}
+                match dir.remove(&def.parent, uuid) {
+                    Ok(_) => files_removed.push(def),
+                    Err(MdevctlDirError::Parent { .. }) => {}
                     Err(e) => return Err(e.into()),
                 }
             }
         }
         self.step()?;
-        self.state.remove_definitions(uuids)?;
+        if let Err(e) = self.state.remove_definitions(uuids) {
+            if let Some(dir) = &self.mdevctl {
+                for def in &files_removed {
+                    if let Err(w) = dir.write(def) {
+                        warn!(uuid = %def.uuid, error = %w, "the mdevctl definition file of a definition kept could not be written back (written again at the next start)");
+                    }
+                }
+            }
+            return Err(e.into());
+        }
         Ok(())
     }
 

@@ -266,25 +266,20 @@ impl Pools {
                     return Err(self.failed_apply(&pool, steps.len(), undone, at));
                 }
             };
+            let mut note = |step: &PoolStep| match step {
+                PoolStep::Create { slot, .. } => created.push(slot.name()),
+                PoolStep::Remove { slot, .. } => removed.push(slot.name()),
+                PoolStep::EnableVfs { .. } => {}
+            };
             match &unit {
                 SlotRun::Step(step) => {
-                    match step {
-                        PoolStep::Create { slot, .. } => created.push(slot.name()),
-                        PoolStep::Remove { slot, .. } => removed.push(slot.name()),
-                        PoolStep::EnableVfs { .. } => {}
-                    }
+                    note(step);
                     // After the step's held events: a subscriber learns of the slot first.
                     progress(i, step);
                 }
                 // Each slot's progress went out as it was done.
                 SlotRun::Creates { steps, .. } | SlotRun::Removes { steps, .. } => {
-                    for (_, step) in steps {
-                        match step {
-                            PoolStep::Create { slot, .. } => created.push(slot.name()),
-                            PoolStep::Remove { slot, .. } => removed.push(slot.name()),
-                            PoolStep::EnableVfs { .. } => {}
-                        }
-                    }
+                    steps.iter().for_each(|(_, step)| note(step));
                 }
             }
         }
@@ -322,7 +317,7 @@ impl Pools {
     /// Runs transaction step `i` of an apply. A single step runs with the instance events it causes
     /// held back: one event per slot it changes, before the step's progress (see
     /// [`Instances::hold_events`]); a failed step's events go out before its rollback runs. A run of
-    /// creates announces each slot itself as it starts, before that slot's progress.
+    /// creates or removes announces each slot itself as it is done, before that slot's progress.
     // Transaction::run's own result, passed on unchanged (its failure carries the run to roll back).
     #[allow(clippy::result_large_err)]
     fn run_held<'a, A>(
@@ -339,7 +334,7 @@ impl Pools {
     }
 
     /// The error of an apply whose step failed, out of `total`, and was undone as `report` says;
-    /// `at` is the plan step that failed when it was one of a run of creates.
+    /// `at` is the plan step that failed when it was one of a run of creates or removes.
     fn failed_apply(
         &self,
         pool: &Pool,

@@ -13,24 +13,23 @@
 //! batch, then the devices, each on the reconcile executor, which removes the devices and entries of
 //! a run whose create failed.
 
-use tracing::{info, warn};
+use tracing::info;
 
+use mdev_types::ids::{MdevTypeId, MdevUuid};
 use vgpu_host::discover::device_fault;
 
 use super::instances::Instances;
 use super::lock;
 use super::pool::slot_label;
 use super::pool_exec::{NewSlot, SlotsFailed};
-use super::reconcile::Actions;
 use crate::daemon::api::{CoreError, RequestError};
-use crate::daemon::reconcile::{Plan, ReconcileStep, execute};
 use crate::daemon::store::{Definition, unix_now};
 
 impl Instances {
     /// True when nothing names `uuid` yet: no definition (main, alternate or mdevctl's own), no
     /// ledger entry, no device. Only such slots are made by [`Instances::create_slots`]; any other goes the way of a
     /// single define, which knows how to take over what is there.
-    pub(super) fn is_fresh(&self, uuid: &mdev_types::ids::MdevUuid) -> bool {
+    pub(super) fn is_fresh(&self, uuid: &MdevUuid) -> bool {
         let store = lock(&self.store);
         store.get_definition(uuid).is_none()
             && store.alternates_of(uuid).next().is_none()
@@ -111,44 +110,26 @@ impl Instances {
     }
 
     /// Creates the devices of the slots just defined on `parent` in one run of the reconcile
-    /// executor (one ledger batch for all of them). The parent lock must be held.
+    /// executor (one ledger batch for all of them), announcing each as it comes. The parent lock must
+    /// be held.
     fn start_slots(
         &self,
         parent: &str,
         slots: &[NewSlot],
         started: &mut dyn FnMut(usize),
     ) -> Result<(), SlotsFailed> {
-        let plan = Plan {
-            steps: slots
-                .iter()
-                .map(|s| ReconcileStep::Create {
-                    uuid: s.slot.uuid,
-                    parent: parent.to_string(),
-                    type_id: s.type_id.clone(),
-                    replaces: None,
-                    attrs: Vec::new(),
-                })
-                .collect(),
-        };
-        let mut announce = |uuid: &mdev_types::ids::MdevUuid| {
+        let creates: Vec<(MdevUuid, MdevTypeId)> = slots
+            .iter()
+            .map(|s| (s.slot.uuid, s.type_id.clone()))
+            .collect();
+        let mut announce = |uuid: &MdevUuid| {
             info!(%uuid, %parent, "pool slot defined and created");
             self.refresh_one(uuid);
-            if let Some(k) = slots.iter().position(|s| s.slot.uuid == *uuid) {
+            if let Some(k) = creates.iter().position(|(u, _)| u == uuid) {
                 started(k);
             }
         };
-        let report = execute(
-            &plan,
-            &mut Actions {
-                core: self,
-                shown: None,
-                created: Some(&mut announce),
-            },
-        );
-        for e in &report.rollback_errors {
-            warn!(step = %e.step, error = %e.error, "undoing a failed create is incomplete; reconcile finishes it");
-        }
-        let Some(failure) = report.failure else {
+        let Some(failure) = self.create_devices_owned(parent, &creates, &mut announce) else {
             return Ok(());
         };
         // The devices made before the failure are gone again: their views say so.

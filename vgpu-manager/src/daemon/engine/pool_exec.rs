@@ -165,7 +165,7 @@ pub(super) struct NewSlot {
     pub type_id: MdevTypeId,
 }
 
-/// How [`PoolActions::create_slots`] failed.
+/// How [`PoolActions::create_slots`] or [`PoolActions::remove_slots`] failed.
 #[derive(Debug)]
 pub(super) struct SlotsFailed {
     /// How many slots (the first ones) it changed before failing: defined (none of them runs) for
@@ -238,20 +238,15 @@ impl fmt::Display for SlotRun {
     }
 }
 
-/// The parent and type of `step` when it creates an mdev slot that has no definition (`defined`
-/// says which UUIDs have one): such creates can run together.
-fn fresh_mdev_create<'s>(
-    step: &'s PoolStep,
-    defined: &dyn Fn(&MdevUuid) -> bool,
-) -> Option<(&'s str, &'s MdevTypeId, &'s SlotId)> {
+/// The parent of `step` when it creates an mdev slot nothing names yet (`named` says which UUIDs
+/// something names): such creates can run together.
+fn fresh_mdev_parent<'s>(step: &'s PoolStep, named: &dyn Fn(&MdevUuid) -> bool) -> Option<&'s str> {
     match step {
         PoolStep::Create {
             slot,
-            target: ProfileTarget::Mdev {
-                parent, type_id, ..
-            },
+            target: ProfileTarget::Mdev { parent, .. },
             ..
-        } if !defined(&slot.uuid) => Some((parent.as_str(), type_id, slot)),
+        } if !named(&slot.uuid) => Some(parent.as_str()),
         _ => None,
     }
 }
@@ -284,8 +279,8 @@ pub(super) fn runs(
                     continue;
                 }
             },
-            _ => match fresh_mdev_create(&step, kinds.named) {
-                Some((parent, _, _)) => (true, parent.to_string()),
+            _ => match fresh_mdev_parent(&step, kinds.named) {
+                Some(parent) => (true, parent.to_string()),
                 None => {
                     out.push((i, SlotRun::Step(step)));
                     continue;
@@ -428,8 +423,8 @@ fn define_and_start(
     a.start(&slot.uuid)
 }
 
-/// A pool apply's steps on the daemon's executor: [`run_step`] over `actions`, and the creates of a
-/// [`SlotRun::Creates`] together.
+/// A pool apply's steps on the daemon's executor: [`run_step`] over `actions`, and the slots of a
+/// [`SlotRun::Creates`] or [`SlotRun::Removes`] together.
 pub(super) struct SlotSteps<'a> {
     /// The engine (or a fake).
     pub actions: &'a mut dyn PoolActions,
@@ -439,7 +434,8 @@ pub(super) struct SlotSteps<'a> {
     /// [`SlotRun::Removes`] once it is done (a [`SlotRun::Step`] is reported by the caller, once its
     /// events are out).
     pub progress: &'a dyn Fn(usize, &PoolStep),
-    /// The plan index and step of the create that failed a [`SlotRun::Creates`], if one did.
+    /// The plan index and step of the slot that failed a [`SlotRun::Creates`] or
+    /// [`SlotRun::Removes`], if one did.
     pub failed_at: Option<(usize, PoolStep)>,
 }
 
@@ -452,56 +448,32 @@ impl SlotSteps<'_> {
         steps: &[(usize, PoolStep)],
         undo: &mut Journal,
     ) -> Result<(), CoreError> {
-        let slots: Vec<NewSlot> = steps
-            .iter()
-            .filter_map(|(_, step)| match step {
+        let mut slots = Vec::with_capacity(steps.len());
+        for (_, step) in steps {
+            match step {
                 PoolStep::Create {
                     slot,
                     target: ProfileTarget::Mdev { type_id, .. },
                     ..
-                } => Some(NewSlot {
+                } => slots.push(NewSlot {
                     slot: slot.clone(),
                     type_id: type_id.clone(),
                 }),
-                _ => None,
-            })
-            .collect();
-        // Built by `runs` from mdev creates only.
-        if slots.len() != steps.len() {
-            return Err(CoreError::WholeGpuSlot {
-                step: SlotRun::Creates {
-                    parent: parent.to_string(),
-                    steps: steps.to_vec(),
-                }
-                .to_string(),
-            });
-        }
-        let progress = self.progress;
-        let result = self
-            .actions
-            .create_slots(parent, &slots, self.pool.autostart, &mut |k| {
-                if let Some((i, step)) = steps.get(k) {
-                    progress(*i, step);
-                }
-            });
-        let (defined, failure) = match result {
-            Ok(()) => (slots.len(), None),
-            Err(f) => (f.done.min(slots.len()), Some(f)),
-        };
-        for s in &slots[..defined] {
-            done(undo, PoolUndo::Destroy(s.slot.uuid));
-        }
-        match failure {
-            None => Ok(()),
-            Some(f) => {
-                self.failed_at = steps.get(f.at).cloned();
-                Err(*f.error)
+                // `runs` puts only mdev creates in a run of creates.
+                other => return Err(not_in_a_run(other)),
             }
         }
+        let progress = self.progress;
+        let result = self.actions.create_slots(
+            parent,
+            &slots,
+            self.pool.autostart,
+            &mut report_each(progress, steps),
+        );
+        let undos = slots.iter().map(|s| PoolUndo::Destroy(s.slot.uuid));
+        self.finish_run(steps, result, undos, undo)
     }
-}
 
-impl SlotSteps<'_> {
     /// Runs the removes of a [`SlotRun::Removes`]: every slot removed is recorded for undo (its view
     /// from before, restored), also when a later one fails.
     fn run_removes(
@@ -514,33 +486,54 @@ impl SlotSteps<'_> {
         for (_, step) in steps {
             match step {
                 PoolStep::Remove { slot, .. } => views.push(self.actions.instance(&slot.uuid)?),
-                other => {
-                    return Err(CoreError::WholeGpuSlot {
-                        step: other.to_string(),
-                    });
-                }
+                // `runs` puts only removes in a run of removes.
+                other => return Err(not_in_a_run(other)),
             }
         }
         let uuids: Vec<MdevUuid> = views.iter().map(|v| v.uuid).collect();
         let progress = self.progress;
-        let result = self.actions.remove_slots(parent, &uuids, &mut |k| {
-            if let Some((i, step)) = steps.get(k) {
-                progress(*i, step);
-            }
-        });
-        let (removed, failure) = match result {
-            Ok(()) => (views.len(), None),
-            Err(f) => (f.done.min(views.len()), Some(f)),
-        };
-        for v in views.into_iter().take(removed) {
-            done(undo, PoolUndo::Restore(Box::new(v)));
+        let result = self
+            .actions
+            .remove_slots(parent, &uuids, &mut report_each(progress, steps));
+        let undos = views.into_iter().map(|v| PoolUndo::Restore(Box::new(v)));
+        self.finish_run(steps, result, undos, undo)
+    }
+
+    /// Records the undos of the slots a run changed (all of them, or the first [`SlotsFailed::done`])
+    /// and, when it failed, which of its steps did.
+    fn finish_run(
+        &mut self,
+        steps: &[(usize, PoolStep)],
+        result: Result<(), SlotsFailed>,
+        undos: impl Iterator<Item = PoolUndo>,
+        undo: &mut Journal,
+    ) -> Result<(), CoreError> {
+        let changed = result.as_ref().map_or_else(|f| f.done, |()| steps.len());
+        for u in undos.take(changed) {
+            done(undo, u);
         }
-        match failure {
-            None => Ok(()),
-            Some(f) => {
-                self.failed_at = steps.get(f.at).cloned();
-                Err(*f.error)
-            }
+        result.map_err(|f| {
+            self.failed_at = steps.get(f.at).cloned();
+            *f.error
+        })
+    }
+}
+
+/// The refusal of a step a run of slots cannot hold (`runs` never puts one there).
+fn not_in_a_run(step: &PoolStep) -> CoreError {
+    CoreError::WholeGpuSlot {
+        step: step.to_string(),
+    }
+}
+
+/// Reports slot `k` of the run `steps` through `progress` with its plan index and step.
+fn report_each<'a>(
+    progress: &'a dyn Fn(usize, &PoolStep),
+    steps: &'a [(usize, PoolStep)],
+) -> impl FnMut(usize) + 'a {
+    move |k| {
+        if let Some((i, step)) = steps.get(k) {
+            progress(*i, step);
         }
     }
 }

@@ -9,7 +9,6 @@
 use tracing::info;
 
 use mdev_types::ids::MdevUuid;
-use vgpu_host::ops::{self, LifecycleError};
 
 use super::instances::Instances;
 use super::lock;
@@ -56,7 +55,7 @@ impl Instances {
                     ));
                     break;
                 }
-                if let Err(e) = self.remove_device_only(uuid) {
+                if let Err(e) = self.remove_mdev_checked(uuid) {
                     failure = Some((k, e));
                     break;
                 }
@@ -93,17 +92,5 @@ impl Instances {
                 }),
             }
         })
-    }
-
-    /// Removes the device of `uuid` (ours, its parent locked), leaving its ledger entry.
-    fn remove_device_only(&self, uuid: &MdevUuid) -> Result<(), CoreError> {
-        match ops::remove_mdev(self.host.as_ref(), uuid) {
-            Ok(()) | Err(LifecycleError::NoSuchInstance { .. }) => {}
-            Err(e) => return Err(e.into()),
-        }
-        if self.device_exists(uuid) {
-            return Err(StateError::StillPresent { uuid: *uuid }.into());
-        }
-        Ok(())
     }
 }

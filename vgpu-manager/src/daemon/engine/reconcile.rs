@@ -11,8 +11,8 @@ use super::instances::Instances;
 use super::lock;
 use crate::daemon::api::{CoreError, MdevAttr, StateError};
 use crate::daemon::reconcile::{
-    ExecReport, Plan, ReconcileInput, ReconcileStep, Removal, StepActions, execute, execute_steps,
-    plan,
+    ExecReport, Plan, ReconcileInput, ReconcileStep, Removal, StepActions, StepFailure, execute,
+    execute_steps, plan,
 };
 use crate::daemon::store::{LedgerEntry, StateDir, unix_now};
 
@@ -28,17 +28,17 @@ pub enum ReconcileScope {
 }
 
 /// The executor's actions on the real host and store.
-pub(super) struct Actions<'a> {
-    pub(super) core: &'a Instances,
+struct Actions<'a> {
+    core: &'a Instances,
     /// What clients see of a device a command creates (gpu, profile, label), written into its new
     /// ledger entry; reconcile's creates take these from their definitions instead.
-    pub(super) shown: Option<Shown>,
+    shown: Option<Shown>,
     /// Called with each device's UUID once the kernel created it.
-    pub(super) created: Option<&'a mut dyn FnMut(&MdevUuid)>,
+    created: Option<&'a mut dyn FnMut(&MdevUuid)>,
 }
 
 /// See [`Actions::shown`].
-pub(super) struct Shown {
+struct Shown {
     gpu: String,
     profile: Option<String>,
     label: Option<String>,
@@ -98,14 +98,7 @@ impl StepActions for Actions<'_> {
     }
 
     fn remove_device(&mut self, uuid: &MdevUuid, _parent: &str) -> Result<(), CoreError> {
-        match ops::remove_mdev(self.core.host.as_ref(), uuid) {
-            Ok(()) | Err(LifecycleError::NoSuchInstance { .. }) => {}
-            Err(e) => return Err(e.into()),
-        }
-        if self.core.device_exists(uuid) {
-            return Err(StateError::StillPresent { uuid: *uuid }.into());
-        }
-        Ok(())
+        self.core.remove_mdev_checked(uuid)
     }
 
     fn device_exists(&mut self, uuid: &MdevUuid) -> Result<bool, CoreError> {
@@ -152,35 +145,80 @@ impl Instances {
         label: Option<String>,
         attrs: &[MdevAttr],
     ) -> Result<(), CoreError> {
-        let plan = Plan {
-            steps: vec![ReconcileStep::Create {
-                uuid: *uuid,
-                parent: place.parent.clone(),
-                type_id: place.type_id.clone(),
-                replaces: None,
-                attrs: attrs.to_vec(),
-            }],
+        let step = ReconcileStep::Create {
+            uuid: *uuid,
+            parent: place.parent.clone(),
+            type_id: place.type_id.clone(),
+            replaces: None,
+            attrs: attrs.to_vec(),
         };
-        let mut actions = Actions {
-            core: self,
-            shown: Some(Shown {
-                gpu: place.gpu.clone(),
-                profile: place.profile.clone(),
-                label,
-            }),
-            created: None,
+        let shown = Shown {
+            gpu: place.gpu.clone(),
+            profile: place.profile.clone(),
+            label,
         };
-        let report = execute(&plan, &mut actions);
-        for e in &report.rollback_errors {
-            warn!(%uuid, step = %e.step, error = %e.error, "undoing a failed create is incomplete; reconcile finishes it");
-        }
-        match report.failure {
+        match self.create_ledgered(vec![step], Some(shown), None) {
             Some(f) => Err(f.error),
             None => {
                 info!(%uuid, parent = %place.parent, type_id = %place.type_id, "instance created");
                 Ok(())
             }
         }
+    }
+
+    /// Creates the devices `creates` (`(uuid, type)`, all on `parent`, each with a definition that
+    /// says what clients see of it) through the reconcile executor in one run: all their ledger
+    /// entries in one batch first, then each device in order, `created(uuid)` called once the kernel
+    /// made it. A refused create undoes the whole run (every device it made removed, every entry
+    /// dropped); the failure names the index of the create that failed. The parent lock must be held.
+    pub(super) fn create_devices_owned(
+        &self,
+        parent: &str,
+        creates: &[(MdevUuid, MdevTypeId)],
+        created: &mut dyn FnMut(&MdevUuid),
+    ) -> Option<StepFailure> {
+        let steps = creates
+            .iter()
+            .map(|(uuid, type_id)| ReconcileStep::Create {
+                uuid: *uuid,
+                parent: parent.to_string(),
+                type_id: type_id.clone(),
+                replaces: None,
+                attrs: Vec::new(),
+            })
+            .collect();
+        self.create_ledgered(steps, None, Some(created))
+    }
+
+    /// One run of the reconcile executor over the create `steps`; logs what its rollback left.
+    fn create_ledgered<'a>(
+        &'a self,
+        steps: Vec<ReconcileStep>,
+        shown: Option<Shown>,
+        created: Option<&'a mut dyn FnMut(&MdevUuid)>,
+    ) -> Option<StepFailure> {
+        let mut actions = Actions {
+            core: self,
+            shown,
+            created,
+        };
+        let report = execute(&Plan { steps }, &mut actions);
+        for e in &report.rollback_errors {
+            warn!(step = %e.step, error = %e.error, "undoing a failed create is incomplete; reconcile finishes it");
+        }
+        report.failure
+    }
+
+    /// Removes the mdev `uuid` through the kernel (one already gone is fine) and checks it is gone.
+    pub(super) fn remove_mdev_checked(&self, uuid: &MdevUuid) -> Result<(), CoreError> {
+        match ops::remove_mdev(self.host.as_ref(), uuid) {
+            Ok(()) | Err(LifecycleError::NoSuchInstance { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+        if self.device_exists(uuid) {
+            return Err(StateError::StillPresent { uuid: *uuid }.into());
+        }
+        Ok(())
     }
 
     /// Removes our device of `uuid` on `parent`, then its ledger entry, on the same executor as every

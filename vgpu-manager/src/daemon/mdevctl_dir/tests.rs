@@ -159,15 +159,17 @@ enum Change {
     Define,
     Modify,
     Undefine,
+    /// The same undefine, as one of several removed together (a pool shrink's run).
+    UndefineWithOthers,
 }
 
 /// What the definition of `uuid(1)` is after the change, or before it.
 fn expected(change: Change, after: bool) -> Option<Definition> {
     match (change, after) {
-        (Change::Define, false) | (Change::Undefine, true) => None,
-        (Change::Define, true) | (Change::Modify, false) | (Change::Undefine, false) => {
-            Some(def(1, false))
-        }
+        (Change::Define, false) | (Change::Undefine | Change::UndefineWithOthers, true) => None,
+        (Change::Define, true)
+        | (Change::Modify, false)
+        | (Change::Undefine | Change::UndefineWithOthers, false) => Some(def(1, false)),
         (Change::Modify, true) => Some(def(1, true)),
     }
 }
@@ -184,7 +186,12 @@ fn holds(root: &Path, want: &Option<Definition>) -> bool {
 
 #[test]
 fn a_crash_at_any_step_loses_no_acknowledged_change() {
-    for change in [Change::Define, Change::Modify, Change::Undefine] {
+    for change in [
+        Change::Define,
+        Change::Modify,
+        Change::Undefine,
+        Change::UndefineWithOthers,
+    ] {
         let mut completed = false;
         for crash_at in 0..8 {
             let tmp = tempfile::tempdir().unwrap();
@@ -199,6 +206,8 @@ fn a_crash_at_any_step_loses_no_acknowledged_change() {
                     .put_definition(&expected(change, true).unwrap())
                     .map(|_| ()),
                 Change::Undefine => p.remove_definition(&uuid(1)).map(|_| ()),
+                // uuid(2) has no definition: it is passed over.
+                Change::UndefineWithOthers => p.remove_definitions(&[uuid(2), uuid(1)]),
             };
             // The crash: nothing after the failed step runs; then vgpud starts again.
             drop(p);

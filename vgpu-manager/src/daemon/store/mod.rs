@@ -493,7 +493,9 @@ impl StateDir {
 
     /// Durably deletes the main definitions of `uuids` with one flush of the directory; a UUID with
     /// alternates (whose first alternate becomes its main definition) goes through
-    /// [`StateDir::remove_definition`] instead. Returns the definitions removed.
+    /// [`StateDir::remove_definition`] instead. Returns the definitions removed. On error the
+    /// in-memory view still holds the definitions whose removal did not finish; on disk each of their
+    /// files is there or gone.
     pub fn remove_definitions(
         &mut self,
         uuids: &[MdevUuid],
