@@ -9,6 +9,7 @@ use thiserror::Error;
 
 mod completions;
 mod daemon_cmds;
+mod daemon_line;
 mod discover;
 mod export;
 mod host_select;
@@ -241,7 +242,16 @@ where
     if let Some(program) = args.first().and_then(|a| mdevctl::Program::of(a)) {
         return mdevctl::run_program(program, args, teardown, out, err);
     }
-    let cli = match parse_args::<Cli>(args, teardown) {
+    let parsed = if daemon_line::is_daemon_line(&args) {
+        parse_args::<daemon_line::DaemonCli>(args, teardown).map(|d| Cli {
+            host: d.host,
+            bus: d.bus,
+            command: Command::Daemon(d.command),
+        })
+    } else {
+        parse_args::<Cli>(args, teardown)
+    };
+    let cli = match parsed {
         Ok(c) => c,
         Err(e) => {
             let code = if e.use_stderr() { EXIT_USAGE } else { 0 };
