@@ -124,8 +124,8 @@ enum DaemonError {
 }
 
 fn main() -> ExitCode {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("VGPU_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter =
+        vgpu_manager::daemon::log_filter::log_filter(std::env::var("VGPU_LOG").ok().as_deref());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

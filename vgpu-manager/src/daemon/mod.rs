@@ -7,6 +7,7 @@ pub mod dbus;
 pub mod engine;
 pub mod exec;
 pub mod fd_budget;
+pub mod log_filter;
 pub mod mdevctl_dir;
 pub mod metrics;
 pub mod pool_files;
