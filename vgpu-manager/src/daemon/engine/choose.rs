@@ -77,7 +77,8 @@ impl Instances {
     ) -> Result<Placement, CoreError> {
         let parent = match gpu {
             Some(p) => {
-                if !self.parent_exists(&p) && !need_capacity {
+                let exists = self.parent_exists(&p);
+                if !exists && !need_capacity {
                     // A definition may name a parent whose driver is not loaded yet: it waits for it.
                     return Ok(Placement {
                         gpu: p.clone(),
@@ -86,7 +87,7 @@ impl Instances {
                         profile: None,
                     });
                 }
-                if !self.parent_exists(&p) {
+                if !exists {
                     return Err(RequestError::NoParent {
                         parent: p,
                         host: self.host.describe(),
