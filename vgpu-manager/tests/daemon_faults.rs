@@ -254,3 +254,48 @@ async fn create_of_a_type_on_a_faulted_gpu_is_refused_naming_its_fault() {
     );
     assert!(kernel.finish().is_empty(), "nothing written to the kernel");
 }
+
+/// A GPU found readable by a create is read again for a later one after a second (the reuse time of
+/// vgpud's health check, `engine/health.rs`): one that faults in between is then refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gpu_that_faults_after_a_create_is_refused_once_its_check_is_read_again() {
+    if !dbus_common::fuse_attr::require_fuse("daemon_faults") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let fake = FakeRoot::new(&root);
+    fake.parent(HEALTHY, "mtty-2", 2, "vfio-pci", "Dual port serial", None);
+    let kernel = FakeKernel::start(&fake.root);
+    let d = Daemon::on_sysfs_root(dir.path(), &fake.root)
+        .await
+        .unwrap_or_else(|log| panic!("vgpud refused the host:\n{log}"));
+    let create = |uuid: &'static str| {
+        let bus = d.bus.clone();
+        async move {
+            vgpuctl(
+                &bus,
+                &[
+                    "create", "--type", "mtty-2", "--gpu", HEALTHY, "--uuid", uuid,
+                ],
+            )
+            .await
+        }
+    };
+    let out = ok(&create(UUID).await);
+    assert!(out.contains(UUID), "{out}");
+    std::fs::write(fake.parent_dir(HEALTHY).join("vendor"), "").unwrap();
+    // Past the reuse time (one second) the GPU is read again, whatever happened meanwhile.
+    tokio::time::sleep(std::time::Duration::from_millis(1300)).await;
+    let o = create(UUID2).await;
+    dbus_common::assert_refused(
+        &o,
+        &[HEALTHY, "is faulted", "/vendor", "nothing was changed"],
+    );
+    assert!(!root.join("sys/bus/mdev/devices").join(UUID2).exists());
+    // Readable again: served at once (a fault is never reused).
+    std::fs::write(fake.parent_dir(HEALTHY).join("vendor"), "0x1234\n").unwrap();
+    let out = ok(&create(UUID2).await);
+    assert!(out.contains(UUID2), "{out}");
+    drop(kernel);
+}

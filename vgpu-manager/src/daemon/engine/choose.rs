@@ -2,7 +2,7 @@
 
 use mdev_types::ids::{MdevTypeId, MdevUuid, PciAddress};
 use tracing::warn;
-use vgpu_host::discover::{device_fault, discover};
+use vgpu_host::discover::discover;
 use vgpu_host::{HostExt, paths};
 
 use super::instances::Instances;
@@ -95,7 +95,7 @@ impl Instances {
                     .into());
                 }
                 // Checked before anything is written: a faulted GPU gets nothing new.
-                if let Some(fault) = device_fault(self.host.as_ref(), &p) {
+                if let Some(fault) = self.health.fault(self.host.as_ref(), &p) {
                     return Err(RequestError::Faulted {
                         gpu: p,
                         fault: Box::new(fault),

@@ -42,6 +42,8 @@ pub(super) struct Instances {
     pub(super) startup_done: std::sync::atomic::AtomicBool,
     /// Operation records and the metrics snapshot (`metrics_source.rs`).
     pub(super) metrics: Arc<crate::daemon::metrics::Registry>,
+    /// The GPUs a create found readable, and when (`health.rs`).
+    pub(super) health: super::health::HealthMemo,
 }
 
 impl Instances {
@@ -66,6 +68,7 @@ impl Instances {
             held: Mutex::default(),
             startup_done: std::sync::atomic::AtomicBool::new(false),
             metrics: Arc::default(),
+            health: super::health::HealthMemo::default(),
         };
         *lock(&i.known_parents) = i.parents_now();
         i
@@ -91,6 +94,7 @@ impl Instances {
     /// Returns whether every GPU must be re-read, beyond the instance events sent ([`GpuImpact`]).
     pub(super) fn handle_uevent(&self, ev: &vgpu_host::uevent::Uevent) -> GpuImpact {
         self.metrics.ops().uevent();
+        self.health.note_uevent(ev);
         let impact = gpu_impact::gpu_impact(self.host.as_ref(), ev);
         if !ev.is_relevant() {
             return impact;

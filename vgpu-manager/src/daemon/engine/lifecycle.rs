@@ -68,8 +68,12 @@ impl Instances {
         let view = self.locks.with_parent(&place.parent, || {
             self.create_device_owned(&uuid, &place, req.label.clone(), &req.attrs)?;
             Ok::<_, CoreError>(self.refresh_one(&uuid))
-        })?;
-        made(view, uuid, "created")
+        });
+        if view.is_err() {
+            // The next create reads the GPU again (`health.rs`).
+            self.health.forget(&place.parent);
+        }
+        made(view?, uuid, "created")
     }
 
     pub(super) fn define(&self, req: InstanceSpec) -> Result<InstanceView, CoreError> {

@@ -30,6 +30,7 @@ mod choose;
 mod definitions;
 mod foreign;
 mod gpu_impact;
+mod health;
 mod incoming;
 mod instances;
 mod lifecycle;

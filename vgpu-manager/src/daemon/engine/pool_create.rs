@@ -16,7 +16,6 @@
 use tracing::info;
 
 use mdev_types::ids::{MdevTypeId, MdevUuid};
-use vgpu_host::discover::device_fault;
 
 use super::instances::Instances;
 use super::lock;
@@ -66,7 +65,7 @@ impl Instances {
             ));
         }
         // Checked before anything is written: a faulted GPU gets nothing new.
-        if let Some(fault) = device_fault(self.host.as_ref(), parent) {
+        if let Some(fault) = self.health.fault(self.host.as_ref(), parent) {
             return Err(refused(
                 0,
                 RequestError::Faulted {
@@ -105,7 +104,12 @@ impl Instances {
                     });
                 }
             }
-            self.start_slots(parent, slots, started)
+            let run = self.start_slots(parent, slots, started);
+            if run.is_err() {
+                // The next create reads the GPU again (`health.rs`).
+                self.health.forget(parent);
+            }
+            run
         })
     }
 
