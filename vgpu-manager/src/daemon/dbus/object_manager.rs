@@ -31,9 +31,7 @@ use zbus::fdo::ManagedObjects;
 use zbus::message::Header;
 use zbus::names::InterfaceName;
 use zbus::object_server::{Interface, SignalEmitter};
-use zbus::{
-    Connection, ObjectPath, ObjectServer, OwnedObjectPath, OwnedVariant, Variant, interface,
-};
+use zbus::{Connection, ObjectPath, ObjectServer, OwnedObjectPath, OwnedVariant, interface};
 
 use super::admission::{self, Admission};
 use super::errors::ApiError;
@@ -310,7 +308,8 @@ async fn managed_objects(
 
 /// Registers `object` (of `kind`) at `path` below the manager, within `change`: with vgpud's
 /// Introspectable on its node and on the nodes made on the way to it, then announced with
-/// `InterfacesAdded`. An object already registered there is left as it is, not announced again.
+/// `InterfacesAdded` and the object's `GetAll` properties, read as zbus's object server reads them for
+/// that signal (no caller). An object already registered there is left as it is, not announced again.
 pub(super) async fn register<I: Interface>(
     conn: &Connection,
     introspection: &Arc<Introspection>,
@@ -321,6 +320,11 @@ pub(super) async fn register<I: Interface>(
 ) -> zbus::Result<()> {
     let server = conn.object_server();
     introspection.learn(&object);
+    // The announced properties are read before zbus takes the object: nothing changes it in between
+    // (the mirror is its only writer), and they need no lookup of the object in zbus's tree.
+    let props = object
+        .get_all(server, conn, None, &SignalEmitter::new(conn, path.clone())?)
+        .await?;
     let known = server.at(path, object).await?.is_some();
     if !known {
         introspect::install(server, path, introspection).await?;
@@ -329,7 +333,9 @@ pub(super) async fn register<I: Interface>(
     if known {
         return Ok(());
     }
-    announce_added::<I>(conn, path).await
+    let emitter = SignalEmitter::new(conn, MANAGER_PATH)?;
+    ObjectManager::interfaces_added(&emitter, path.clone(), &HashMap::from([(I::name(), props)]))
+        .await
 }
 
 /// Removes the object `path` serving `I` within `change`, and announces it with
@@ -343,28 +349,6 @@ pub(super) async fn unregister<I: Interface>(
     change.removed(path);
     let emitter = SignalEmitter::new(conn, MANAGER_PATH)?;
     ObjectManager::interfaces_removed(&emitter, path.clone(), Cow::Owned(vec![I::name()])).await
-}
-
-/// `InterfacesAdded` of the interface `I` just registered at `path`, with its `GetAll` properties
-/// read as zbus's object server reads them for the signal (no caller).
-async fn announce_added<I: Interface>(
-    conn: &Connection,
-    path: &ObjectPath<'_>,
-) -> zbus::Result<()> {
-    let server = conn.object_server();
-    let iface = server.interface::<_, I>(path).await?;
-    let props = iface
-        .get()
-        .await
-        .get_all(server, conn, None, iface.signal_emitter())
-        .await?;
-    let props = props
-        .iter()
-        .map(|(k, v)| Ok((k.as_str(), Variant::try_from(v)?)))
-        .collect::<zbus::Result<HashMap<&str, Variant<'_>>>>()?;
-    let emitter = SignalEmitter::new(conn, MANAGER_PATH)?;
-    ObjectManager::interfaces_added(&emitter, path.clone(), HashMap::from([(I::name(), props)]))
-        .await
 }
 
 /// The standard ObjectManager (D-Bus specification, "org.freedesktop.DBus.ObjectManager").
@@ -394,7 +378,7 @@ impl ObjectManager {
     async fn interfaces_added(
         emitter: &SignalEmitter<'_>,
         object_path: ObjectPath<'_>,
-        interfaces_and_properties: HashMap<InterfaceName<'_>, HashMap<&str, Variant<'_>>>,
+        interfaces_and_properties: &HashMap<InterfaceName<'_>, HashMap<String, OwnedVariant>>,
     ) -> zbus::Result<()>;
 
     /// An object below the manager went, or lost interfaces ([`unregister`]).

@@ -391,6 +391,23 @@ async fn zbus_still_announces_objects_added_and_removed() {
         String::try_from(props["Uuid"].try_clone().unwrap()).unwrap(),
         uuid.to_string()
     );
+    // Every property, as `GetAll` of the registered object reads it.
+    let get_all: HashMap<String, OwnedVariant> = s
+        .client
+        .call_method(
+            None::<&str>,
+            &path,
+            Some("org.freedesktop.DBus.Properties"),
+            "GetAll",
+            &(INSTANCE_INTERFACE,),
+        )
+        .await
+        .unwrap()
+        .body()
+        .deserialize()
+        .unwrap();
+    assert!(get_all.len() >= 10, "{get_all:?}");
+    assert_eq!(props, &get_all);
     s.destroy(uuid).await;
     let removed = next_about(&path).await;
     assert_eq!(
