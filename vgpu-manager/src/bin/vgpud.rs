@@ -124,13 +124,16 @@ enum DaemonError {
 }
 
 fn main() -> ExitCode {
-    let filter =
+    let (filter, filter_problem) =
         vgpu_manager::daemon::log_filter::log_filter(std::env::var("VGPU_LOG").ok().as_deref());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .init();
+    if let Some(problem) = filter_problem {
+        tracing::warn!("{problem}");
+    }
     let args = Args::parse();
     vgpu_manager::daemon::fd_budget::raise_nofile_limit();
     // Two workers whatever the core count: the daemon waits on the bus and on sysfs, and every worker

@@ -10,19 +10,25 @@ use tracing_subscriber::EnvFilter;
 /// The filter used when `VGPU_LOG` is unset or cannot be parsed.
 const DEFAULT: &str = "info";
 
-/// The filter for `spec` (the value of `VGPU_LOG`, if any).
-pub fn log_filter(spec: Option<&str>) -> EnvFilter {
-    let spec = spec
-        .filter(|s| EnvFilter::try_new(s).is_ok())
-        .unwrap_or(DEFAULT);
-    let filter = EnvFilter::new(spec);
-    if spec.contains("zbus") {
-        return filter;
-    }
-    match "zbus=warn".parse() {
-        Ok(d) => filter.add_directive(d),
-        Err(_) => filter,
-    }
+/// The filter for `spec` (the value of `VGPU_LOG`, if any), and, when `spec` cannot be parsed, why and
+/// what is used instead (vgpud logs it once its log is set up).
+pub fn log_filter(spec: Option<&str>) -> (EnvFilter, Option<String>) {
+    let (spec, problem) = match spec.map(|s| (s, EnvFilter::try_new(s))) {
+        None => (DEFAULT, None),
+        Some((s, Ok(_))) => (s, None),
+        Some((s, Err(e))) => (
+            DEFAULT,
+            Some(format!(
+                "VGPU_LOG={s:?} is not a log filter ({e}), so `{DEFAULT}` is used: give directives such as `info` or `info,vgpu_manager=debug`"
+            )),
+        ),
+    };
+    let spec = if spec.contains("zbus") {
+        spec.to_string()
+    } else {
+        format!("{spec},zbus=warn")
+    };
+    (EnvFilter::new(spec), problem)
 }
 
 #[cfg(test)]
@@ -63,26 +69,39 @@ mod tests {
     fn zbus_call_spans_are_off_at_the_default_level_and_ours_are_on() {
         for spec in [None, Some("info"), Some("debug"), Some("not a [filter")] {
             let zbus = "zbus::object_server";
-            assert!(!passes(log_filter(spec), zbus, Level::INFO), "{spec:?}");
-            assert!(passes(log_filter(spec), zbus, Level::WARN), "{spec:?}");
+            assert!(!passes(log_filter(spec).0, zbus, Level::INFO), "{spec:?}");
+            assert!(passes(log_filter(spec).0, zbus, Level::WARN), "{spec:?}");
             let ours = "vgpu_manager::daemon::dbus";
-            assert!(passes(log_filter(spec), ours, Level::INFO), "{spec:?}");
+            assert!(passes(log_filter(spec).0, ours, Level::INFO), "{spec:?}");
         }
         assert!(!passes(
-            log_filter(Some("info")),
+            log_filter(Some("info")).0,
             "vgpu_manager",
             Level::DEBUG
         ));
         assert!(passes(
-            log_filter(Some("debug")),
+            log_filter(Some("debug")).0,
             "vgpu_manager",
             Level::DEBUG
         ));
     }
 
     #[test]
+    fn an_unparsable_filter_is_reported_with_what_is_used_instead() {
+        let (_, problem) = log_filter(Some("not a [filter"));
+        let problem = problem.expect("reported");
+        assert!(
+            problem.contains("VGPU_LOG=\"not a [filter\"") && problem.contains("`info` is used"),
+            "{problem}"
+        );
+        for good in [None, Some("info"), Some("warn,vgpu_manager=debug")] {
+            assert!(log_filter(good).1.is_none(), "{good:?}");
+        }
+    }
+
+    #[test]
     fn a_filter_that_names_zbus_keeps_its_level() {
-        let f = || log_filter(Some("info,zbus=debug"));
+        let f = || log_filter(Some("info,zbus=debug")).0;
         assert!(passes(f(), "zbus::object_server", Level::INFO));
         assert!(passes(f(), "zbus::object_server", Level::DEBUG));
     }

@@ -2,8 +2,9 @@
 //!
 //! Before anything is written, a create that names its GPU (`Manager1.Create` with a GPU, a pool's run
 //! of new slots) reads that GPU as discovery does — its PCI function and every mdev type of its parent,
-//! about five sysfs reads per type, each through the vendor's driver (on an NVIDIA card with 30 vGPU
-//! types, 150 reads) — and refuses a GPU that cannot be read ([`device_fault`]). A burst of creates on
+//! five sysfs reads per type (`name`, `description`, `device_api`, `available_instances`, `devices/`),
+//! each answered by the vendor's driver, so a card that lists 30 types costs 150 — and refuses a GPU
+//! that cannot be read ([`device_fault`]). A burst of creates on
 //! one GPU, such as a VDI host bringing its desktops back, reads it once per [`REUSE`]: a GPU found
 //! readable is taken as readable for that long, unless meanwhile
 //! - the kernel sent an event that can change what vgpud manages ([`Uevent::is_relevant`]) about
@@ -50,13 +51,10 @@ impl HealthMemo {
         }
         let fault = device_fault(host, gpu);
         let mut readable = lock(&self.readable);
-        match &fault {
-            None => {
-                readable.insert(gpu.to_string(), now);
-            }
-            Some(_) => {
-                readable.remove(gpu);
-            }
+        if fault.is_none() {
+            readable.insert(gpu.to_string(), now);
+        } else {
+            readable.remove(gpu);
         }
         fault
     }

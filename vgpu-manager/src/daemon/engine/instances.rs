@@ -94,7 +94,6 @@ impl Instances {
     /// Returns whether every GPU must be re-read, beyond the instance events sent ([`GpuImpact`]).
     pub(super) fn handle_uevent(&self, ev: &vgpu_host::uevent::Uevent) -> GpuImpact {
         self.metrics.ops().uevent();
-        self.health.note_uevent(ev);
         let impact = gpu_impact::gpu_impact(self.host.as_ref(), ev);
         if !ev.is_relevant() {
             return impact;

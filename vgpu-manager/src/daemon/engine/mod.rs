@@ -209,6 +209,7 @@ impl Core {
     /// While the startup reconcile is owed (the host could not be read at start), any event retries
     /// it first ([`Core::retry_startup`]).
     pub fn handle_uevent(&self, ev: &vgpu_host::uevent::Uevent) -> GpuImpact {
+        self.instances.health.note_uevent(ev);
         if let Some(impact) = self.uevent_retries_startup() {
             return impact;
         }
