@@ -39,6 +39,63 @@ impl Inventory {
             f.device == id && matches!(f.scope, FaultScope::PciDevice | FaultScope::MdevParent)
         })
     }
+
+    /// The mdev parents that make vGPUs of `gpu`: the parent registered on the GPU itself (its PCI
+    /// function, or the virtual parent of that name) or, when there is none, the parents registered
+    /// on its SR-IOV VFs in VF order (NVIDIA classic vGPU on Ampere and later GPUs: one vGPU per VF).
+    pub fn gpu_parents(&self, gpu: &Gpu) -> Vec<&MdevParent> {
+        let own = self.mdev_parents.iter().find(|p| match gpu.pci {
+            Some(a) => p.pci == Some(a),
+            None => p.name == gpu.id,
+        });
+        if let Some(p) = own {
+            return vec![p];
+        }
+        let Some(pf) = gpu.pci else {
+            return Vec::new();
+        };
+        let Some(vfs) = self
+            .pci_devices
+            .iter()
+            .find(|d| d.address == pf)
+            .and_then(|d| d.sriov.as_ref())
+        else {
+            return Vec::new();
+        };
+        vfs.vfs
+            .iter()
+            .filter_map(|vf| self.mdev_parents.iter().find(|p| p.pci == Some(*vf)))
+            .collect()
+    }
+
+    /// Whether the mdev parents of `gpu` are its SR-IOV VFs, one vGPU each
+    /// ([`Capability::MdevOnVfs`]).
+    pub fn mdev_on_vfs(gpu: &Gpu) -> bool {
+        gpu.capabilities
+            .iter()
+            .any(|c| matches!(c, Capability::MdevOnVfs { .. }))
+    }
+
+    /// The GPU whose vGPUs mdev parent `parent` makes: the GPU of that name or PCI function, or the
+    /// physical function of the VF the parent is registered on.
+    pub fn gpu_of_parent(&self, parent: &str) -> Option<&Gpu> {
+        if let Some(g) = self.gpus.iter().find(|g| g.id == parent) {
+            return Some(g);
+        }
+        let pci = self
+            .mdev_parents
+            .iter()
+            .find(|p| p.name == parent)
+            .and_then(|p| p.pci)
+            .or_else(|| parent.parse::<PciAddress>().ok())?;
+        let pf = self
+            .pci_devices
+            .iter()
+            .find(|d| d.address == pci)
+            .and_then(|d| d.physfn)
+            .unwrap_or(pci);
+        self.gpus.iter().find(|g| g.pci == Some(pf))
+    }
 }
 
 /// One PCI function as sysfs describes it.
@@ -263,6 +320,15 @@ pub enum Capability {
         total_vfs: u32,
         /// `sriov_numvfs`.
         num_vfs: u32,
+    },
+    /// Its SR-IOV VFs are mdev parents, one vGPU on each, sharing the GPU's framebuffer: NVIDIA
+    /// classic vGPU on Ampere and later GPUs (NVIDIA vGPU User Guide 13–16, "Creating an NVIDIA vGPU
+    /// on a Linux with KVM Hypervisor", GPUs that support SR-IOV).
+    MdevOnVfs {
+        /// VFs registered as mdev parents.
+        vfs: usize,
+        /// Number of types (the types every such VF lists).
+        types: usize,
     },
     /// Its VFs carry NVIDIA's vendor-specific VFIO interface (`nvidia/creatable_vgpu_types`).
     NvidiaVendorVfio {

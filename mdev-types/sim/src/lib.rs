@@ -73,13 +73,14 @@ use vfs::{Node, Vfs};
 
 /// The shipped host descriptions, embedded.
 const BUILTINS: &[(&str, &str)] = &[
+    ("ampere", include_str!("../../sims/ampere.toml")),
     ("demo", include_str!("../../sims/demo.toml")),
     ("samples", include_str!("../../sims/samples.toml")),
     ("vendors", include_str!("../../sims/vendors.toml")),
 ];
 
 /// Builtin names, in [`BUILTINS`] order.
-const BUILTIN_NAMES: &[&str] = &["demo", "samples", "vendors"];
+const BUILTIN_NAMES: &[&str] = &["ampere", "demo", "samples", "vendors"];
 
 /// Kernel state plus the tree rendered from it (re-rendered lazily after each write).
 struct Inner {

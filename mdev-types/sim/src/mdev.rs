@@ -19,6 +19,11 @@ const UUID_STRING_LEN: usize = 36;
 ///   keeps (mtty's ports, mbochs' megabytes, GVT-g's graphics memory and fences, NVIDIA framebuffer),
 ///   capped by the type's own limit. With NVIDIA's homogeneous rule, a type shows 0 while an
 ///   instance of another type exists on the GPU (NVIDIA vGPU user guide, "Homogeneous vGPUs").
+/// * An SR-IOV VF of NVIDIA classic vGPU (`Parent::shares_gpu`) shows 0 once
+///   it holds a vGPU, else 1 when the type can still be created on its physical GPU — counted over the
+///   instances on every VF of that GPU — and 0 when it cannot (NVIDIA vGPU User Guide 13–16,
+///   "Creating an NVIDIA vGPU on a Linux with KVM Hypervisor", GPUs that support SR-IOV:
+///   `available_instances` is 1 on a free VF, 0 on one with a vGPU or when the type cannot be created).
 pub(crate) fn available(model: &Model, p: usize, t: usize) -> u32 {
     let Some(parent) = model.parents.get(p) else {
         return 0;
@@ -26,22 +31,25 @@ pub(crate) fn available(model: &Model, p: usize, t: usize) -> u32 {
     let Some(ty) = parent.types.get(t) else {
         return 0;
     };
-    let on_parent: Vec<&Mdev> = model.mdevs.values().filter(|m| m.parent == p).collect();
+    if parent.shares_gpu.is_some() && model.mdevs.values().any(|m| m.parent == p) {
+        return 0;
+    }
+    let counted = counted_with(model, p);
     match &parent.counting {
-        Counting::Core { max } => max.saturating_sub(count(on_parent.len())),
+        Counting::Core { max } => max.saturating_sub(count(counted.len())),
         Counting::Driver { pools, .. } => {
-            if parent.homogeneous && on_parent.iter().any(|m| m.ty != t) {
+            if parent.homogeneous && counted.iter().any(|m| m.ty != t) {
                 return 0;
             }
-            let of_type = count(on_parent.iter().filter(|m| m.ty == t).count());
+            let of_type = count(counted.iter().filter(|m| m.ty == t).count());
             let mut avail = ty.max_instances.map_or(u64::from(u32::MAX), |m| {
                 u64::from(m.saturating_sub(of_type))
             });
             for &(pool, need) in &ty.uses {
                 let cap = pools.get(pool).map_or(0, |(_, c)| *c);
-                let used: u64 = on_parent
+                let used: u64 = counted
                     .iter()
-                    .filter_map(|m| parent.types.get(m.ty))
+                    .filter_map(|m| model.parents.get(m.parent)?.types.get(m.ty))
                     .flat_map(|mt| mt.uses.iter())
                     .filter(|(pl, _)| *pl == pool)
                     .map(|(_, n)| *n)
@@ -49,9 +57,29 @@ pub(crate) fn available(model: &Model, p: usize, t: usize) -> u32 {
                 let free = cap.saturating_sub(used);
                 avail = avail.min(free.checked_div(need).unwrap_or(0));
             }
+            if parent.shares_gpu.is_some() {
+                // One vGPU per VF: a free VF offers at most one.
+                avail = avail.min(1);
+            }
             u32::try_from(avail).unwrap_or(u32::MAX)
         }
     }
+}
+
+/// The instances counted against parent `p`'s limits: its own, or for a VF of an SR-IOV GPU those of
+/// every parent sharing the same physical GPU.
+fn counted_with(model: &Model, p: usize) -> Vec<&Mdev> {
+    let gpu = model.parents.get(p).and_then(|q| q.shares_gpu);
+    model
+        .mdevs
+        .values()
+        .filter(|m| match gpu {
+            None => m.parent == p,
+            Some(g) => {
+                m.parent == p || model.parents.get(m.parent).and_then(|q| q.shares_gpu) == Some(g)
+            }
+        })
+        .collect()
 }
 
 fn count(n: usize) -> u32 {
@@ -72,7 +100,8 @@ pub(crate) fn default_full_errno(mdev_driver: &str) -> Errno {
 /// `create_store` → `mdev_device_create`:
 /// length not 36 or 37 → `EINVAL`; not a UUID (`guid_parse`) → `EINVAL`; the UUID exists on any
 /// parent → `EEXIST`; a core-counted parent with nothing left → `EUSERS`; a driver-counted type with
-/// nothing left → the driver's probe errno (mtty/mbochs/GVT-g `ENOSPC`, NVIDIA `EIO`).
+/// nothing left → the driver's probe errno (mtty/mbochs/GVT-g `ENOSPC`, NVIDIA `EIO`, also on an SR-IOV
+/// VF that already holds a vGPU).
 pub(crate) fn create(model: &mut Model, p: usize, t: usize, buf: &str) -> Result<(), Errno> {
     let b = buf.as_bytes();
     if b.len() < UUID_STRING_LEN || b.len() > UUID_STRING_LEN + 1 {
@@ -97,7 +126,7 @@ pub(crate) fn create(model: &mut Model, p: usize, t: usize, buf: &str) -> Result
             create_limit,
             ..
         } => {
-            let n = model.mdevs.values().filter(|m| m.parent == p).count();
+            let n = counted_with(model, p).len();
             if available(model, p, t) == 0 || create_limit.is_some_and(|l| count(n) >= l) {
                 return Err(*full_errno);
             }
@@ -128,7 +157,8 @@ pub(crate) fn store_remove(model: &mut Model, uuid: &MdevUuid, buf: &str) -> Res
 }
 
 /// `mdev_unregister_parent` when the driver registering a PCI parent releases the device: every
-/// instance of those parents is removed.
+/// instance of those parents is removed. This covers an SR-IOV VF parent too, whether the VF is
+/// unbound from the PF's driver or removed with `sriov_numvfs` 0 (`pci::remove_device` releases first).
 pub(crate) fn unregister_parents_of(model: &mut Model, addr: &PciAddress, drv: &str) {
     let gone: Vec<usize> = model
         .parents

@@ -206,6 +206,11 @@ pub(crate) struct Parent {
     /// NVIDIA's rule: one time-sliced type per GPU at a time.
     pub homogeneous: bool,
     pub types: Vec<MdevType>,
+    /// `Some(pf)` for an SR-IOV VF of NVIDIA classic vGPU (vGPU software ≤ 16 on Ampere and later):
+    /// the parent holds at most one instance, and its pools, homogeneous rule and per-type
+    /// `max_instances` count the instances of every parent sharing the same physical GPU `pf` (all of
+    /// them have the same types, in the same order). `None`: the parent counts only its own instances.
+    pub shares_gpu: Option<PciAddress>,
 }
 
 /// An mdev instance.

@@ -248,6 +248,15 @@ pub struct MdevParentSpec {
     pub device: String,
     /// For virtual parents: the class (`/sys/devices/virtual/<class>/<device>`).
     pub virtual_class: Option<String>,
+    /// NVIDIA classic vGPU on an SR-IOV GPU (Ampere and later, vGPU software ≤ 16): `device` names the
+    /// PF (listed under `[[pci]]` with a `[pci.sriov]` table and a bound driver), and every VF bound to
+    /// the PF's driver is its own mdev parent (`/sys/class/mdev_bus/<VF address>`) holding at most one
+    /// vGPU, while the pools, the homogeneous rule and each type's `max_instances` count per physical
+    /// GPU over all its VFs (NVIDIA vGPU User Guide 13–16, "Creating an NVIDIA vGPU on a Linux with
+    /// KVM Hypervisor", GPUs that support SR-IOV). Needs driver counting and no `virtual_class`;
+    /// default false.
+    #[serde(default)]
+    pub on_vfs: bool,
     /// For virtual parents: whether the module that registers it is loaded at start (default true);
     /// [`SimHost::load_module`](super::SimHost::load_module) loads it later, like `modprobe`.
     #[serde(default)]

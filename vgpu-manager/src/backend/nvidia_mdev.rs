@@ -10,7 +10,7 @@ use mdev_types::parse::TypeDescription;
 use vgpu_host::Host;
 
 use super::common::{self, Slot};
-use super::mdev_parent::{MdevParentBackend, MdevParentBase, MdevVendor, parent_of};
+use super::mdev_parent::{MdevParentBackend, MdevParentBase, MdevVendor, parent_of, vf_parents_of};
 use super::nvidia_sched::{self, NvGpu, NvSlotInfo};
 use super::{BackendError, BackendKind, DetectResult, SchedCaps};
 use crate::sched::{PlanOptions, SchedPlan, SchedRefusal, SchedRequest, SchedState};
@@ -31,7 +31,9 @@ pub(crate) fn detect(_host: &dyn Host, inv: &Inventory, gpu: &Gpu) -> DetectResu
     let Some(pci) = common::pci_on(gpu, DRIVER) else {
         return Ok(None);
     };
-    let Some(parent) = parent_of(inv, gpu) else {
+    // On Ampere and later the VFs are the parents: they are driven as one parent of the GPU.
+    let merged = vf_parents_of(inv, gpu);
+    let Some(parent) = parent_of(inv, gpu).or(merged.as_ref()) else {
         return Ok(None);
     };
     if !parent

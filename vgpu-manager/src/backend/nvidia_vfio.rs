@@ -64,7 +64,8 @@ pub(crate) fn detect(_host: &dyn Host, inv: &Inventory, gpu: &Gpu) -> DetectResu
             })
         })
         .collect();
-    let has_parent = inv.mdev_parents.iter().any(|p| p.pci == Some(pf));
+    // An mdev parent on the PF, or on its VFs (classic vGPU on Ampere and later), is another interface.
+    let has_parent = !inv.gpu_parents(gpu).is_empty();
     if vfs.is_empty() && (base.num_vfs > 0 || has_parent) {
         return Ok(None);
     }

@@ -24,6 +24,7 @@ pub(super) fn discover(host: &HostArgs, json: bool, out: &mut dyn Write) -> Resu
 fn capability_text(c: &Capability) -> String {
     match c {
         Capability::Mdev { types } => format!("mdev ({types} types)"),
+        Capability::MdevOnVfs { vfs, types } => format!("mdev on {vfs} VFs ({types} types)"),
         Capability::Sriov { total_vfs, num_vfs } => format!("sr-iov ({num_vfs}/{total_vfs} VFs)"),
         Capability::NvidiaVendorVfio { vfs } => format!("nvidia-vfio ({vfs} VFs)"),
     }
@@ -89,11 +90,8 @@ pub(super) fn render_inventory(inv: &Inventory) -> String {
     let others: Vec<&MdevParent> = inv
         .mdev_parents
         .iter()
-        .filter(|p| {
-            !inv.gpus
-                .iter()
-                .any(|g| g.id == p.name || g.pci == p.pci && p.pci.is_some())
-        })
+        // A VF's parent belongs to its GPU (NVIDIA classic vGPU on Ampere and later).
+        .filter(|p| inv.gpu_of_parent(&p.name).is_none())
         .collect();
     if !others.is_empty() {
         s.push_str("\nother mdev parents: ");
@@ -209,8 +207,13 @@ fn select<'a>(inv: &'a Inventory, gpu: Option<&str>) -> Result<Vec<&'a MdevParen
     let known_gpu = inv
         .gpus
         .iter()
-        .any(|g| g.id == want || (addr.is_some() && g.pci == addr));
-    if known_gpu {
+        .find(|g| g.id == want || (addr.is_some() && g.pci == addr));
+    if let Some(g) = known_gpu {
+        // A GPU whose VFs are its parents lists each VF's types.
+        let on_vfs = inv.gpu_parents(g);
+        if !on_vfs.is_empty() {
+            return Ok(on_vfs);
+        }
         // A GPU without mdev types: an empty, truthful answer.
         return Ok(Vec::new());
     }

@@ -198,11 +198,11 @@ fn capacity_model(gpu: &Gpu, inv: &Inventory, used: HostUse<'_>) -> CapacityMode
     let device = gpu
         .pci
         .and_then(|a| inv.pci_devices.iter().find(|d| d.address == a));
-    let parent = inv.mdev_parents.iter().find(|p| match gpu.pci {
-        Some(a) => p.pci == Some(a),
-        None => p.name == gpu.id,
-    });
-    if let Some(parent) = parent {
+    let parents = inv.gpu_parents(gpu);
+    if Inventory::mdev_on_vfs(gpu) {
+        return nvidia_mdev_on_vfs(&parents, inv, used.released);
+    }
+    if let Some(&parent) = parents.first() {
         let live: Vec<(&str, bool)> = inv
             .mdev_instances
             .iter()
@@ -280,6 +280,48 @@ fn nvidia_mdev(parent: &MdevParent, live: &[(&str, bool)]) -> Option<CapacityMod
         vfs: Vec::new(),
         costs: Costing::Mdev(types),
     })
+}
+
+/// Classic NVIDIA mdev on SR-IOV VFs (Ampere and later): the rule of [`nvidia_mdev`] over the
+/// instances of all VFs, and one vGPU per VF, so the free VFs — those without an instance, or whose
+/// instance is to be released — are the slots, handed out in VF order (NVIDIA vGPU User Guide 13–16,
+/// "Creating an NVIDIA vGPU on a Linux with KVM Hypervisor", GPUs that support SR-IOV).
+fn nvidia_mdev_on_vfs(
+    parents: &[&MdevParent],
+    inv: &Inventory,
+    released: &[MdevUuid],
+) -> CapacityModel {
+    let on = |p: &MdevParent| -> Vec<(&str, bool)> {
+        inv.mdev_instances
+            .iter()
+            .filter(|m| m.parent == p.name)
+            .map(|m| (m.type_id.as_str(), released.contains(&m.uuid)))
+            .collect()
+    };
+    let live: Vec<(&str, bool)> = parents.iter().flat_map(|p| on(p)).collect();
+    let free_vfs: Vec<PciAddress> = parents
+        .iter()
+        .filter(|p| on(p).iter().all(|(_, r)| *r))
+        .filter_map(|p| p.pci)
+        .collect();
+    let template = parents.iter().find(|p| !p.types.is_empty()).copied();
+    let mut model = template
+        .and_then(|t| nvidia_mdev(t, &live))
+        .unwrap_or_else(|| CapacityModel {
+            rule: Rule::Pools {
+                free: Vec::new(),
+                slots: None,
+                homogeneous: true,
+                locked: None,
+            },
+            vfs: Vec::new(),
+            costs: Costing::Mdev(Vec::new()),
+        });
+    if let Rule::Pools { slots, .. } = &mut model.rule {
+        *slots = Some(u32::try_from(free_vfs.len()).unwrap_or(u32::MAX));
+    }
+    model.vfs = free_vfs;
+    model
 }
 
 /// Other mdev parents. When every type states its costs (GVT-g: low and high graphics memory and

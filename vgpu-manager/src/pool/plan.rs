@@ -186,11 +186,10 @@ fn existing(
         .iter()
         .filter_map(|m| {
             let slot = identity::slot_of(&pool.name, profiles.iter().copied(), &m.uuid)?;
+            // A VF's parent counts for its physical GPU.
             let gpu = inv
-                .mdev_parents
-                .iter()
-                .find(|p| p.name == m.parent)
-                .and_then(|p| p.pci.map(|a| a.to_string()))
+                .gpu_of_parent(&m.parent)
+                .map(|g| g.id.clone())
                 .unwrap_or_else(|| m.parent.clone());
             Some((slot, gpu, m.type_id.to_string()))
         })
@@ -321,6 +320,13 @@ pub fn plan_pool(
             | ProfileTarget::SriovVf { vf: Some(vf), .. } => {
                 if let Some(free) = converted.free_vfs[a.gpu].get(next_vf[a.gpu]) {
                     *vf = *free;
+                }
+                next_vf[a.gpu] += 1;
+            }
+            // A GPU whose VFs are its mdev parents holds one vGPU per VF: each slot its own VF.
+            ProfileTarget::Mdev { parent, .. } if !converted.free_vfs[a.gpu].is_empty() => {
+                if let Some(free) = converted.free_vfs[a.gpu].get(next_vf[a.gpu]) {
+                    *parent = free.to_string();
                 }
                 next_vf[a.gpu] += 1;
             }

@@ -10,14 +10,14 @@
 //! GPU's own parent and VF-backed options of an SR-IOV PF (a VF on vfio-pci, an NVIDIA vGPU type on a
 //! VF; see the `vf` submodule), which are counted from the PF's VFs and the VFs pool slots hold.
 
-use mdev_types::ids::PciAddress;
+use mdev_types::ids::{MdevTypeId, PciAddress};
 use mdev_types::model::{Inventory, MdevType, Vendor};
 use mdev_types::parse::TypeDescription;
 use vgpu_client::{GpuOffers, ProfileOffer};
 
 use super::catalog::Catalog;
 use super::matching::match_profile;
-use super::options::ProfileTarget;
+use super::options::{ProfileTarget, vf_capacity};
 
 mod vf;
 
@@ -36,22 +36,45 @@ fn in_use(t: &MdevType) -> u32 {
     u32::try_from(t.instances.len()).unwrap_or(u32::MAX)
 }
 
-/// The host with every mdev parent empty, each type showing [`max_instances`] available. A parent
+/// The host with every mdev parent empty, each type showing [`max_instances`] available. A GPU
 /// bound by the homogeneous rule (an NVIDIA GPU's time-sliced vGPUs are all of one type) keeps only
-/// the types it holds, so each profile is matched to what the GPU can still make.
+/// the types it holds, so each profile is matched to what the GPU can still make. A GPU whose VFs are
+/// its parents (one vGPU per VF) shows one instance on each of its first `max_instances` VFs.
 fn emptied(inv: &Inventory) -> Inventory {
     let mut roomy = inv.clone();
-    for p in &mut roomy.mdev_parents {
-        let homogeneous = inv
-            .gpus
+    for gpu in &inv.gpus {
+        let names: Vec<&str> = inv
+            .gpu_parents(gpu)
             .iter()
-            .any(|g| g.id == p.name && g.vendor == Vendor::Nvidia);
-        if homogeneous && p.types.iter().any(|t| !t.instances.is_empty()) {
-            p.types.retain(|t| !t.instances.is_empty());
-        }
-        for t in &mut p.types {
-            t.available_instances = max_instances(t);
-            t.instances.clear();
+            .map(|p| p.name.as_str())
+            .collect();
+        let on_vfs = Inventory::mdev_on_vfs(gpu);
+        let held: Vec<MdevTypeId> = inv
+            .mdev_parents
+            .iter()
+            .filter(|p| names.contains(&p.name.as_str()))
+            .flat_map(|p| &p.types)
+            .filter(|t| !t.instances.is_empty())
+            .map(|t| t.id.clone())
+            .collect();
+        let homogeneous = gpu.vendor == Vendor::Nvidia && !held.is_empty();
+        for (k, p) in (0u32..).zip(
+            roomy
+                .mdev_parents
+                .iter_mut()
+                .filter(|p| names.contains(&p.name.as_str())),
+        ) {
+            if homogeneous {
+                p.types.retain(|t| held.contains(&t.id));
+            }
+            for t in &mut p.types {
+                let alone = max_instances(t);
+                t.available_instances = match on_vfs {
+                    true => u32::from(k < alone),
+                    false => alone,
+                };
+                t.instances.clear();
+            }
         }
     }
     roomy.mdev_instances.clear();
@@ -75,7 +98,8 @@ pub fn host_offers(
         .collect();
     let mut out = Vec::new();
     for gpu in &inv.gpus {
-        let parent = inv.mdev_parents.iter().find(|p| p.name == gpu.id);
+        let parents = inv.gpu_parents(gpu);
+        let parent = parents.first().copied();
         let pf = vf::sriov_pf(gpu, inv);
         if parent.is_none() && pf.is_none() {
             continue;
@@ -90,17 +114,37 @@ pub fn host_offers(
                         type_id,
                         type_name,
                     } => {
-                        let parent = parent.filter(|p| p.name == *on)?;
-                        let t = parent.types.iter().find(|t| &t.id == type_id)?;
+                        parents.iter().find(|p| p.name == *on)?;
+                        let of_type: Vec<&MdevType> = parents
+                            .iter()
+                            .filter_map(|p| p.types.iter().find(|t| &t.id == type_id))
+                            .collect();
+                        let t = of_type.first()?;
+                        // One vGPU per VF when the VFs are the parents.
+                        let slots = match parents.len() {
+                            1 => u32::MAX,
+                            n => u32::try_from(n).unwrap_or(u32::MAX),
+                        };
                         Some(ProfileOffer {
                             profile: r.profile.clone(),
                             backend: "mdev".to_string(),
                             type_id: type_id.to_string(),
                             type_name: type_name.clone(),
                             framebuffer_mib: best.framebuffer_mib,
-                            available: t.available_instances,
-                            in_use: in_use(t),
-                            max_instances: max_instances(t),
+                            available: vf_capacity(
+                                t,
+                                of_type
+                                    .iter()
+                                    .map(|t| t.available_instances)
+                                    .fold(0, u32::saturating_add),
+                                of_type.iter().map(|t| t.instances.len()).sum(),
+                                parents.len(),
+                            ),
+                            in_use: of_type
+                                .iter()
+                                .map(|t| in_use(t))
+                                .fold(0, u32::saturating_add),
+                            max_instances: max_instances(t).min(slots),
                         })
                     }
                     _ => vf::offer(&r.profile, best, pf?, inv, held_vfs),

@@ -145,6 +145,22 @@ fn assemble_gpus(devices: &[PciDevice], parents: &[MdevParent]) -> Vec<Gpu> {
                 total_vfs: s.total_vfs,
                 num_vfs: s.num_vfs,
             });
+            // NVIDIA classic vGPU on Ampere and later: each VF is an mdev parent of its own.
+            let on_vfs: Vec<&MdevParent> = s
+                .vfs
+                .iter()
+                .filter_map(|vf| parents.iter().find(|p| p.pci == Some(*vf)))
+                .collect();
+            if !on_vfs.is_empty()
+                && !capabilities
+                    .iter()
+                    .any(|c| matches!(c, Capability::Mdev { .. }))
+            {
+                capabilities.push(Capability::MdevOnVfs {
+                    vfs: on_vfs.len(),
+                    types: on_vfs.iter().map(|p| p.types.len()).max().unwrap_or(0),
+                });
+            }
             let vendor_vfio = s
                 .vfs
                 .iter()

@@ -58,6 +58,7 @@ mod journal_tests;
 mod materialize_tests;
 mod mdev_tests;
 mod nvidia_tests;
+mod nvidia_vf_mdev_tests;
 mod pci_tests;
 mod spec_tests;
 mod sriov_tests;

@@ -263,6 +263,16 @@ pub enum RequestError {
         /// The full type.
         type_id: MdevTypeId,
     },
+    /// No SR-IOV VF of a GPU whose VFs are its mdev parents (one vGPU each) can take the type now.
+    #[error(
+        "no VF of GPU {gpu} can take mdev type {type_id}: each VF holds one vGPU, and the free ones show available_instances 0 for it (the GPU's framebuffer is used up, or it holds vGPUs of another type: NVIDIA's vGPUs on one GPU are of one type); destroy an instance or choose another GPU"
+    )]
+    VfsFull {
+        /// The GPU (its physical function).
+        gpu: String,
+        /// The type asked for.
+        type_id: MdevTypeId,
+    },
     /// The GPU asked for could not be read (it is faulted): nothing is placed on it until it reads again.
     #[error(
         "GPU {} is faulted and not used until it reads again: {fault}{}; nothing was changed (`vgpuctl status` shows when it reads again)",

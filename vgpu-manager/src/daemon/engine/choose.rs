@@ -21,6 +21,9 @@ pub(super) struct Placement {
     pub type_id: MdevTypeId,
     /// The profile it came from.
     pub profile: Option<String>,
+    /// vgpud chose `parent` among the SR-IOV VFs of `gpu` (the request named the GPU or a profile,
+    /// not the VF): a create may take another free VF of the GPU instead.
+    pub vf_chosen: bool,
 }
 
 impl Placement {
@@ -75,6 +78,12 @@ impl Instances {
         gpu: Option<String>,
         need_capacity: bool,
     ) -> Result<Placement, CoreError> {
+        if let Some(g) = &gpu
+            && !self.parent_exists(g)
+            && let Some(first) = self.vf_parents(g).into_iter().next()
+        {
+            return self.place_type_on_vfs(type_id, g, first, need_capacity);
+        }
         let parent = match gpu {
             Some(p) => {
                 let exists = self.parent_exists(&p);
@@ -85,6 +94,7 @@ impl Instances {
                         parent: p,
                         type_id: type_id.clone(),
                         profile: None,
+                        vf_chosen: false,
                     });
                 }
                 if !exists {
@@ -151,7 +161,17 @@ impl Instances {
                     .iter()
                     .max_by_key(|(n, name)| (*n, std::cmp::Reverse(name.clone())));
                 match best {
-                    Some((n, name)) if *n > 0 || !need_capacity => name.clone(),
+                    Some((n, name)) if *n > 0 || !need_capacity => {
+                        return Ok(Placement {
+                            gpu: inv
+                                .gpu_of_parent(name)
+                                .map_or_else(|| name.clone(), |g| g.id.clone()),
+                            parent: name.clone(),
+                            type_id: type_id.clone(),
+                            profile: None,
+                            vf_chosen: false,
+                        });
+                    }
                     _ => {
                         return Err(RequestError::EveryGpuFull {
                             type_id: type_id.clone(),
@@ -162,10 +182,57 @@ impl Instances {
             }
         };
         Ok(Placement {
-            gpu: parent.clone(),
+            // A VF named as the parent: its instance belongs to its physical GPU.
+            gpu: self.gpu_of_parent(&parent),
             parent,
             type_id: type_id.clone(),
             profile: None,
+            vf_chosen: false,
+        })
+    }
+
+    /// [`Instances::place_type`] on GPU `gpu` whose SR-IOV VFs are its mdev parents (NVIDIA classic
+    /// vGPU on Ampere and later, one vGPU per VF): the first VF that can take the type now, or — to
+    /// define without capacity — the first VF. The create takes the GPU's lock and picks its VF
+    /// again under it ([`Instances::create`]).
+    fn place_type_on_vfs(
+        &self,
+        type_id: &MdevTypeId,
+        gpu: &str,
+        first: String,
+        need_capacity: bool,
+    ) -> Result<Placement, CoreError> {
+        if let Some(fault) = self.health.fault(self.host.as_ref(), gpu) {
+            return Err(RequestError::Faulted {
+                gpu: gpu.to_string(),
+                fault: Box::new(fault),
+            }
+            .into());
+        }
+        let parent = match self.free_vf_parent(gpu, type_id) {
+            Some(vf) => vf,
+            None if !need_capacity => first,
+            None if self.available(&first, type_id).is_none() => {
+                return Err(RequestError::TypeNotOffered {
+                    parent: first,
+                    type_id: type_id.clone(),
+                }
+                .into());
+            }
+            None => {
+                return Err(RequestError::VfsFull {
+                    gpu: gpu.to_string(),
+                    type_id: type_id.clone(),
+                }
+                .into());
+            }
+        };
+        Ok(Placement {
+            parent,
+            gpu: gpu.to_string(),
+            type_id: type_id.clone(),
+            profile: None,
+            vf_chosen: true,
         })
     }
 
@@ -238,6 +305,7 @@ impl Instances {
             .max_by_key(|(g, _, _, cap)| (*cap, std::cmp::Reverse(g.clone())))
         {
             return Ok(Placement {
+                vf_chosen: parent != gpu_id,
                 parent,
                 gpu: gpu_id,
                 type_id,

@@ -9,7 +9,7 @@ use tokio::sync::broadcast;
 use tracing::{info, warn};
 
 use mdev_types::fault::FaultScope;
-use mdev_types::ids::{MdevTypeId, MdevUuid};
+use mdev_types::ids::{MdevTypeId, MdevUuid, PciAddress};
 use vgpu_host::discover::discover;
 use vgpu_host::{Host, HostExt, paths};
 
@@ -206,21 +206,21 @@ impl Instances {
             .gpus
             .iter()
             .map(|g| {
-                let parent = inv.mdev_parents.iter().find(|p| p.name == g.id);
+                // Each type's instances left, summed over the VFs when they are the parents.
+                let mut types: Vec<(MdevTypeId, u32)> = Vec::new();
+                for t in inv.gpu_parents(g).iter().flat_map(|p| &p.types) {
+                    match types.iter_mut().find(|(id, _)| *id == t.id) {
+                        Some((_, n)) => *n = n.saturating_add(t.available_instances),
+                        None => types.push((t.id.clone(), t.available_instances)),
+                    }
+                }
                 GpuView {
                     id: g.id.clone(),
                     vendor: g.vendor.as_str().to_string(),
                     model: g.model.clone(),
                     driver: g.driver.clone(),
                     numa_node: g.numa_node,
-                    types: parent
-                        .map(|p| {
-                            p.types
-                                .iter()
-                                .map(|t| (t.id.clone(), t.available_instances))
-                                .collect()
-                        })
-                        .unwrap_or_default(),
+                    types,
                     instances: running_on(&g.id),
                     health: health(inv.fault_of(&g.id)),
                 }
@@ -233,18 +233,27 @@ impl Instances {
     /// The types' available instances on mdev parent `id` (none when it is not a registered parent, as
     /// in [`Instances::list_gpus`]) and its running instances.
     pub(super) fn gpu_capacity(&self, id: &str) -> GpuCapacity {
-        let dir = paths::mdev_parent(id).join("mdev_supported_types");
-        let types = self
-            .host
-            .list_optional(&dir)
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|name| {
-                let type_id: MdevTypeId = name.parse().ok()?;
-                let available = self.available(id, &type_id)?;
-                Some((type_id, available))
-            })
-            .collect();
+        // A GPU whose VFs are its parents: each type's instances left summed over the VFs.
+        let parents = match self.parent_exists(id) {
+            true => vec![id.to_string()],
+            false => self.vf_parents(id),
+        };
+        let mut types: Vec<(MdevTypeId, u32)> = Vec::new();
+        for parent in &parents {
+            let dir = paths::mdev_parent(parent).join("mdev_supported_types");
+            for name in self.host.list_optional(&dir).unwrap_or_default() {
+                let Ok(type_id) = name.parse::<MdevTypeId>() else {
+                    continue;
+                };
+                let Some(available) = self.available(parent, &type_id) else {
+                    continue;
+                };
+                match types.iter_mut().find(|(t, _)| *t == type_id) {
+                    Some((_, n)) => *n = n.saturating_add(available),
+                    None => types.push((type_id, available)),
+                }
+            }
+        }
         let instances = lock(&self.views)
             .values()
             .filter(|v| v.gpu == id && v.state == InstanceState::Running)
@@ -274,6 +283,53 @@ impl Instances {
     /// True when the mdev device exists on the host.
     pub(super) fn device_exists(&self, uuid: &MdevUuid) -> bool {
         self.host.exists(&paths::mdev_device(uuid))
+    }
+
+    /// The GPU mdev parent `parent` makes vGPUs of, as clients see it: the physical function when the
+    /// parent is an SR-IOV VF (`physfn` link: NVIDIA classic vGPU on Ampere and later), else the
+    /// parent itself.
+    pub(super) fn gpu_of_parent(&self, parent: &str) -> String {
+        parent
+            .parse::<PciAddress>()
+            .ok()
+            .and_then(|a| {
+                self.host
+                    .link_name(&paths::pci_device(&a).join("physfn"))
+                    .ok()
+                    .flatten()
+            })
+            .filter(|pf| pf.parse::<PciAddress>().is_ok())
+            .unwrap_or_else(|| parent.to_string())
+    }
+
+    /// The registered mdev parents on the SR-IOV VFs of `gpu`, in VF order (`virtfnN` links); empty
+    /// when `gpu` is no PCI function or its VFs are no parents.
+    pub(super) fn vf_parents(&self, gpu: &str) -> Vec<String> {
+        let Ok(pf) = gpu.parse::<PciAddress>() else {
+            return Vec::new();
+        };
+        let dir = paths::pci_device(&pf);
+        let mut vfs: Vec<(u32, String)> = self
+            .host
+            .list_optional(&dir)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|name| {
+                let index = name.strip_prefix("virtfn")?.parse().ok()?;
+                let vf = self.host.link_name(&dir.join(&name)).ok().flatten()?;
+                Some((index, vf))
+            })
+            .filter(|(_, vf)| self.parent_exists(vf))
+            .collect();
+        vfs.sort();
+        vfs.into_iter().map(|(_, vf)| vf).collect()
+    }
+
+    /// The first of `gpu`'s VF parents that can take an instance of `type_id` now.
+    pub(super) fn free_vf_parent(&self, gpu: &str, type_id: &MdevTypeId) -> Option<String> {
+        self.vf_parents(gpu)
+            .into_iter()
+            .find(|vf| self.available(vf, type_id).is_some_and(|n| n > 0))
     }
 
     /// True when the parent is registered.

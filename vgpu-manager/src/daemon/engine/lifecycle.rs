@@ -12,7 +12,9 @@ use super::foreign::OnForeign;
 use super::instances::Instances;
 use super::lock;
 use super::views::device_identity;
-use crate::daemon::api::{CoreError, InstanceSpec, InstanceView, Ownership, StateError};
+use crate::daemon::api::{
+    CoreError, InstanceSpec, InstanceView, Ownership, RequestError, StateError,
+};
 use crate::daemon::store::{LedgerEntry, LedgerOwnership, unix_now};
 
 /// Releases a UUID reservation when dropped.
@@ -65,13 +67,26 @@ impl Instances {
         let _reserved = self.reserve_new(uuid)?;
         // The view is read before the parent is unlocked: a Destroy of the new UUID waits for the
         // lock, so the answer is the instance this call made, not what a later command left.
-        let view = self.locks.with_parent(&place.parent, || {
+        // A GPU whose VFs are its parents is locked whole, and its VF chosen again under the lock:
+        // two creates on it must not both pick the one VF that was free when they were placed.
+        let on_vfs = place.vf_chosen;
+        let lock_key = if on_vfs { &place.gpu } else { &place.parent };
+        let view = self.locks.with_parent(lock_key, || {
+            let mut place = place.clone();
+            if on_vfs && self.available(&place.parent, &place.type_id) == Some(0) {
+                place.parent =
+                    self.free_vf_parent(&place.gpu, &place.type_id)
+                        .ok_or_else(|| RequestError::VfsFull {
+                            gpu: place.gpu.clone(),
+                            type_id: place.type_id.clone(),
+                        })?;
+            }
             self.create_device_owned(&uuid, &place, req.label.clone(), &req.attrs)?;
             Ok::<_, CoreError>(self.refresh_one(&uuid))
         });
         if view.is_err() {
             // The next create reads the GPU again (`health.rs`).
-            self.health.forget(&place.parent);
+            self.health.forget(&place.gpu);
         }
         made(view?, uuid, "created")
     }
@@ -258,6 +273,7 @@ impl Instances {
                 gpu: def.gpu.clone(),
                 type_id: def.type_id.clone(),
                 profile: def.profile.clone(),
+                vf_chosen: false,
             };
             self.create_device_owned(&uuid, &place, def.label.clone(), &def.attrs)?;
             Ok(self.refresh_one(&uuid))

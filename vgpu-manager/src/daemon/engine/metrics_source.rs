@@ -128,8 +128,25 @@ fn gpu_rows(
     let capacity = profile_capacity(core, inv, claimed);
     gpus.iter()
         .map(|g| {
-            let parent = inv.mdev_parents.iter().find(|p| p.name == g.id);
             let disc = inv.gpus.iter().find(|x| x.id == g.id);
+            // The GPU's own parent, or its VFs' parents (one vGPU each), counted per type.
+            let parents = disc.map(|d| inv.gpu_parents(d)).unwrap_or_default();
+            let mut types: Vec<TypeRow> = Vec::new();
+            for t in parents.iter().flat_map(|p| &p.types) {
+                let created = u32::try_from(t.instances.len()).unwrap_or(u32::MAX);
+                match types.iter_mut().find(|r| r.id == t.id.as_str()) {
+                    Some(r) => {
+                        r.available = r.available.saturating_add(t.available_instances);
+                        r.created = r.created.saturating_add(created);
+                    }
+                    None => types.push(TypeRow {
+                        id: t.id.to_string(),
+                        name: t.name.clone().unwrap_or_default(),
+                        available: t.available_instances,
+                        created,
+                    }),
+                }
+            }
             let backend = backends
                 .iter()
                 .find(|d| d.gpu == g.id)
@@ -151,19 +168,7 @@ fn gpu_rows(
                 numa_node: g.numa_node.map(|n| n.to_string()).unwrap_or_default(),
                 backend: backend.map(|b| b.kind().to_string()).unwrap_or_default(),
                 healthy: g.health == "ok",
-                types: parent
-                    .map(|p| {
-                        p.types
-                            .iter()
-                            .map(|t| TypeRow {
-                                id: t.id.to_string(),
-                                name: t.name.clone().unwrap_or_default(),
-                                available: t.available_instances,
-                                created: u32::try_from(t.instances.len()).unwrap_or(u32::MAX),
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default(),
+                types,
                 vfs,
                 profile_capacity: capacity.get(g.id.as_str()).cloned().unwrap_or_default(),
                 shares: backend

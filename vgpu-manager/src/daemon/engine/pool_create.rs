@@ -83,12 +83,14 @@ impl Instances {
             );
         }
         let now = unix_now();
+        // A VF's slots belong to its physical GPU (NVIDIA classic vGPU on Ampere and later).
+        let gpu = self.gpu_of_parent(parent);
         self.locks.with_parent(parent, || {
             for (k, s) in slots.iter().enumerate() {
                 let def = Definition {
                     uuid: s.slot.uuid,
                     parent: parent.to_string(),
-                    gpu: parent.to_string(),
+                    gpu: gpu.clone(),
                     type_id: s.type_id.clone(),
                     profile: Some(s.slot.profile.clone()),
                     autostart,

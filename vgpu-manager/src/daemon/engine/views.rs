@@ -71,7 +71,7 @@ impl Instances {
             gpu: def
                 .map(|d| d.gpu.clone())
                 .or_else(|| led.and_then(|l| l.gpu.clone()))
-                .unwrap_or_else(|| parent.clone()),
+                .unwrap_or_else(|| self.gpu_of_parent(&parent)),
             parent,
             type_id,
             profile: def

@@ -1,5 +1,6 @@
 //! Options of an mdev parent: one per type in `mdev_supported_types`.
 
+use mdev_types::ids::MdevTypeId;
 use mdev_types::model::{MdevParent, MdevType, Vendor};
 use mdev_types::parse::{Resolution, TypeDescription, parse_nvidia_vgpu_name};
 
@@ -53,16 +54,63 @@ fn describe(t: &MdevType) -> Described {
     }
 }
 
-pub(super) fn mdev_candidates(vendor: Vendor, parent: &MdevParent) -> Vec<Candidate> {
-    let with_instances: Vec<&MdevType> = parent
+/// How many more instances of type `t` a GPU takes when `available` is the sum of its parents'
+/// `available_instances` and `existing` instances of the type exist. On one parent that sum is the
+/// answer. When the GPU's VFs are its parents each free VF shows one instance as long as the type
+/// still fits, however few fit in all, so the sum is capped by NVIDIA's per-GPU `max_instance` less
+/// the instances that exist (the homogeneous rule keeps them all of this type).
+pub(crate) fn vf_capacity(t: &MdevType, available: u32, existing: usize, parents: usize) -> u32 {
+    match &t.details {
+        TypeDescription::Nvidia(d) if parents > 1 => {
+            let existing = u32::try_from(existing).unwrap_or(u32::MAX);
+            available.min(d.max_instance.saturating_sub(existing))
+        }
+        _ => available,
+    }
+}
+
+/// The options of a GPU's mdev parents, one per type: the parent on the GPU itself, or the parents
+/// on its SR-IOV VFs (NVIDIA classic vGPU on Ampere and later: every VF lists the same types and holds
+/// one vGPU, so a type's capacity is the number of VFs that can still take it, and its target is the
+/// first of them).
+pub(super) fn mdev_candidates(vendor: Vendor, parents: &[&MdevParent]) -> Vec<Candidate> {
+    let Some(first) = parents.iter().find(|p| !p.types.is_empty()) else {
+        return Vec::new();
+    };
+    let all_types = || parents.iter().flat_map(|p| p.types.iter());
+    let existing = |id: &MdevTypeId| -> usize {
+        all_types()
+            .filter(|t| &t.id == id)
+            .map(|t| t.instances.len())
+            .sum()
+    };
+    let with_instances: Vec<&MdevTypeId> = first
         .types
         .iter()
-        .filter(|t| !t.instances.is_empty())
+        .map(|t| &t.id)
+        .filter(|id| existing(id) > 0)
         .collect();
-    parent
+    first
         .types
         .iter()
         .map(|t| {
+            let available = vf_capacity(
+                t,
+                all_types()
+                    .filter(|u| u.id == t.id)
+                    .map(|u| u.available_instances)
+                    .fold(0, u32::saturating_add),
+                existing(&t.id),
+                parents.len(),
+            );
+            let parent = parents
+                .iter()
+                .find(|p| {
+                    p.types
+                        .iter()
+                        .any(|u| u.id == t.id && u.available_instances > 0)
+                })
+                .unwrap_or(first);
             let (fb, heads, res, why) = describe(t);
             let series = t
                 .name
@@ -71,22 +119,21 @@ pub(super) fn mdev_candidates(vendor: Vendor, parent: &MdevParent) -> Vec<Candid
                 .and_then(|n| parse_nvidia_vgpu_name(n).ok())
                 .map(|n| n.series);
             let mut blockers = Vec::new();
-            if t.available_instances == 0 {
+            if available == 0 {
+                let of_type = existing(&t.id);
                 let others: Vec<String> = with_instances
                     .iter()
-                    .filter(|o| o.id != t.id)
-                    .map(|o| o.id.to_string())
+                    .filter(|o| **o != &t.id)
+                    .map(|o| o.to_string())
                     .collect();
                 // NVIDIA time-sliced vGPUs on one GPU must all be of one type (NVIDIA vGPU User
                 // Guide, "Homogeneous vGPUs"), so other types show 0 available once one exists.
-                if vendor == Vendor::Nvidia && t.instances.is_empty() && !others.is_empty() {
+                if vendor == Vendor::Nvidia && of_type == 0 && !others.is_empty() {
                     blockers.push(Reason::Homogeneous {
                         existing_types: others,
                     });
                 } else {
-                    blockers.push(Reason::NoInstances {
-                        existing: t.instances.len(),
-                    });
+                    blockers.push(Reason::NoInstances { existing: of_type });
                 }
             }
             Candidate {
@@ -101,7 +148,7 @@ pub(super) fn mdev_candidates(vendor: Vendor, parent: &MdevParent) -> Vec<Candid
                     max_resolution: res,
                     device_api: t.device_api.clone(),
                     series,
-                    capacity: t.available_instances,
+                    capacity: available,
                     waste_mib: None,
                 },
                 blockers,

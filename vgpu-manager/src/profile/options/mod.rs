@@ -17,6 +17,7 @@ mod passthrough;
 mod vf;
 
 use mdev::mdev_candidates;
+pub(crate) use mdev::vf_capacity;
 use passthrough::passthrough_candidate;
 use vf::{nvidia_vfio_candidates, sriov_candidate};
 
@@ -168,17 +169,15 @@ pub(super) fn offers(gpu: &Gpu, inv: &Inventory, allowed: &[Delivery], need_mib:
     let device = gpu
         .pci
         .and_then(|a| inv.pci_devices.iter().find(|d| d.address == a));
-    let parent = inv.mdev_parents.iter().find(|p| match gpu.pci {
-        Some(a) => p.pci == Some(a),
-        None => p.name == gpu.id,
-    });
+    let parents = inv.gpu_parents(gpu);
     let sriov_pf =
         device.and_then(|d| d.sriov.as_ref().filter(|s| s.total_vfs > 0).map(|s| (d, s)));
 
+    let parent = parents.first().copied();
     if let Some(parent) = parent {
         out.offered.push(Delivery::Mdev);
         if allowed.contains(&Delivery::Mdev) {
-            if parent.types.is_empty() {
+            if parents.iter().all(|p| p.types.is_empty()) {
                 out.refusals.push(Refusal {
                     candidate: format!("mdev parent {}", parent.name),
                     reasons: vec![Reason::NoTypes {
@@ -186,10 +185,11 @@ pub(super) fn offers(gpu: &Gpu, inv: &Inventory, allowed: &[Delivery], need_mib:
                     }],
                 });
             }
-            out.candidates.extend(mdev_candidates(gpu.vendor, parent));
+            out.candidates.extend(mdev_candidates(gpu.vendor, &parents));
         }
     }
-    if let Some((pf, sriov)) = sriov_pf {
+    // VFs that are mdev parents offer their types above, not a VF interface of their own.
+    if let Some((pf, sriov)) = sriov_pf.filter(|_| !Inventory::mdev_on_vfs(gpu)) {
         let backend = if gpu.vendor == Vendor::Nvidia {
             Delivery::NvidiaVendorVfio
         } else {
@@ -214,7 +214,7 @@ pub(super) fn offers(gpu: &Gpu, inv: &Inventory, allowed: &[Delivery], need_mib:
     if let Some(dev) = device {
         out.offered.push(Delivery::Passthrough);
         if allowed.contains(&Delivery::Passthrough) {
-            match passthrough_candidate(gpu, dev, parent, inv) {
+            match passthrough_candidate(gpu, dev, &parents, inv) {
                 Ok(c) => out.candidates.push(c),
                 Err(r) => out.refusals.push(r),
             }

@@ -10,7 +10,7 @@ use crate::profile::spec::VFIO_PCI;
 pub(super) fn passthrough_candidate(
     gpu: &Gpu,
     dev: &PciDevice,
-    parent: Option<&MdevParent>,
+    parents: &[&MdevParent],
     inv: &Inventory,
 ) -> Result<Candidate, Refusal> {
     let iommu_group = match &gpu.passthrough {
@@ -25,9 +25,11 @@ pub(super) fn passthrough_candidate(
         }
     };
     let mut blockers = Vec::new();
-    let mdevs: usize = parent
-        .map(|p| p.types.iter().map(|t| t.instances.len()).sum())
-        .unwrap_or(0);
+    let mdevs: usize = parents
+        .iter()
+        .flat_map(|p| &p.types)
+        .map(|t| t.instances.len())
+        .sum();
     if mdevs > 0 {
         blockers.push(Reason::InUse {
             what: format!("{mdevs} mdev instances exist on it"),
