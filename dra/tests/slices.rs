@@ -30,8 +30,13 @@ struct World {
 }
 
 async fn world() -> World {
+    world_on("demo").await
+}
+
+/// The plugin over vgpud on the simulated host `sim`.
+async fn world_on(sim: &str) -> World {
     let tmp = tempfile::tempdir().unwrap();
-    let vgpud = Vgpud::start(tmp.path()).await;
+    let vgpud = Vgpud::start_on(tmp.path(), sim).await;
     let api = FakeApi::start(tmp.path());
     let plugin = Plugin::start(tmp.path(), &vgpud, &api, None).await;
     World {
@@ -359,5 +364,81 @@ async fn changes_made_outside_the_plugin_and_leftover_slices_are_reconciled() {
         on_t4
             .iter()
             .any(|d| d["attributes"]["profile"]["string"] == "vdi-1g")
+    );
+}
+
+/// An A10 in classic vGPU mode (the `ampere` host): its 32 SR-IOV VFs are its mdev parents, one vGPU
+/// each. It is published as one GPU whose devices and counters follow its framebuffer, not its VFs;
+/// a prepare on it makes the vGPU on a free VF, and the next publication counts it against the GPU.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gpu_whose_vfs_are_its_mdev_parents_is_published_and_prepared_as_one_gpu() {
+    const A10: &str = "0000:41:00.0";
+    let w = world_on("ampere").await;
+    let slices = published_after(&w, 0).await;
+    checked(&w, &slices);
+    let devs = devices(&slices);
+    let on_a10: Vec<&Value> = devs.iter().filter(|d| gpu_of(d) == A10).collect();
+    let vdi: Vec<&&Value> = on_a10
+        .iter()
+        .filter(|d| d["attributes"]["profile"]["string"] == "vdi-2g")
+        .collect();
+    // 24 GB hold twelve A10-2Q, although each of the 32 VFs shows one available.
+    assert_eq!(vdi.len(), 12, "{on_a10:#?}");
+    assert!(
+        devs.iter().all(|d| !gpu_of(d).starts_with("0000:41:00.4")),
+        "a VF is no GPU of its own"
+    );
+    let sets = counter_sets(&slices);
+    let fb_of = |sets: &BTreeMap<String, Value>| -> u64 {
+        let q = sets["gpu-0000-41-00-0"]["framebuffer"]["value"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        q.trim_end_matches("Mi").parse().unwrap()
+    };
+    assert_eq!(fb_of(&sets), 24576, "{sets:#?}");
+
+    let uid = "0b6c7e9e-0000-4000-8000-0000000000a1";
+    let dev = "gpu-0000-41-00-0-vdi-2g-0";
+    w.api.put(claim(NS, "vm-a10", uid, &[("vgpu", NODE, dev)]));
+    let mut k = Kubelet::v1(&w.plugin.dra_socket()).await;
+    let r = k
+        .node_prepare_resources(dra_v1::NodePrepareResourcesRequest {
+            claims: vec![claim_ref(NS, "vm-a10", uid)],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.claims[uid].error, "");
+    let made: Vec<_> = w
+        .vgpud
+        .instances()
+        .await
+        .into_iter()
+        .filter(|i| i.label.starts_with("dra:"))
+        .collect();
+    assert_eq!(made.len(), 1, "{made:?}");
+    assert_eq!(made[0].gpu, A10);
+    assert_eq!(
+        made[0].parent, "0000:41:00.4",
+        "the vGPU is on the first free VF"
+    );
+    assert_eq!(made[0].state, "running");
+
+    // The next publication still lists the device this driver holds, and its framebuffer is
+    // counted as this driver's (the scheduler counts it against the allocation).
+    let after = published_after(&w, generation(&slices)).await;
+    checked(&w, &after);
+    assert_eq!(fb_of(&counter_sets(&after)), 24576);
+    let still: Vec<Value> = devices(&after)
+        .into_iter()
+        .filter(|d| gpu_of(d) == A10)
+        .collect();
+    assert!(still.iter().any(|d| d["name"] == dev), "{still:#?}");
+    assert!(
+        still
+            .iter()
+            .all(|d| d["attributes"]["profile"]["string"] != "compute-8g"),
+        "the homogeneous rule leaves only the A10-2Q profiles: {still:#?}"
     );
 }

@@ -245,3 +245,36 @@ fn one_type_keeps_novas_default_class() {
     assert_eq!(g["max_instances"], 3);
     assert_eq!(strings(&g["device_addresses"]), ["0000:83:00.0"]);
 }
+
+/// An A10 whose VFs are its mdev parents (NVIDIA classic vGPU on Ampere, the `ampere` host): each slot
+/// is on a VF of its own, so Nova is given those VFs, and `max_instances` caps it at the slots although
+/// every free VF shows one available.
+#[test]
+fn slots_on_vfs_give_nova_their_vfs() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = dir.path().join("a10-desks.toml");
+    std::fs::write(
+        &pool,
+        "name = \"a10-desks\"\n[profiles]\nvdi-2g = 3\n[select]\nmodels = [\"NVIDIA A10\"]\n",
+    )
+    .unwrap();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_vgpuctl"))
+        .args(["--sim", "ampere", "export", "nova", "--pool-file"])
+        .arg(&pool)
+        .env_remove("VGPU_BUS")
+        .output()
+        .unwrap();
+    let conf = ok(&o);
+    let Some(nova) = nova_reads("slots_on_vfs_give_nova_their_vfs", dir.path(), &conf) else {
+        return;
+    };
+    let types = strings(&nova["enabled_mdev_types"]);
+    assert_eq!(types.len(), 1, "{conf}");
+    let g = &nova["mdev"][&types[0]];
+    assert_eq!(g["max_instances"], 3, "{conf}");
+    assert_eq!(
+        strings(&g["device_addresses"]),
+        ["0000:41:00.4", "0000:41:00.5", "0000:41:00.6"],
+        "{conf}"
+    );
+}

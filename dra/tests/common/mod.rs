@@ -128,13 +128,18 @@ pub struct Vgpud {
 
 impl Vgpud {
     pub async fn start(dir: &Path) -> Vgpud {
-        Vgpud::start_with(dir, &[]).await
+        Vgpud::start_with(dir, "demo", &[]).await
+    }
+
+    /// On the simulated host `sim` (a builtin name) instead of `demo`.
+    pub async fn start_on(dir: &Path, sim: &str) -> Vgpud {
+        Vgpud::start_with(dir, sim, &[]).await
     }
 
     /// With the simulated kernel kept in `<dir>/sim-journal`, which [`Vgpud::sysfs`] reads back.
     pub async fn start_journaled(dir: &Path) -> Vgpud {
         let journal = dir.join("sim-journal").display().to_string();
-        Vgpud::start_with(dir, &["--sim-journal", &journal]).await
+        Vgpud::start_with(dir, "demo", &["--sim-journal", &journal]).await
     }
 
     /// The simulated kernel as vgpud's journal (`start_journaled`) describes it now.
@@ -145,11 +150,11 @@ impl Vgpud {
             .unwrap()
     }
 
-    async fn start_with(dir: &Path, extra: &[&str]) -> Vgpud {
+    async fn start_with(dir: &Path, sim: &str, extra: &[&str]) -> Vgpud {
         let bus = format!("unix:path={}", dir.join("bus.sock").display());
         let mut proc = Proc::spawn(
             Command::new(vgpud_binary())
-                .args(["--listen", &bus, "--sim", "demo", "--state-dir"])
+                .args(["--listen", &bus, "--sim", sim, "--state-dir"])
                 .arg(dir.join("vgpud-state"))
                 .args(extra)
                 .env("VGPU_LOG", "info"),
