@@ -179,6 +179,8 @@ pub async fn serve(
         destroyed = rec.destroyed.len(),
         kept = rec.kept,
         orphaned_pools_removed = rec.orphans.len(),
+        restored = rec.restored.len(),
+        unrestored = rec.unrestored.len(),
         "checkpoint reconciled"
     );
 

@@ -6,7 +6,8 @@
 //! - every vGPU the plugin made is listed in its checkpoint on disk (nothing leaks, even when a
 //!   prepare fails half-way or the plugin restarts);
 //! - a prepared claim answers the same on every retry and its vGPUs exist;
-//! - an unprepared claim leaves no vGPU and no record; a restart leaves no half-done claim;
+//! - an unprepared claim leaves no vGPU and no record; a restart leaves no half-done claim, and makes
+//!   again the vGPUs of prepared claims that vanished (or reports why it could not);
 //! - at the end, unpreparing everything leaves only the foreign instance.
 //!
 //! One GPU (`0000:85:00.0`) is VF-backed: its devices are made as vgpud pools of one slot. The same
@@ -499,9 +500,20 @@ proptest! {
                 Op::Restart => {
                     drop(d);
                     d = driver(dir, &vgpud, &api);
-                    rt.block_on(d.recover()).unwrap();
+                    let rec = rt.block_on(d.recover()).unwrap();
                     prop_assert!(!on_disk(dir).1, "a half-done claim survived the restart");
                     let s = vgpud.0.lock().unwrap();
+                    // Every claim still prepared has its vGPUs again (those that vanished are remade),
+                    // unless vgpud refused one, which is reported.
+                    let kept = Checkpoint::load(&dir.join("checkpoint.json"), DRIVER).unwrap();
+                    for (uid, _) in kept.claims() {
+                        let refused = rec.unrestored.iter().any(|(u, _)| u == uid);
+                        prop_assert!(refused || rec.restored.contains(uid), "claim {} was not checked", uid);
+                        let (_, _, devs) = CLAIMS.iter().find(|c| c.1 == uid).unwrap();
+                        for dev in devs.iter().filter(|_| !refused) {
+                            prop_assert!(made(&d, &s, uid, dev), "{} has no vGPU after the restart", dev);
+                        }
+                    }
                     for o in &orphans {
                         prop_assert!(!s.pools.contains_key(o), "orphan pool {o} survived the restart");
                     }

@@ -403,6 +403,38 @@ async fn a_restarted_plugin_keeps_what_it_prepared_until_the_kubelet_unprepares_
     assert_eq!(r.claims[uid].error, "");
 }
 
+/// A node reboot takes the vGPUs of prepared claims (mdevs do not outlive it) but not the plugin's
+/// checkpoint: the plugin makes them again when it starts, under their UUIDs, before any prepare.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_plugin_makes_again_the_vgpus_of_prepared_claims_that_are_gone() {
+    let mut w = world(None).await;
+    let uid = "0b6c7e9e-0000-4000-8000-000000000005";
+    w.api.put(claim(NS, "vm-gpu", uid, &[("vgpu", NODE, DEV0)]));
+    let first = prepare(&w, vec![claim_ref(NS, "vm-gpu", uid)]).await;
+    assert_eq!(first.claims[uid].error, "");
+    let made = dra_instances(&w).await;
+    assert_eq!(made.len(), 1, "{made:?}");
+    w.plugin.proc.kill9();
+    // The vGPU is gone, as after a reboot.
+    w.vgpud.client.destroy(&made[0].uuid).await.unwrap();
+    assert!(dra_instances(&w).await.is_empty());
+    w.plugin.restart(&w.vgpud, &w.api, None).await;
+    let back = dra_instances(&w).await;
+    assert_eq!(back.len(), 1, "{back:?}");
+    assert_eq!(
+        (
+            back[0].uuid.as_str(),
+            back[0].label.as_str(),
+            back[0].state.as_str()
+        ),
+        (made[0].uuid.as_str(), made[0].label.as_str(), "running")
+    );
+    assert!(w.plugin.cdi_spec(uid).exists());
+    let r = unprepare(&w, vec![claim_ref(NS, "vm-gpu", uid)]).await;
+    assert_eq!(r.claims[uid].error, "");
+    assert!(dra_instances(&w).await.is_empty());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unprepare_of_a_claim_never_prepared_here_is_ok_and_touches_nothing() {
     let w = world(None).await;

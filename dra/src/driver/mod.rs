@@ -130,6 +130,11 @@ pub struct Recovery {
     pub kept: usize,
     /// VF slot pools of this driver that no claim of the checkpoint holds, removed.
     pub orphans: Vec<String>,
+    /// Claims still prepared whose vGPUs were checked and, where gone (a node reboot), made again.
+    pub restored: Vec<String>,
+    /// Claims still prepared whose vGPUs could not be made again now, each with why; the kubelet's
+    /// next prepare of the claim tries again.
+    pub unrestored: Vec<(String, String)>,
 }
 
 impl Driver {
@@ -162,7 +167,11 @@ impl Driver {
     }
 
     /// Rolls back every claim the checkpoint shows cut short between its phases: destroys the vGPUs
-    /// recorded for it (only those), removes its files and forgets it. Claims completed are kept.
+    /// recorded for it (only those), removes its files and forgets it. Claims completed are kept, and
+    /// their vGPUs made again where they are gone (after a node reboot: mdevs do not outlive it, and a
+    /// VF slot's pool is not started by vgpud alone), as a prepare of the claim would, so a pod that
+    /// the kubelet restarts without preparing again finds its devices; one that cannot be made now is
+    /// reported and left to the kubelet's next prepare.
     pub async fn recover(&self) -> Result<Recovery, DriverError> {
         let mut ck = self.state.lock().await;
         let mut out = Recovery::default();
@@ -186,6 +195,22 @@ impl Driver {
             Ok(removed) => out.orphans = removed,
             Err(e) => {
                 tracing::warn!(error = %e, "vgpud's pools could not be read to remove orphaned VF slot pools; the next start tries again")
+            }
+        }
+        let completed: Vec<(String, ClaimRecord)> =
+            ck.claims().map(|(u, r)| (u.clone(), r.clone())).collect();
+        for (uid, rec) in completed {
+            let c = ClaimRef {
+                namespace: rec.namespace.clone(),
+                name: rec.name.clone(),
+                uid: uid.clone(),
+            };
+            match self.reprepare(&mut ck, &c, rec).await {
+                Ok(_) => out.restored.push(uid),
+                Err(e) => {
+                    tracing::warn!(claim = %uid, namespace = %c.namespace, name = %c.name, error = %e, "a prepared claim's vGPU could not be made again at start; the kubelet's next prepare of the claim tries again");
+                    out.unrestored.push((uid, e.to_string()));
+                }
             }
         }
         Ok(out)
