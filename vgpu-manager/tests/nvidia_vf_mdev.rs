@@ -105,6 +105,11 @@ fn discovery_gives_the_gpu_its_vf_parents_and_detects_classic_vgpu() {
     assert!(caps.slots.is_empty(), "{caps:?}");
     // Every free VF shows one A10-1Q, the most of any type.
     assert_eq!(caps.max_slots, 32, "{caps:?}");
+    assert!(
+        caps.interface.contains("the 32 SR-IOV VFs of 0000:41:00.0"),
+        "{}",
+        caps.interface
+    );
 }
 
 #[test]

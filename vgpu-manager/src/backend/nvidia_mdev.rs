@@ -24,6 +24,9 @@ const TYPE_PREFIX: &str = "nvidia-";
 #[derive(Debug, Clone)]
 pub(crate) struct NvidiaMdev {
     pci: PciAddress,
+    /// How many SR-IOV VFs are its mdev parents (Ampere and later, one vGPU each); `None` when the
+    /// parent is the GPU itself.
+    vf_parents: Option<usize>,
 }
 
 /// A GPU on `nvidia` whose mdev parent offers `nvidia-NNN` types.
@@ -43,10 +46,11 @@ pub(crate) fn detect(_host: &dyn Host, inv: &Inventory, gpu: &Gpu) -> DetectResu
     {
         return Ok(None);
     }
+    let vf_parents = merged.as_ref().map(|_| inv.gpu_parents(gpu).len());
     Ok(Some(MdevParentBackend::boxed(
         gpu,
         parent,
-        NvidiaMdev { pci },
+        NvidiaMdev { pci, vf_parents },
     )))
 }
 
@@ -104,11 +108,18 @@ impl MdevVendor for NvidiaMdev {
     const SLOT_NOUN: &'static str = "vGPU";
 
     fn interface(&self, base: &MdevParentBase) -> String {
-        format!(
-            "NVIDIA classic mdev parent {} ({} types, one type at a time)",
-            base.parent.name,
-            base.parent.types.len()
-        )
+        match self.vf_parents {
+            Some(vfs) => format!(
+                "NVIDIA classic mdev on the {vfs} SR-IOV VFs of {} ({} types, one vGPU per VF, one type at a time)",
+                base.parent.name,
+                base.parent.types.len()
+            ),
+            None => format!(
+                "NVIDIA classic mdev parent {} ({} types, one type at a time)",
+                base.parent.name,
+                base.parent.types.len()
+            ),
+        }
     }
 
     fn scheduling(&self) -> SchedCaps {

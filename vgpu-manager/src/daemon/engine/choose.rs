@@ -78,15 +78,16 @@ impl Instances {
         gpu: Option<String>,
         need_capacity: bool,
     ) -> Result<Placement, CoreError> {
+        // Whether the named GPU is a registered parent, asked once.
+        let exists = gpu.as_deref().is_some_and(|g| self.parent_exists(g));
         if let Some(g) = &gpu
-            && !self.parent_exists(g)
+            && !exists
             && let Some(first) = self.vf_parents(g).into_iter().next()
         {
             return self.place_type_on_vfs(type_id, g, first, need_capacity);
         }
         let parent = match gpu {
             Some(p) => {
-                let exists = self.parent_exists(&p);
                 if !exists && !need_capacity {
                     // A definition may name a parent whose driver is not loaded yet: it waits for it.
                     return Ok(Placement {
