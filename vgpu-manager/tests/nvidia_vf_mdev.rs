@@ -304,3 +304,27 @@ fn a_pool_gives_each_slot_a_vf_shrinks_and_comes_back_after_a_reboot() {
         .unwrap();
     assert_eq!(left, 0, "the slot's VF holds its vGPU again");
 }
+
+#[test]
+fn one_enabled_vf_is_one_vgpu() {
+    let text =
+        include_str!("../../mdev-types/sims/ampere.toml").replace("num_vfs = 32", "num_vfs = 1");
+    let host = Arc::new(SimHost::from_toml("ampere-one-vf.toml", &text).unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let core = open(&host, dir.path());
+    let offers = core.execute(ListOffers).unwrap();
+    let vdi = offers
+        .iter()
+        .find(|g| g.gpu == A10)
+        .and_then(|g| g.options.iter().find(|o| o.profile == "vdi-2g"))
+        .unwrap()
+        .clone();
+    assert_eq!((vdi.available, vdi.max_instances), (1, 1), "{vdi:?}");
+    let q2 = type_named(host.as_ref(), "NVIDIA A10-2Q");
+    assert_eq!(create(&core, on_gpu(&q2, A10)).unwrap().parent, VF0);
+    let err = create(&core, on_gpu(&q2, A10)).unwrap_err();
+    assert!(
+        matches!(err, CoreError::Invalid(RequestError::VfsFull { .. })),
+        "{err:?}"
+    );
+}

@@ -121,9 +121,10 @@ pub fn host_offers(
                             .collect();
                         let t = of_type.first()?;
                         // One vGPU per VF when the VFs are the parents.
-                        let slots = match parents.len() {
-                            1 => u32::MAX,
-                            n => u32::try_from(n).unwrap_or(u32::MAX),
+                        let on_vfs = Inventory::mdev_on_vfs(gpu);
+                        let slots = match on_vfs {
+                            true => u32::try_from(parents.len()).unwrap_or(u32::MAX),
+                            false => u32::MAX,
                         };
                         Some(ProfileOffer {
                             profile: r.profile.clone(),
@@ -138,7 +139,7 @@ pub fn host_offers(
                                     .map(|t| t.available_instances)
                                     .fold(0, u32::saturating_add),
                                 of_type.iter().map(|t| t.instances.len()).sum(),
-                                parents.len(),
+                                on_vfs,
                             ),
                             in_use: of_type
                                 .iter()

@@ -56,12 +56,12 @@ fn describe(t: &MdevType) -> Described {
 
 /// How many more instances of type `t` a GPU takes when `available` is the sum of its parents'
 /// `available_instances` and `existing` instances of the type exist. On one parent that sum is the
-/// answer. When the GPU's VFs are its parents each free VF shows one instance as long as the type
-/// still fits, however few fit in all, so the sum is capped by NVIDIA's per-GPU `max_instance` less
-/// the instances that exist (the homogeneous rule keeps them all of this type).
-pub(crate) fn vf_capacity(t: &MdevType, available: u32, existing: usize, parents: usize) -> u32 {
+/// answer. When the GPU's VFs are its parents (`on_vfs`), each free VF shows one instance as long as
+/// the type still fits, however few fit in all, so the sum is capped by NVIDIA's per-GPU
+/// `max_instance` less the instances that exist (the homogeneous rule keeps them all of this type).
+pub(crate) fn vf_capacity(t: &MdevType, available: u32, existing: usize, on_vfs: bool) -> u32 {
     match &t.details {
-        TypeDescription::Nvidia(d) if parents > 1 => {
+        TypeDescription::Nvidia(d) if on_vfs => {
             let existing = u32::try_from(existing).unwrap_or(u32::MAX);
             available.min(d.max_instance.saturating_sub(existing))
         }
@@ -73,7 +73,11 @@ pub(crate) fn vf_capacity(t: &MdevType, available: u32, existing: usize, parents
 /// on its SR-IOV VFs (NVIDIA classic vGPU on Ampere and later: every VF lists the same types and holds
 /// one vGPU, so a type's capacity is the number of VFs that can still take it, and its target is the
 /// first of them).
-pub(super) fn mdev_candidates(vendor: Vendor, parents: &[&MdevParent]) -> Vec<Candidate> {
+pub(super) fn mdev_candidates(
+    vendor: Vendor,
+    parents: &[&MdevParent],
+    on_vfs: bool,
+) -> Vec<Candidate> {
     let Some(first) = parents.iter().find(|p| !p.types.is_empty()) else {
         return Vec::new();
     };
@@ -101,7 +105,7 @@ pub(super) fn mdev_candidates(vendor: Vendor, parents: &[&MdevParent]) -> Vec<Ca
                     .map(|u| u.available_instances)
                     .fold(0, u32::saturating_add),
                 existing(&t.id),
-                parents.len(),
+                on_vfs,
             );
             let parent = parents
                 .iter()

@@ -185,7 +185,11 @@ pub(super) fn offers(gpu: &Gpu, inv: &Inventory, allowed: &[Delivery], need_mib:
                     }],
                 });
             }
-            out.candidates.extend(mdev_candidates(gpu.vendor, &parents));
+            out.candidates.extend(mdev_candidates(
+                gpu.vendor,
+                &parents,
+                Inventory::mdev_on_vfs(gpu),
+            ));
         }
     }
     // VFs that are mdev parents offer their types above, not a VF interface of their own.
