@@ -299,3 +299,41 @@ async fn a_gpu_that_faults_after_a_create_is_refused_once_its_check_is_read_agai
     assert!(out.contains(UUID2), "{out}");
     drop(kernel);
 }
+
+/// Starting a defined instance on a GPU that faulted since it was defined is refused as a create
+/// there is, before anything reaches the kernel; once the GPU reads again it starts.
+#[tokio::test(flavor = "multi_thread")]
+async fn start_of_a_definition_on_a_faulted_gpu_is_refused_naming_its_fault() {
+    if !dbus_common::fuse_attr::require_fuse("daemon_faults") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let fake = FakeRoot::new(&root);
+    fake.parent(HEALTHY, "mtty-2", 2, "vfio-pci", "Dual port serial", None);
+    let kernel = FakeKernel::start(&fake.root);
+    let d = Daemon::on_sysfs_root(dir.path(), &fake.root)
+        .await
+        .unwrap_or_else(|log| panic!("vgpud refused the host:\n{log}"));
+    ok(&vgpuctl(
+        &d.bus,
+        &[
+            "define", "--type", "mtty-2", "--gpu", HEALTHY, "--uuid", UUID,
+        ],
+    )
+    .await);
+    std::fs::write(fake.parent_dir(HEALTHY).join("vendor"), "").unwrap();
+    // Past the reuse time of the define's check (one second), the GPU is read again.
+    tokio::time::sleep(std::time::Duration::from_millis(1300)).await;
+    let o = vgpuctl(&d.bus, &["start", UUID]).await;
+    dbus_common::assert_refused(
+        &o,
+        &[HEALTHY, "is faulted", "/vendor", "nothing was changed"],
+    );
+    assert!(!root.join("sys/bus/mdev/devices").join(UUID).exists());
+    // Readable again: started (a fault is never reused).
+    std::fs::write(fake.parent_dir(HEALTHY).join("vendor"), "0x1234\n").unwrap();
+    ok(&vgpuctl(&d.bus, &["start", UUID]).await);
+    assert!(root.join("sys/bus/mdev/devices").join(UUID).exists());
+    drop(kernel);
+}

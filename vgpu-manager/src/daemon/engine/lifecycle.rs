@@ -268,6 +268,21 @@ impl Instances {
                 }
                 .into());
             }
+            // Checked before anything is written, as for a create: a faulted GPU gets nothing new
+            // (its parent, and the physical GPU when the parent is one of its VFs).
+            let mut checked = vec![def.parent.as_str()];
+            if def.gpu != def.parent {
+                checked.push(def.gpu.as_str());
+            }
+            for id in checked {
+                if let Some(fault) = self.health.fault(self.host.as_ref(), id) {
+                    return Err(RequestError::Faulted {
+                        gpu: id.to_string(),
+                        fault: Box::new(fault),
+                    }
+                    .into());
+                }
+            }
             let place = Placement {
                 parent: def.parent.clone(),
                 gpu: def.gpu.clone(),
@@ -275,7 +290,13 @@ impl Instances {
                 profile: def.profile.clone(),
                 vf_chosen: false,
             };
-            self.create_device_owned(&uuid, &place, def.label.clone(), &def.attrs)?;
+            let made = self.create_device_owned(&uuid, &place, def.label.clone(), &def.attrs);
+            if made.is_err() {
+                // The next create or start reads the GPU again (`health.rs`).
+                self.health.forget(&place.gpu);
+                self.health.forget(&place.parent);
+            }
+            made?;
             Ok(self.refresh_one(&uuid))
         })
     }
