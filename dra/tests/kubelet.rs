@@ -56,15 +56,7 @@ async fn unprepare(
 
 /// The instances vgpud has for the plugin (labelled `dra:`), by UUID.
 async fn dra_instances(w: &World) -> Vec<vgpu_client::InstanceInfo> {
-    let mut v: Vec<_> = w
-        .vgpud
-        .instances()
-        .await
-        .into_iter()
-        .filter(|i| i.label.starts_with("dra:"))
-        .collect();
-    v.sort_by(|a, b| a.uuid.cmp(&b.uuid));
-    v
+    w.vgpud.dra_instances().await
 }
 
 fn read_json(p: &std::path::Path) -> serde_json::Value {

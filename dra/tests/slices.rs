@@ -410,13 +410,7 @@ async fn a_gpu_whose_vfs_are_its_mdev_parents_is_published_and_prepared_as_one_g
         .unwrap()
         .into_inner();
     assert_eq!(r.claims[uid].error, "");
-    let made: Vec<_> = w
-        .vgpud
-        .instances()
-        .await
-        .into_iter()
-        .filter(|i| i.label.starts_with("dra:"))
-        .collect();
+    let made = w.vgpud.dra_instances().await;
     assert_eq!(made.len(), 1, "{made:?}");
     assert_eq!(made[0].gpu, A10);
     assert_eq!(

@@ -27,6 +27,18 @@ fn two_gpus_one_faulty(root: &std::path::Path) -> FakeRoot {
     r
 }
 
+/// vgpud on a fake root (`<dir>/root`) with one readable GPU, `HEALTHY`, an mdev parent of `mtty-2`,
+/// and the FUSE kernel behind its `create` files.
+async fn one_gpu_daemon(dir: &std::path::Path) -> (FakeRoot, FakeKernel, Daemon) {
+    let fake = FakeRoot::new(&dir.join("root"));
+    fake.parent(HEALTHY, "mtty-2", 2, "vfio-pci", "Dual port serial", None);
+    let kernel = FakeKernel::start(&fake.root);
+    let d = Daemon::on_sysfs_root(dir, &fake.root)
+        .await
+        .unwrap_or_else(|log| panic!("vgpud refused the host:\n{log}"));
+    (fake, kernel, d)
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn vgpud_starts_with_one_faulty_gpu_and_creates_on_the_healthy_one() {
     if !dbus_common::fuse_attr::require_fuse("daemon_faults") {
@@ -264,12 +276,7 @@ async fn a_gpu_that_faults_after_a_create_is_refused_once_its_check_is_read_agai
     }
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root");
-    let fake = FakeRoot::new(&root);
-    fake.parent(HEALTHY, "mtty-2", 2, "vfio-pci", "Dual port serial", None);
-    let kernel = FakeKernel::start(&fake.root);
-    let d = Daemon::on_sysfs_root(dir.path(), &fake.root)
-        .await
-        .unwrap_or_else(|log| panic!("vgpud refused the host:\n{log}"));
+    let (fake, kernel, d) = one_gpu_daemon(dir.path()).await;
     let create = |uuid: &'static str| {
         let bus = d.bus.clone();
         async move {
@@ -309,12 +316,7 @@ async fn start_of_a_definition_on_a_faulted_gpu_is_refused_naming_its_fault() {
     }
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root");
-    let fake = FakeRoot::new(&root);
-    fake.parent(HEALTHY, "mtty-2", 2, "vfio-pci", "Dual port serial", None);
-    let kernel = FakeKernel::start(&fake.root);
-    let d = Daemon::on_sysfs_root(dir.path(), &fake.root)
-        .await
-        .unwrap_or_else(|log| panic!("vgpud refused the host:\n{log}"));
+    let (fake, kernel, d) = one_gpu_daemon(dir.path()).await;
     ok(&vgpuctl(
         &d.bus,
         &[

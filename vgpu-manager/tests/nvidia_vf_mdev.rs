@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use mdev_types::ids::MdevTypeId;
 use mdev_types::model::{Capability, Inventory};
+use vgpu_client::ProfileOffer;
 use vgpu_host::discover::discover;
 use vgpu_host::{Host, HostExt, paths};
 use vgpu_manager::backend::{BackendKind, detect_gpu};
@@ -53,6 +54,16 @@ fn on_gpu(type_id: &MdevTypeId, gpu: &str) -> InstanceSpec {
         label: None,
         attrs: Vec::new(),
     }
+}
+
+/// What vgpud offers profile `vdi-2g` on the A10.
+fn vdi_offer(core: &Core) -> ProfileOffer {
+    core.execute(ListOffers)
+        .unwrap()
+        .into_iter()
+        .find(|g| g.gpu == A10)
+        .and_then(|g| g.options.into_iter().find(|o| o.profile == "vdi-2g"))
+        .expect("the A10 offers vdi-2g")
 }
 
 fn create(core: &Core, spec: InstanceSpec) -> Result<InstanceView, CoreError> {
@@ -214,9 +225,7 @@ fn profile_creates_and_offers_count_the_gpu_not_its_vfs() {
     let host = Arc::new(SimHost::builtin("ampere").unwrap());
     let dir = tempfile::tempdir().unwrap();
     let core = open(&host, dir.path());
-    let offers = core.execute(ListOffers).unwrap();
-    let a10 = offers.iter().find(|g| g.gpu == A10).unwrap();
-    let vdi = a10.options.iter().find(|o| o.profile == "vdi-2g").unwrap();
+    let vdi = vdi_offer(&core);
     // 24 GB hold twelve A10-2Q, although all 32 VFs show one available.
     assert_eq!(
         (vdi.available, vdi.in_use, vdi.max_instances),
@@ -232,13 +241,7 @@ fn profile_creates_and_offers_count_the_gpu_not_its_vfs() {
     let b = create(&core, spec).unwrap();
     assert_eq!((a.parent.as_str(), b.parent.as_str()), (VF0, VF1));
 
-    let offers = core.execute(ListOffers).unwrap();
-    let vdi = offers
-        .iter()
-        .find(|g| g.gpu == A10)
-        .and_then(|g| g.options.iter().find(|o| o.profile == "vdi-2g"))
-        .unwrap()
-        .clone();
+    let vdi = vdi_offer(&core);
     assert_eq!((vdi.available, vdi.in_use), (10, 2), "{vdi:?}");
     let gpus = core.execute(ListGpus).unwrap();
     let view = gpus.iter().find(|g| g.id == A10).unwrap();
@@ -312,13 +315,7 @@ fn one_enabled_vf_is_one_vgpu() {
     let host = Arc::new(SimHost::from_toml("ampere-one-vf.toml", &text).unwrap());
     let dir = tempfile::tempdir().unwrap();
     let core = open(&host, dir.path());
-    let offers = core.execute(ListOffers).unwrap();
-    let vdi = offers
-        .iter()
-        .find(|g| g.gpu == A10)
-        .and_then(|g| g.options.iter().find(|o| o.profile == "vdi-2g"))
-        .unwrap()
-        .clone();
+    let vdi = vdi_offer(&core);
     assert_eq!((vdi.available, vdi.max_instances), (1, 1), "{vdi:?}");
     let q2 = type_named(host.as_ref(), "NVIDIA A10-2Q");
     assert_eq!(create(&core, on_gpu(&q2, A10)).unwrap().parent, VF0);

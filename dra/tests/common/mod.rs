@@ -181,6 +181,18 @@ impl Vgpud {
     pub async fn instances(&self) -> Vec<vgpu_client::InstanceInfo> {
         self.client.list_instances().await.unwrap()
     }
+
+    /// The instances vgpud has for the plugin (labelled `dra:`), by UUID.
+    pub async fn dra_instances(&self) -> Vec<vgpu_client::InstanceInfo> {
+        let mut v: Vec<_> = self
+            .instances()
+            .await
+            .into_iter()
+            .filter(|i| i.label.starts_with("dra:"))
+            .collect();
+        v.sort_by(|a, b| a.uuid.cmp(&b.uuid));
+        v
+    }
 }
 
 /// A fake API server on a Unix socket, as `kubectl proxy --unix-socket` would be: answers
