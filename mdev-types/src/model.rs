@@ -40,15 +40,53 @@ impl Inventory {
         })
     }
 
+    /// The mdev parent registered on `gpu` itself: the one at its PCI address, or the virtual parent
+    /// of its name.
+    pub fn own_parent(&self, gpu: &Gpu) -> Option<&MdevParent> {
+        self.mdev_parents.iter().find(|p| match gpu.pci {
+            Some(a) => p.pci == Some(a),
+            None => p.name == gpu.id,
+        })
+    }
+
+    /// The mdev parents of `gpu` seen as one: its own parent, or — when its SR-IOV VFs are its
+    /// parents (every VF lists the same types and holds one vGPU) — one parent named and placed as
+    /// the GPU, with the first VF's types, each holding the instances of every VF and the sum of
+    /// their `available_instances` (what the kernel shows; how many more fit in the GPU's framebuffer
+    /// can be fewer). `None` when the GPU has no mdev parent.
+    pub fn gpu_mdev_parent(&self, gpu: &Gpu) -> Option<MdevParent> {
+        if let Some(p) = self.own_parent(gpu) {
+            return Some(p.clone());
+        }
+        let parents = self.gpu_parents(gpu);
+        let first = parents.iter().find(|p| !p.types.is_empty())?;
+        let mut merged = MdevParent {
+            name: gpu.id.clone(),
+            pci: gpu.pci,
+            driver: first.driver.clone(),
+            types: first.types.clone(),
+        };
+        for t in &mut merged.types {
+            let same = parents
+                .iter()
+                .flat_map(|p| &p.types)
+                .filter(|u| u.id == t.id);
+            t.instances = same
+                .clone()
+                .flat_map(|u| u.instances.iter().copied())
+                .collect();
+            t.available_instances = same
+                .map(|u| u.available_instances)
+                .fold(0, u32::saturating_add);
+        }
+        Some(merged)
+    }
+
     /// The mdev parents that make vGPUs of `gpu`: the parent registered on the GPU itself (its PCI
     /// function, or the virtual parent of that name) or, when there is none, the parents registered
     /// on its SR-IOV VFs in VF order (NVIDIA classic vGPU on Ampere and later GPUs: one vGPU per VF).
     pub fn gpu_parents(&self, gpu: &Gpu) -> Vec<&MdevParent> {
-        let own = self.mdev_parents.iter().find(|p| match gpu.pci {
-            Some(a) => p.pci == Some(a),
-            None => p.name == gpu.id,
-        });
-        if let Some(p) = own {
+        if let Some(p) = self.own_parent(gpu) {
             return vec![p];
         }
         let Some(pf) = gpu.pci else {

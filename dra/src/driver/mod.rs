@@ -197,8 +197,11 @@ impl Driver {
                 tracing::warn!(error = %e, "vgpud's pools could not be read to remove orphaned VF slot pools; the next start tries again")
             }
         }
-        let completed: Vec<(String, ClaimRecord)> =
-            ck.claims().map(|(u, r)| (u.clone(), r.clone())).collect();
+        let completed: Vec<(String, ClaimRecord)> = ck
+            .claims()
+            .filter(|(_, r)| r.phase == Phase::Completed)
+            .map(|(u, r)| (u.clone(), r.clone()))
+            .collect();
         for (uid, rec) in completed {
             let c = ClaimRef {
                 namespace: rec.namespace.clone(),

@@ -6,7 +6,7 @@ use mdev_types::model::{Gpu, Inventory};
 use vgpu_host::Host;
 
 use super::common::{Slot, slot_plans};
-use super::mdev_parent::{MdevParentBackend, MdevParentBase, MdevVendor, parent_of};
+use super::mdev_parent::{MdevParentBackend, MdevParentBase, MdevVendor};
 use super::{BackendError, BackendKind, DetectResult, SchedCaps};
 use crate::sched::{PlanOptions, SchedPlan, SchedRefusal, SchedRequest, SchedState, SlotState};
 
@@ -16,7 +16,9 @@ pub(crate) struct GenericMdev;
 
 /// The GPU's mdev parent, whatever its driver.
 pub(crate) fn detect(_host: &dyn Host, inv: &Inventory, gpu: &Gpu) -> DetectResult {
-    Ok(parent_of(inv, gpu).map(|p| MdevParentBackend::boxed(gpu, p, GenericMdev)))
+    Ok(inv
+        .own_parent(gpu)
+        .map(|p| MdevParentBackend::boxed(gpu, p, GenericMdev)))
 }
 
 impl MdevVendor for GenericMdev {

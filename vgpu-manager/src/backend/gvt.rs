@@ -12,7 +12,7 @@ use mdev_types::parse::TypeDescription;
 use vgpu_host::Host;
 
 use super::common::{self, Slot, slot_plans};
-use super::mdev_parent::{MdevParentBackend, MdevParentBase, MdevVendor, parent_of};
+use super::mdev_parent::{MdevParentBackend, MdevParentBase, MdevVendor};
 use super::{BackendError, BackendKind, DetectResult, SchedCaps};
 use crate::sched::{PlanOptions, SchedPlan, SchedRefusal, SchedRequest, SchedState, SlotState};
 
@@ -42,7 +42,7 @@ pub(crate) fn detect(_host: &dyn Host, inv: &Inventory, gpu: &Gpu) -> DetectResu
     if gpu.driver.as_deref() != Some("i915") {
         return Ok(None);
     }
-    let Some(parent) = parent_of(inv, gpu) else {
+    let Some(parent) = inv.own_parent(gpu) else {
         return Ok(None);
     };
     let types: Vec<GvtType> = parent

@@ -6,53 +6,13 @@
 
 use std::fmt;
 
-use mdev_types::model::{Gpu, Inventory, MdevParent};
+use mdev_types::model::{Gpu, MdevParent};
 use vgpu_host::Host;
 
 use super::common::{Slot, assign, unsupported};
 use super::{Backend, BackendError, BackendKind, Capabilities, Created, NewVgpu, SchedCaps};
 use crate::profile;
 use crate::sched::{PlanOptions, SchedPlan, SchedRefusal, SchedRequest, SchedState};
-
-/// The mdev parent of a GPU: the one at its PCI address, or the virtual parent of its name.
-pub(crate) fn parent_of<'a>(inv: &'a Inventory, gpu: &Gpu) -> Option<&'a MdevParent> {
-    inv.mdev_parents.iter().find(|p| match gpu.pci {
-        Some(a) => p.pci == Some(a),
-        None => p.name == gpu.id,
-    })
-}
-
-/// The mdev parents on the SR-IOV VFs of `gpu` seen as one parent of the GPU (NVIDIA classic vGPU on
-/// Ampere and later: every VF lists the same types and holds one vGPU): named and placed as the GPU,
-/// with the first VF's types, each holding the instances of every VF and the sum of their
-/// `available_instances`. `None` when the GPU's VFs are no mdev parents.
-pub(crate) fn vf_parents_of(inv: &Inventory, gpu: &Gpu) -> Option<MdevParent> {
-    if !Inventory::mdev_on_vfs(gpu) {
-        return None;
-    }
-    let parents = inv.gpu_parents(gpu);
-    let first = parents.iter().find(|p| !p.types.is_empty())?;
-    let mut merged = MdevParent {
-        name: gpu.id.clone(),
-        pci: gpu.pci,
-        driver: first.driver.clone(),
-        types: first.types.clone(),
-    };
-    for t in &mut merged.types {
-        let same = parents
-            .iter()
-            .flat_map(|p| &p.types)
-            .filter(|u| u.id == t.id);
-        t.instances = same
-            .clone()
-            .flat_map(|u| u.instances.iter().copied())
-            .collect();
-        t.available_instances = same
-            .map(|u| u.available_instances)
-            .fold(0, u32::saturating_add);
-    }
-    Some(merged)
-}
 
 /// The GPU and mdev parent a backend drives, as detection found them.
 #[derive(Debug, Clone)]

@@ -10,7 +10,7 @@ use mdev_types::parse::TypeDescription;
 use vgpu_host::Host;
 
 use super::common::{self, Slot};
-use super::mdev_parent::{MdevParentBackend, MdevParentBase, MdevVendor, parent_of, vf_parents_of};
+use super::mdev_parent::{MdevParentBackend, MdevParentBase, MdevVendor};
 use super::nvidia_sched::{self, NvGpu, NvSlotInfo};
 use super::{BackendError, BackendKind, DetectResult, SchedCaps};
 use crate::sched::{PlanOptions, SchedPlan, SchedRefusal, SchedRequest, SchedState};
@@ -35,8 +35,7 @@ pub(crate) fn detect(_host: &dyn Host, inv: &Inventory, gpu: &Gpu) -> DetectResu
         return Ok(None);
     };
     // On Ampere and later the VFs are the parents: they are driven as one parent of the GPU.
-    let merged = vf_parents_of(inv, gpu);
-    let Some(parent) = parent_of(inv, gpu).or(merged.as_ref()) else {
+    let Some(parent) = inv.gpu_mdev_parent(gpu) else {
         return Ok(None);
     };
     if !parent
@@ -46,10 +45,10 @@ pub(crate) fn detect(_host: &dyn Host, inv: &Inventory, gpu: &Gpu) -> DetectResu
     {
         return Ok(None);
     }
-    let vf_parents = merged.as_ref().map(|_| inv.gpu_parents(gpu).len());
+    let vf_parents = Inventory::mdev_on_vfs(gpu).then(|| inv.gpu_parents(gpu).len());
     Ok(Some(MdevParentBackend::boxed(
         gpu,
-        parent,
+        &parent,
         NvidiaMdev { pci, vf_parents },
     )))
 }

@@ -50,12 +50,12 @@ fn emptied(inv: &Inventory) -> Inventory {
             .collect();
         let on_vfs = Inventory::mdev_on_vfs(gpu);
         let held: Vec<MdevTypeId> = inv
-            .mdev_parents
-            .iter()
-            .filter(|p| names.contains(&p.name.as_str()))
-            .flat_map(|p| &p.types)
+            .gpu_mdev_parent(gpu)
+            .map(|p| p.types)
+            .unwrap_or_default()
+            .into_iter()
             .filter(|t| !t.instances.is_empty())
-            .map(|t| t.id.clone())
+            .map(|t| t.id)
             .collect();
         let homogeneous = gpu.vendor == Vendor::Nvidia && !held.is_empty();
         for (k, p) in (0u32..).zip(
@@ -99,11 +99,17 @@ pub fn host_offers(
     let mut out = Vec::new();
     for gpu in &inv.gpus {
         let parents = inv.gpu_parents(gpu);
-        let parent = parents.first().copied();
+        let parent = inv.gpu_mdev_parent(gpu);
         let pf = vf::sriov_pf(gpu, inv);
         if parent.is_none() && pf.is_none() {
             continue;
         }
+        // One vGPU per VF when the VFs are the parents.
+        let on_vfs = Inventory::mdev_on_vfs(gpu);
+        let slots = match on_vfs {
+            true => u32::try_from(parents.len()).unwrap_or(u32::MAX),
+            false => u32::MAX,
+        };
         let mut options: Vec<ProfileOffer> = reports
             .iter()
             .filter_map(|r| {
@@ -115,36 +121,15 @@ pub fn host_offers(
                         type_name,
                     } => {
                         parents.iter().find(|p| p.name == *on)?;
-                        let of_type: Vec<&MdevType> = parents
-                            .iter()
-                            .filter_map(|p| p.types.iter().find(|t| &t.id == type_id))
-                            .collect();
-                        let t = of_type.first()?;
-                        // One vGPU per VF when the VFs are the parents.
-                        let on_vfs = Inventory::mdev_on_vfs(gpu);
-                        let slots = match on_vfs {
-                            true => u32::try_from(parents.len()).unwrap_or(u32::MAX),
-                            false => u32::MAX,
-                        };
+                        let t = parent.as_ref()?.types.iter().find(|t| &t.id == type_id)?;
                         Some(ProfileOffer {
                             profile: r.profile.clone(),
                             backend: "mdev".to_string(),
                             type_id: type_id.to_string(),
                             type_name: type_name.clone(),
                             framebuffer_mib: best.framebuffer_mib,
-                            available: vf_capacity(
-                                t,
-                                of_type
-                                    .iter()
-                                    .map(|t| t.available_instances)
-                                    .fold(0, u32::saturating_add),
-                                of_type.iter().map(|t| t.instances.len()).sum(),
-                                on_vfs,
-                            ),
-                            in_use: of_type
-                                .iter()
-                                .map(|t| in_use(t))
-                                .fold(0, u32::saturating_add),
+                            available: vf_capacity(t, on_vfs),
+                            in_use: in_use(t),
                             max_instances: max_instances(t).min(slots),
                         })
                     }

@@ -207,13 +207,15 @@ impl Instances {
             .iter()
             .map(|g| {
                 // Each type's instances left, summed over the VFs when they are the parents.
-                let mut types: Vec<(MdevTypeId, u32)> = Vec::new();
-                for t in inv.gpu_parents(g).iter().flat_map(|p| &p.types) {
-                    match types.iter_mut().find(|(id, _)| *id == t.id) {
-                        Some((_, n)) => *n = n.saturating_add(t.available_instances),
-                        None => types.push((t.id.clone(), t.available_instances)),
-                    }
-                }
+                let types = inv
+                    .gpu_mdev_parent(g)
+                    .map(|p| {
+                        p.types
+                            .into_iter()
+                            .map(|t| (t.id, t.available_instances))
+                            .collect()
+                    })
+                    .unwrap_or_default();
                 GpuView {
                     id: g.id.clone(),
                     vendor: g.vendor.as_str().to_string(),

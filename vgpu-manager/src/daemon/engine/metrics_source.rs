@@ -130,23 +130,20 @@ fn gpu_rows(
         .map(|g| {
             let disc = inv.gpus.iter().find(|x| x.id == g.id);
             // The GPU's own parent, or its VFs' parents (one vGPU each), counted per type.
-            let parents = disc.map(|d| inv.gpu_parents(d)).unwrap_or_default();
-            let mut types: Vec<TypeRow> = Vec::new();
-            for t in parents.iter().flat_map(|p| &p.types) {
-                let created = u32::try_from(t.instances.len()).unwrap_or(u32::MAX);
-                match types.iter_mut().find(|r| r.id == t.id.as_str()) {
-                    Some(r) => {
-                        r.available = r.available.saturating_add(t.available_instances);
-                        r.created = r.created.saturating_add(created);
-                    }
-                    None => types.push(TypeRow {
-                        id: t.id.to_string(),
-                        name: t.name.clone().unwrap_or_default(),
-                        available: t.available_instances,
-                        created,
-                    }),
-                }
-            }
+            let types: Vec<TypeRow> = disc
+                .and_then(|d| inv.gpu_mdev_parent(d))
+                .map(|p| {
+                    p.types
+                        .into_iter()
+                        .map(|t| TypeRow {
+                            id: t.id.to_string(),
+                            name: t.name.unwrap_or_default(),
+                            available: t.available_instances,
+                            created: u32::try_from(t.instances.len()).unwrap_or(u32::MAX),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
             let backend = backends
                 .iter()
                 .find(|d| d.gpu == g.id)

@@ -54,67 +54,41 @@ fn describe(t: &MdevType) -> Described {
     }
 }
 
-/// How many more instances of type `t` a GPU takes when `available` is the sum of its parents'
-/// `available_instances` and `existing` instances of the type exist. On one parent that sum is the
-/// answer. When the GPU's VFs are its parents (`on_vfs`), each free VF shows one instance as long as
-/// the type still fits, however few fit in all, so the sum is capped by NVIDIA's per-GPU
-/// `max_instance` less the instances that exist (the homogeneous rule keeps them all of this type).
-pub(crate) fn vf_capacity(t: &MdevType, available: u32, existing: usize, on_vfs: bool) -> u32 {
+/// How many more instances of type `t` of a GPU's parent (`Inventory::gpu_mdev_parent`) the GPU
+/// takes. On a parent of its own that is the type's `available_instances`. When the GPU's VFs are its
+/// parents (`on_vfs`), each free VF shows one instance as long as the type still fits, however few fit
+/// in all, so their sum is capped by NVIDIA's per-GPU `max_instance` less the instances that exist
+/// (the homogeneous rule keeps them all of this type).
+pub(crate) fn vf_capacity(t: &MdevType, on_vfs: bool) -> u32 {
     match &t.details {
         TypeDescription::Nvidia(d) if on_vfs => {
-            let existing = u32::try_from(existing).unwrap_or(u32::MAX);
-            available.min(d.max_instance.saturating_sub(existing))
+            let existing = u32::try_from(t.instances.len()).unwrap_or(u32::MAX);
+            t.available_instances
+                .min(d.max_instance.saturating_sub(existing))
         }
-        _ => available,
+        _ => t.available_instances,
     }
 }
 
-/// The options of a GPU's mdev parents, one per type: the parent on the GPU itself, or the parents
-/// on its SR-IOV VFs (NVIDIA classic vGPU on Ampere and later: every VF lists the same types and holds
-/// one vGPU, so a type's capacity is the number of VFs that can still take it, and its target is the
-/// first of them).
+/// The options of a GPU's mdev parent (`Inventory::gpu_mdev_parent`: its own, or its SR-IOV VFs'
+/// seen as one), one per type. `target` names the parent a type's instance goes to: the parent
+/// itself, or the first VF that can still take the type.
 pub(super) fn mdev_candidates(
     vendor: Vendor,
-    parents: &[&MdevParent],
+    parent: &MdevParent,
     on_vfs: bool,
+    target: &dyn Fn(&MdevTypeId) -> String,
 ) -> Vec<Candidate> {
-    let Some(first) = parents.iter().find(|p| !p.types.is_empty()) else {
-        return Vec::new();
-    };
-    let all_types = || parents.iter().flat_map(|p| p.types.iter());
-    let existing = |id: &MdevTypeId| -> usize {
-        all_types()
-            .filter(|t| &t.id == id)
-            .map(|t| t.instances.len())
-            .sum()
-    };
-    let with_instances: Vec<&MdevTypeId> = first
+    let with_instances: Vec<&MdevType> = parent
         .types
         .iter()
-        .map(|t| &t.id)
-        .filter(|id| existing(id) > 0)
+        .filter(|t| !t.instances.is_empty())
         .collect();
-    first
+    parent
         .types
         .iter()
         .map(|t| {
-            let available = vf_capacity(
-                t,
-                all_types()
-                    .filter(|u| u.id == t.id)
-                    .map(|u| u.available_instances)
-                    .fold(0, u32::saturating_add),
-                existing(&t.id),
-                on_vfs,
-            );
-            let parent = parents
-                .iter()
-                .find(|p| {
-                    p.types
-                        .iter()
-                        .any(|u| u.id == t.id && u.available_instances > 0)
-                })
-                .unwrap_or(first);
+            let available = vf_capacity(t, on_vfs);
             let (fb, heads, res, why) = describe(t);
             let series = t
                 .name
@@ -124,26 +98,27 @@ pub(super) fn mdev_candidates(
                 .map(|n| n.series);
             let mut blockers = Vec::new();
             if available == 0 {
-                let of_type = existing(&t.id);
                 let others: Vec<String> = with_instances
                     .iter()
-                    .filter(|o| **o != &t.id)
-                    .map(|o| o.to_string())
+                    .filter(|o| o.id != t.id)
+                    .map(|o| o.id.to_string())
                     .collect();
                 // NVIDIA time-sliced vGPUs on one GPU must all be of one type (NVIDIA vGPU User
                 // Guide, "Homogeneous vGPUs"), so other types show 0 available once one exists.
-                if vendor == Vendor::Nvidia && of_type == 0 && !others.is_empty() {
+                if vendor == Vendor::Nvidia && t.instances.is_empty() && !others.is_empty() {
                     blockers.push(Reason::Homogeneous {
                         existing_types: others,
                     });
                 } else {
-                    blockers.push(Reason::NoInstances { existing: of_type });
+                    blockers.push(Reason::NoInstances {
+                        existing: t.instances.len(),
+                    });
                 }
             }
             Candidate {
                 option: MatchOption {
                     target: ProfileTarget::Mdev {
-                        parent: parent.name.clone(),
+                        parent: target(&t.id),
                         type_id: t.id.clone(),
                         type_name: t.name.clone(),
                     },

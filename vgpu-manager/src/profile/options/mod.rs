@@ -185,11 +185,27 @@ pub(super) fn offers(gpu: &Gpu, inv: &Inventory, allowed: &[Delivery], need_mib:
                     }],
                 });
             }
-            out.candidates.extend(mdev_candidates(
-                gpu.vendor,
-                &parents,
-                Inventory::mdev_on_vfs(gpu),
-            ));
+            // An instance goes to the parent itself, or to the first VF that can take its type.
+            let target = |id: &MdevTypeId| {
+                parents
+                    .iter()
+                    .find(|p| {
+                        p.types
+                            .iter()
+                            .any(|t| &t.id == id && t.available_instances > 0)
+                    })
+                    .unwrap_or(&parent)
+                    .name
+                    .clone()
+            };
+            if let Some(merged) = inv.gpu_mdev_parent(gpu) {
+                out.candidates.extend(mdev_candidates(
+                    gpu.vendor,
+                    &merged,
+                    Inventory::mdev_on_vfs(gpu),
+                    &target,
+                ));
+            }
         }
     }
     // VFs that are mdev parents offer their types above, not a VF interface of their own.
