@@ -405,6 +405,23 @@ fn the_unit_is_dbus_activated_under_the_daemons_bus_name() {
         get(&unit, "Service", "ExecStart")
             .is_some_and(|e| e.contains("--pools-dir /etc/vgpu-manager/pools.d"))
     );
+    // The private socket where vgpuctl looks by default, in the runtime directory systemd makes
+    // writable under ProtectSystem=strict.
+    let private = vgpu_client::private::PRIVATE_SOCKET;
+    assert!(
+        get(&unit, "Service", "ExecStart")
+            .is_some_and(|e| e.contains(&format!("--private-socket {private}")))
+    );
+    assert_eq!(
+        Some(
+            format!(
+                "/run/{}/private",
+                get(&unit, "Service", "RuntimeDirectory").unwrap()
+            )
+            .as_str()
+        ),
+        Some(private)
+    );
     // Started before libvirt's daemons (monolithic and modular), ordering only.
     let before: Vec<&str> = get(&unit, "Unit", "Before")
         .unwrap()

@@ -126,6 +126,25 @@ impl Client {
         Client::with_connection(conn, bus).await
     }
 
+    /// Connects for Manager1's method calls alone, by the shortest way this process may take: vgpud's
+    /// private socket when there is one it may use ([`crate::private`]: root or vgpud's own user,
+    /// the system bus or [`crate::private::PRIVATE_SOCKET_ENV`]), else `bus` as
+    /// [`Client::connect_unchecked`]. A private socket that refuses the connection (a vgpud that
+    /// stopped and left it) is passed over for the bus. Signals, and the per-instance and per-GPU
+    /// objects, are not served on the private socket: clients of those use [`Client::connect`].
+    pub async fn connect_for_calls(bus: &BusAddress) -> Result<Self, ClientError> {
+        let env = std::env::var_os(crate::private::PRIVATE_SOCKET_ENV);
+        if let Some(path) = crate::private::private_socket_path(bus, env.as_deref())
+            && crate::private::may_use(&path, nix::unistd::geteuid().as_raw())
+        {
+            // On failure the bus still answers (and names the problem if vgpud is not running).
+            if let Ok(conn) = crate::private::connect_private(&path).await {
+                return Client::with_connection(conn, &BusAddress::Private(path)).await;
+            }
+        }
+        Client::connect_unchecked(bus).await
+    }
+
     /// A client over an existing connection to `bus` (one that also serves objects, say).
     pub async fn with_connection(conn: Connection, bus: &BusAddress) -> Result<Self, ClientError> {
         let bus_name = bus.to_string();
@@ -190,6 +209,15 @@ impl Client {
     /// The mdev attributes (name, value) of instance `uuid`'s definition, in write order (its
     /// `Attributes` property); none for a transient or foreign instance.
     pub async fn instance_attrs(&self, uuid: &str) -> Result<Vec<(String, String)>, ClientError> {
+        if let BusAddress::Private(_) = self.bus {
+            // No Instance1 objects there: vgpud's own definitions carry the same attributes.
+            let defs = self.list_definitions().await?;
+            return Ok(defs
+                .into_iter()
+                .find(|d| d.uuid.eq_ignore_ascii_case(uuid) && d.owner != "foreign")
+                .map(|d| d.attrs)
+                .unwrap_or_default());
+        }
         let proxy = self.instance(uuid).await?;
         self.call("Get(Attributes)", proxy.attributes()).await
     }

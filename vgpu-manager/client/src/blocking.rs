@@ -113,6 +113,12 @@ impl Client {
         Client::open(bus, crate::Client::connect_unchecked(bus))
     }
 
+    /// Connects for Manager1's method calls by the shortest way open to this process (see
+    /// [`crate::Client::connect_for_calls`]): vgpud's private socket, else `bus`.
+    pub fn connect_for_calls(bus: &BusAddress) -> Result<Self, ClientError> {
+        Client::open(bus, crate::Client::connect_for_calls(bus))
+    }
+
     /// Makes the runtime and connects on it with `connect`.
     fn open(
         bus: &BusAddress,

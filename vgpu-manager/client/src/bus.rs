@@ -1,7 +1,9 @@
 //! Which bus to talk on: `system` (the default), `session`, or a D-Bus address such as
-//! `unix:path=/run/vgpu/bus.sock` (the embedded bus of `vgpud --listen`).
+//! `unix:path=/run/vgpu/bus.sock` (the embedded bus of `vgpud --listen`); or, for Manager1's
+//! methods alone, vgpud's private socket ([`crate::private`]).
 
 use std::fmt;
+use std::path::PathBuf;
 use std::str::FromStr;
 
 use zbus::{Address, Connection, connection};
@@ -17,6 +19,9 @@ pub enum BusAddress {
     Session,
     /// An explicit D-Bus address.
     Address(String),
+    /// vgpud's private socket at this path: a peer-to-peer connection to vgpud itself, serving
+    /// Manager1's methods and properties only (no signals, no other objects; [`crate::private`]).
+    Private(PathBuf),
 }
 
 impl FromStr for BusAddress {
@@ -43,6 +48,7 @@ impl fmt::Display for BusAddress {
             BusAddress::System => f.write_str("the system bus"),
             BusAddress::Session => f.write_str("the session bus"),
             BusAddress::Address(a) => write!(f, "bus {a}"),
+            BusAddress::Private(p) => write!(f, "vgpud's private socket {}", p.display()),
         }
     }
 }
@@ -54,8 +60,26 @@ impl BusAddress {
             BusAddress::System => connection::Builder::system(),
             BusAddress::Session => connection::Builder::session(),
             BusAddress::Address(a) => connection::Builder::address(a.as_str()),
+            BusAddress::Private(p) => {
+                connection::Builder::address(format!("unix:path={}", escape_path(p)).as_str()).p2p()
+            }
         }
     }
+}
+
+/// `path` as the value of a D-Bus address key: bytes outside the optionally-escaped set
+/// `[-0-9A-Za-z_/.*]` as `%XX` (D-Bus specification, "Server Addresses"; escaping any byte is allowed).
+fn escape_path(path: &std::path::Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let mut out = String::new();
+    for &b in path.as_os_str().as_bytes() {
+        if b.is_ascii_alphanumeric() || b"-_/.*".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02x}"));
+        }
+    }
+    out
 }
 
 /// Connects to `bus`. Must run inside a Tokio runtime.
@@ -116,6 +140,10 @@ mod tests {
         assert_eq!(
             "unix:path=/tmp/x.sock".parse::<BusAddress>().ok(),
             Some(BusAddress::Address("unix:path=/tmp/x.sock".into()))
+        );
+        assert_eq!(
+            escape_path(std::path::Path::new("/run/a b/p%q")),
+            "/run/a%20b/p%25q"
         );
         let err = "/tmp/x.sock".parse::<BusAddress>().unwrap_err().to_string();
         assert!(

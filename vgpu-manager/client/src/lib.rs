@@ -55,6 +55,7 @@ mod handoff;
 pub mod offers;
 mod paths;
 pub mod pools;
+pub mod private;
 pub mod proxy;
 pub mod sched;
 pub mod wire;

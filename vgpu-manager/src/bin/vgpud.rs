@@ -70,6 +70,12 @@ struct Args {
     /// network, which vgpud logs at start.
     #[arg(long, value_name = "ADDR:PORT")]
     metrics_listen: Option<std::net::SocketAddr>,
+    /// Also serve Manager1's methods on a private socket at PATH (mode 0600), for root and vgpud's
+    /// own user only: `vgpuctl` run by them calls through it, skipping the bus broker (the shipped
+    /// unit uses /run/vgpu-manager/private, where vgpuctl looks by default; docs/security.md). Off
+    /// unless given.
+    #[arg(long, value_name = "PATH")]
+    private_socket: Option<PathBuf>,
 }
 
 impl Args {
@@ -121,6 +127,8 @@ enum DaemonError {
     Join(String),
     #[error(transparent)]
     Metrics(#[from] metrics::http::HttpError),
+    #[error(transparent)]
+    PrivateSocket(#[from] dbus::private_socket::PrivateSocketError),
 }
 
 fn main() -> ExitCode {
@@ -361,6 +369,10 @@ async fn run(args: Args) -> Result<(), DaemonError> {
     // Exclusively: not replaceable, not queued, never taken from another owner.
     let mut name = bus_name::own(&conn, SERVICE, &bus.to_string()).await?;
     info!(name = SERVICE, "ready on {bus}");
+    let private = match &args.private_socket {
+        Some(path) => Some(service.listen_private(path)?),
+        None => None,
+    };
     let metrics_listener = match args.metrics_listen {
         Some(addr) => Some(serve_metrics(&core, addr).await?),
         None => None,
@@ -410,6 +422,7 @@ async fn run(args: Args) -> Result<(), DaemonError> {
     if let Some(l) = metrics_listener {
         l.abort();
     }
+    drop(private);
     drop(service);
     drop(conn);
     drop(embedded);

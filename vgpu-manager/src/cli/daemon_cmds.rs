@@ -137,7 +137,8 @@ pub fn run(cmd: &DaemonCommand, bus: &BusArgs, out: &mut dyn Write) -> Result<()
     let bus: BusAddress = bus.bus.parse()?;
     let rt = vgpu_client::runtime()?;
     rt.block_on(async {
-        let client = Client::connect_unchecked(&bus).await?;
+        // Manager1's methods are all a daemon command calls: vgpud's private socket serves them.
+        let client = Client::connect_for_calls(&bus).await?;
         dispatch(&client, cmd, out).await
     })
 }

@@ -317,7 +317,7 @@ pub fn run(
         return print_types(&parents, *dumpjson, out);
     }
     let bus: BusAddress = bus.bus.parse()?;
-    let result = blocking::Client::connect_unchecked(&bus)
+    let result = blocking::Client::connect_for_calls(&bus)
         .map_err(CliError::from)
         .and_then(|mut daemon| run_with_callouts(cmd, &mut daemon, &mut host_callouts(host), out));
     match (cmd, result) {

@@ -50,7 +50,8 @@ trait Authority {
 /// The identity of a caller, as the bus reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Caller {
-    /// The caller's unique bus name (`:1.42`).
+    /// The caller's unique bus name (`:1.42`), or `private#N` for the N-th connection of vgpud's
+    /// private socket.
     pub bus_name: String,
     /// Its uid.
     pub uid: u32,
@@ -68,7 +69,12 @@ impl fmt::Display for Caller {
         if let Some(u) = &self.user {
             write!(f, " ({u})")?;
         }
-        write!(f, " on bus name {}", self.bus_name)?;
+        if self.bus_name.starts_with(':') {
+            write!(f, " on bus name {}", self.bus_name)?;
+        } else {
+            // A connection of vgpud's private socket (`private#N`).
+            write!(f, " on {}", self.bus_name)?;
+        }
         if let Some(p) = self.pid {
             write!(f, ", pid {p}")?;
         }

@@ -22,6 +22,8 @@ use vgpu_client::{
 /// The manager object.
 pub(super) struct Manager {
     pub(super) shared: Arc<Shared>,
+    /// Where this manager's calls come from: the bus, or one connection of the private socket.
+    pub(super) origin: super::Origin,
 }
 
 fn invalid(msg: String) -> ApiError {
@@ -134,6 +136,20 @@ fn attrs_option(a: &zbus::Array<'_>) -> Result<Vec<MdevAttr>, RequestError> {
 }
 
 impl Manager {
+    /// Runs `cmd` for the caller of `hdr`, as this manager's origin identifies it
+    /// ([`Shared::run_from`](super::Shared)).
+    async fn run<C: Command>(
+        &self,
+        conn: &Connection,
+        hdr: &Header<'_>,
+        cmd: C,
+    ) -> Result<C::Reply, ApiError>
+    where
+        dyn super::Executor: Handle<C>,
+    {
+        self.shared.run_from(&self.origin, conn, hdr, cmd).await
+    }
+
     /// The cached instance list, if it is current for generation `g`.
     fn cached_list(&self, g: u64) -> Option<Arc<Vec<InstanceInfo>>> {
         match &*self.list_cache() {
@@ -167,7 +183,7 @@ impl Manager {
         #[zbus(header)] hdr: Header<'_>,
         #[zbus(connection)] conn: &Connection,
     ) -> Result<Vec<GpuInfo>, ApiError> {
-        let gpus = self.shared.run(conn, &hdr, ListGpus).await?;
+        let gpus = self.run(conn, &hdr, ListGpus).await?;
         Ok(gpus.iter().map(super::gpu::info).collect())
     }
 
@@ -190,7 +206,7 @@ impl Manager {
         {
             return Ok(list);
         }
-        let views = self.shared.run(conn, &hdr, ListInstances).await?;
+        let views = self.run(conn, &hdr, ListInstances).await?;
         let list = Arc::new(views.iter().map(super::instance::info).collect::<Vec<_>>());
         if let Some(g) = generation {
             // Read after generation `g`: at least as new as `g` (see `Core::views_generation`).
@@ -208,7 +224,7 @@ impl Manager {
         #[zbus(connection)] conn: &Connection,
     ) -> Result<(InstanceInfo,), ApiError> {
         let uuid = parse_uuid(uuid)?;
-        let v = self.shared.run(conn, &hdr, GetInstance { uuid }).await?;
+        let v = self.run(conn, &hdr, GetInstance { uuid }).await?;
         Ok((super::instance::info(&v),))
     }
 
@@ -222,7 +238,7 @@ impl Manager {
         #[zbus(header)] hdr: Header<'_>,
         #[zbus(connection)] conn: &Connection,
     ) -> Result<Vec<DefinitionInfo>, ApiError> {
-        let defs = self.shared.run(conn, &hdr, ListDefinitions).await?;
+        let defs = self.run(conn, &hdr, ListDefinitions).await?;
         Ok(defs
             .into_iter()
             .map(|d| DefinitionInfo {
@@ -247,7 +263,7 @@ impl Manager {
         #[zbus(header)] hdr: Header<'_>,
         #[zbus(connection)] conn: &Connection,
     ) -> Result<Vec<FaultInfo>, ApiError> {
-        let faults = self.shared.run(conn, &hdr, ListFaults).await?;
+        let faults = self.run(conn, &hdr, ListFaults).await?;
         Ok(faults.iter().map(super::faults::info).collect())
     }
 
@@ -268,7 +284,6 @@ impl Manager {
         limits::check_text(ClientText::Gpu, parent).map_err(CoreError::from)?;
         let parent = parent.to_string();
         let v = self
-            .shared
             .run(conn, &hdr, AdoptDefinition { parent, uuid })
             .await?;
         Ok(instance_path(&v.uuid.to_string()))
@@ -297,7 +312,7 @@ impl Manager {
             autostart,
             attrs,
         };
-        self.shared.run(conn, &hdr, change).await?;
+        self.run(conn, &hdr, change).await?;
         Ok(())
     }
 
@@ -319,7 +334,7 @@ impl Manager {
         #[zbus(connection)] conn: &Connection,
     ) -> Result<OwnedObjectPath, ApiError> {
         let req = parse_request("Create", target_kind, target, gpu, uuid, &options)?;
-        let v = self.shared.run(conn, &hdr, CreateInstance(req)).await?;
+        let v = self.run(conn, &hdr, CreateInstance(req)).await?;
         Ok(instance_path(&v.uuid.to_string()))
     }
 
@@ -339,7 +354,7 @@ impl Manager {
         #[zbus(connection)] conn: &Connection,
     ) -> Result<OwnedObjectPath, ApiError> {
         let req = parse_request("Define", target_kind, target, gpu, uuid, &options)?;
-        let v = self.shared.run(conn, &hdr, DefineInstance(req)).await?;
+        let v = self.run(conn, &hdr, DefineInstance(req)).await?;
         Ok(instance_path(&v.uuid.to_string()))
     }
 
@@ -351,9 +366,7 @@ impl Manager {
         #[zbus(connection)] conn: &Connection,
     ) -> Result<(), ApiError> {
         let uuid = parse_uuid(uuid)?;
-        self.shared
-            .run(conn, &hdr, DestroyInstance { uuid })
-            .await?;
+        self.run(conn, &hdr, DestroyInstance { uuid }).await?;
         Ok(())
     }
 
@@ -365,7 +378,7 @@ impl Manager {
         #[zbus(connection)] conn: &Connection,
     ) -> Result<(), ApiError> {
         let uuid = parse_uuid(uuid)?;
-        self.shared.run(conn, &hdr, StartInstance { uuid }).await?;
+        self.run(conn, &hdr, StartInstance { uuid }).await?;
         Ok(())
     }
 
@@ -377,7 +390,7 @@ impl Manager {
         #[zbus(connection)] conn: &Connection,
     ) -> Result<(), ApiError> {
         let uuid = parse_uuid(uuid)?;
-        self.shared.run(conn, &hdr, StopInstance { uuid }).await?;
+        self.run(conn, &hdr, StopInstance { uuid }).await?;
         Ok(())
     }
 
@@ -389,9 +402,7 @@ impl Manager {
         #[zbus(connection)] conn: &Connection,
     ) -> Result<(), ApiError> {
         let uuid = parse_uuid(uuid)?;
-        self.shared
-            .run(conn, &hdr, UndefineInstance { uuid })
-            .await?;
+        self.run(conn, &hdr, UndefineInstance { uuid }).await?;
         Ok(())
     }
 
@@ -411,7 +422,7 @@ impl Manager {
         #[zbus(connection)] conn: &Connection,
     ) -> Result<String, ApiError> {
         let req = super::migration::parse_prepare(fingerprint, &options)?;
-        let v = self.shared.run(conn, &hdr, req).await?;
+        let v = self.run(conn, &hdr, req).await?;
         json_text(&super::migration::IncomingJson::from(&v))
     }
 
@@ -423,7 +434,7 @@ impl Manager {
         #[zbus(connection)] conn: &Connection,
     ) -> Result<(), ApiError> {
         let uuid = parse_uuid(uuid)?;
-        self.shared.run(conn, &hdr, AbortIncoming { uuid }).await
+        self.run(conn, &hdr, AbortIncoming { uuid }).await
     }
 
     /// Turns an incoming migration target into an ordinary instance (the migration succeeded).
@@ -434,7 +445,7 @@ impl Manager {
         #[zbus(connection)] conn: &Connection,
     ) -> Result<(), ApiError> {
         let uuid = parse_uuid(uuid)?;
-        self.shared.run(conn, &hdr, CompleteIncoming { uuid }).await
+        self.run(conn, &hdr, CompleteIncoming { uuid }).await
     }
 
     /// Sets whether a definition starts automatically.
@@ -446,8 +457,7 @@ impl Manager {
         #[zbus(connection)] conn: &Connection,
     ) -> Result<(), ApiError> {
         let uuid = parse_uuid(uuid)?;
-        self.shared
-            .run(conn, &hdr, SetAutostart { uuid, autostart })
+        self.run(conn, &hdr, SetAutostart { uuid, autostart })
             .await?;
         Ok(())
     }
@@ -458,7 +468,7 @@ impl Manager {
         #[zbus(header)] hdr: Header<'_>,
         #[zbus(connection)] conn: &Connection,
     ) -> Result<(), ApiError> {
-        self.shared.run(conn, &hdr, Reconcile).await?;
+        self.run(conn, &hdr, Reconcile).await?;
         self.shared.mirror.refresh_gpus();
         Ok(())
     }
@@ -473,7 +483,7 @@ impl Manager {
         #[zbus(connection)] conn: &Connection,
     ) -> Result<String, ApiError> {
         let cmd = pools::plan_command(pool_toml)?;
-        json_text(&self.shared.run(conn, &hdr, cmd).await?)
+        json_text(&self.run(conn, &hdr, cmd).await?)
     }
 
     /// Makes the host match a pool: each slot an instance with its stable UUID, defined and running.
@@ -488,7 +498,7 @@ impl Manager {
         #[zbus(connection)] conn: &Connection,
     ) -> Result<String, ApiError> {
         let cmd = pools::apply_command(pool_toml)?;
-        json_text(&self.shared.run(conn, &hdr, cmd).await?)
+        json_text(&self.run(conn, &hdr, cmd).await?)
     }
 
     /// Removes a pool: each of its slots is given back (mdev instances destroyed, VFs released) and
@@ -504,7 +514,7 @@ impl Manager {
         let cmd = RemovePool {
             name: name.to_string(),
         };
-        json_text(&self.shared.run(conn, &hdr, cmd).await?)
+        json_text(&self.run(conn, &hdr, cmd).await?)
     }
 
     /// The pools applied through vgpud and their slots, as a JSON array.
@@ -514,7 +524,7 @@ impl Manager {
         #[zbus(header)] hdr: Header<'_>,
         #[zbus(connection)] conn: &Connection,
     ) -> Result<String, ApiError> {
-        json_text(&self.shared.run(conn, &hdr, GetPoolStatus).await?)
+        json_text(&self.run(conn, &hdr, GetPoolStatus).await?)
     }
 
     /// What each GPU can give each profile of the catalog when it has room, with its occupancy now,
@@ -525,7 +535,7 @@ impl Manager {
         #[zbus(header)] hdr: Header<'_>,
         #[zbus(connection)] conn: &Connection,
     ) -> Result<String, ApiError> {
-        json_text(&self.shared.run(conn, &hdr, ListOffers).await?)
+        json_text(&self.run(conn, &hdr, ListOffers).await?)
     }
 
     /// Every metric family vgpud exports (docs/metrics.md), as `vgpud --metrics-listen` serves them at
@@ -546,7 +556,7 @@ impl Manager {
                     ApiError::invalid(e.to_string())
                 })?,
         };
-        self.shared.run(conn, &hdr, GetMetrics { format }).await
+        self.run(conn, &hdr, GetMetrics { format }).await
     }
 
     /// A GPU's time-slice scheduling plan as JSON. requests: a JSON array of {"weight": W, "slot"?,
@@ -564,7 +574,7 @@ impl Manager {
             gpu: pools::sched_gpu(gpu)?,
             requests,
         };
-        json_text(&self.shared.run(conn, &hdr, cmd).await?)
+        json_text(&self.run(conn, &hdr, cmd).await?)
     }
 
     /// Plans as PlanScheduling and programs the plan (refused when it cannot be honoured); returns a
@@ -582,7 +592,7 @@ impl Manager {
             gpu: pools::sched_gpu(gpu)?,
             requests,
         };
-        json_text(&self.shared.run(conn, &hdr, cmd).await?)
+        json_text(&self.run(conn, &hdr, cmd).await?)
     }
 
     /// The daemon's version.

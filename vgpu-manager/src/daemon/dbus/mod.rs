@@ -26,6 +26,7 @@ mod migration;
 mod mirror;
 mod object_manager;
 mod pools;
+pub mod private_socket;
 mod strict;
 
 use std::sync::Arc;
@@ -135,6 +136,16 @@ impl From<QueryError> for ApiError {
     }
 }
 
+/// Where a call came from.
+#[derive(Debug, Clone)]
+enum Origin {
+    /// The bus: the caller is its sender, identified through the bus.
+    Bus,
+    /// A connection on vgpud's private socket, identified by its peer credentials
+    /// ([`private_socket`]).
+    Private(Arc<private_socket::PrivatePeer>),
+}
+
 /// State shared by the method handlers.
 struct Shared {
     exec: Arc<dyn Executor>,
@@ -164,6 +175,22 @@ impl Shared {
     where
         dyn Executor: Handle<C>,
     {
+        self.run_from(&Origin::Bus, conn, hdr, cmd).await
+    }
+
+    /// [`Shared::run`] for a call that came from `origin`: a call on the private socket is admitted
+    /// as its privileged peer's own share and authorized by the peer's credentials, with no bus to
+    /// ask.
+    async fn run_from<C: Command>(
+        &self,
+        origin: &Origin,
+        conn: &Connection,
+        hdr: &Header<'_>,
+        cmd: C,
+    ) -> Result<C::Reply, ApiError>
+    where
+        dyn Executor: Handle<C>,
+    {
         let method = hdr.member().map(|m| m.as_str()).unwrap_or("(no member)");
         // No method takes a file descriptor, and those a call brings stay in vgpud's table until
         // the call is answered: refused before admission, such a call never waits holding them.
@@ -172,10 +199,20 @@ impl Shared {
                 "{method} takes no file descriptors, and the call carried {n}: send it without any"
             )));
         }
-        let ticket = admit_call(&self.auth, &self.admission, conn, hdr, method).await?;
+        let ticket = match origin {
+            Origin::Bus => admit_call(&self.auth, &self.admission, conn, hdr, method).await?,
+            Origin::Private(peer) => {
+                self.admission
+                    .admit(Some(&peer.name), admission::Principal::Privileged, method)?
+            }
+        };
         let access = C::ACCESS;
         if access.needs_authorization() {
-            let caller = self.auth.authorize_change(conn, hdr).await?;
+            let caller = match origin {
+                Origin::Bus => self.auth.authorize_change(conn, hdr).await?,
+                // Only root and vgpud's own user get a connection there (checked on accept).
+                Origin::Private(peer) => peer.caller.clone(),
+            };
             // Bounded: a request carries client text (labels, pool and scheduling texts).
             let command = limits::clip_debug(&cmd, limits::LOG_REQUEST_BYTES);
             tracing::info!(%caller, %command, "request");
@@ -298,13 +335,31 @@ pub enum ServeError {
 }
 
 /// The served objects; dropping it stops keeping them in step with the core.
-#[derive(Debug)]
 pub struct Service {
     tasks: Vec<tokio::task::JoinHandle<()>>,
     mirror: mirror::MirrorHandle,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Service {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Service")
+            .field("tasks", &self.tasks.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Service {
+    /// Serves Manager1 also on a private socket at `path`, for root and vgpud's own user
+    /// ([`private_socket`]); it listens until the returned handle is dropped. Must run inside the
+    /// Tokio runtime.
+    pub fn listen_private(
+        &self,
+        path: &std::path::Path,
+    ) -> Result<private_socket::PrivateSocket, private_socket::PrivateSocketError> {
+        private_socket::listen(path, Arc::clone(&self.shared))
+    }
+
     /// A handle to tell the service that GPUs may have changed without any instance changing (a
     /// driver loaded, a parent registered): their objects are then re-read. Usable from any thread.
     pub fn gpu_refresher(&self) -> GpuRefresher {
@@ -424,11 +479,15 @@ async fn serve_objects(
         served,
         instance_list: std::sync::Mutex::new(None),
     });
-    let manager = strict::Strict::wrap(manager::Manager { shared });
+    let manager = strict::Strict::wrap(manager::Manager {
+        shared: Arc::clone(&shared),
+        origin: Origin::Bus,
+    });
     introspection.learn(&manager);
     server.at(MANAGER_PATH, manager).await?;
     Ok(Service {
         tasks,
         mirror: handle,
+        shared,
     })
 }
