@@ -204,8 +204,14 @@ fn real_mdevctl(dir: &Path) -> Result<PathBuf, TestError> {
 /// Samples of one operation, by who did it.
 #[derive(Default)]
 struct Op {
+    /// vgpuctl on the bus.
     ours: Vec<Duration>,
+    /// The mdevctl front end on the bus.
     front_end: Vec<Duration>,
+    /// vgpuctl through vgpud's private socket.
+    ours_private: Vec<Duration>,
+    /// The mdevctl front end through vgpud's private socket.
+    front_end_private: Vec<Duration>,
     mdevctl: Vec<Duration>,
     raw: Vec<Duration>,
 }
@@ -214,8 +220,50 @@ struct Op {
 struct Row<'a> {
     name: &'a str,
     op: &'a Op,
-    /// The floor's parts other than the sysfs write.
+    /// The floor's parts other than the sysfs write: start-up, a fresh bus connection, one round
+    /// trip on the bus.
     base_floor: Duration,
+    /// The same through the private socket: start-up, a fresh connection there, one round trip
+    /// there.
+    private_floor: Duration,
+}
+
+/// The private socket's line of a row: vgpuctl and the front end through it, against both floors
+/// and mdevctl.
+fn print_private_row(r: &Row<'_>) {
+    let p = |v: &[Duration]| (!v.is_empty()).then(|| percentile(v, 50));
+    let raw = p(&r.op.raw).unwrap_or_default();
+    let (bus_floor, own_floor) = (r.base_floor + raw, r.private_floor + raw);
+    let mut line = format!("bench:   {:<9}", "");
+    let mark = |q: f64, limit: f64| if q <= limit { "" } else { " ABOVE" };
+    if let Some(o) = p(&r.op.ours_private) {
+        let q = ratio(o, bus_floor);
+        line += &format!(
+            " private socket: vgpuctl {:>9} ({q:.2}x floor{}, {:.2}x the private socket's own floor {})",
+            ms(o),
+            mark(q, TARGET_FLOOR),
+            ratio(o, own_floor),
+            ms(own_floor)
+        );
+        if let Some(m) = p(&r.op.mdevctl) {
+            let q = ratio(o, m);
+            line += &format!(" (vgpuctl/mdevctl {q:.2}x{})", mark(q, 1.0));
+        }
+    }
+    if let Some(f) = p(&r.op.front_end_private) {
+        let q = ratio(f, bus_floor);
+        line += &format!(
+            "  front end {:>9} ({q:.2}x floor{}",
+            ms(f),
+            mark(q, TARGET_FLOOR)
+        );
+        if let Some(m) = p(&r.op.mdevctl) {
+            let q = ratio(f, m);
+            line += &format!(", front end/mdevctl {q:.2}x{}", mark(q, 1.0));
+        }
+        line += ")";
+    }
+    println!("{line}");
 }
 
 fn print_row(r: &Row<'_>) {
@@ -254,6 +302,46 @@ fn print_row(r: &Row<'_>) {
     println!("{line}");
 }
 
+/// A fresh connection to vgpud's private socket at `path` (authentication, no `Hello`), timed, then
+/// dropped.
+fn fresh_private_connection(
+    rt: &tokio::runtime::Runtime,
+    path: &Path,
+) -> Result<Duration, TestError> {
+    let t = Instant::now();
+    let conn = rt
+        .block_on(vgpu_client::private::connect_private(path))
+        .map_err(|e| TestError::Check(format!("cannot connect to {}: {e}", path.display())))?;
+    let took = t.elapsed();
+    drop(conn);
+    Ok(took)
+}
+
+/// One `Peer.Ping` of vgpud over `conn`, timed.
+fn ping_on(rt: &tokio::runtime::Runtime, conn: &zbus::Connection) -> Result<Duration, TestError> {
+    let t = Instant::now();
+    rt.block_on(async {
+        let peer = zbus::fdo::PeerProxy::builder(conn)
+            .path(vgpu_client::MANAGER_PATH)
+            .cache_properties(zbus::proxy::CacheProperties::No)
+            .build()
+            .await?;
+        peer.ping().await
+    })
+    .map_err(|e| TestError::Check(format!("Ping on the private socket failed: {e}")))?;
+    Ok(t.elapsed())
+}
+
+/// The five timed operations of one program (`vgpuctl` or the front end), each checked against the
+/// kernel: create, destroy, start, stop, list.
+struct Five {
+    create: Duration,
+    destroy: Duration,
+    start: Duration,
+    stop: Duration,
+    list: Duration,
+}
+
 /// A fresh connection to `bus` (authentication and `Hello`), timed, then dropped.
 fn fresh_connection(rt: &tokio::runtime::Runtime, bus: &str) -> Result<Duration, TestError> {
     let t = Instant::now();
@@ -265,22 +353,140 @@ fn fresh_connection(rt: &tokio::runtime::Runtime, bus: &str) -> Result<Duration,
     Ok(took)
 }
 
+/// What the per-operation loop drives: the host, its devices, and the UUIDs it hands out.
+struct Lab<'a> {
+    g: &'a Guest,
+    mdevs: Mdevs<'a>,
+    seq: u32,
+}
+
+impl Lab<'_> {
+    fn next_uuid(&mut self) -> MdevUuid {
+        self.seq += 1;
+        test_uuid("bench_cli_per_op", self.seq)
+    }
+
+    fn there(&mut self, u: MdevUuid) -> Result<(), TestError> {
+        self.mdevs.adopt(u);
+        ensure(self.g.host.exists(&paths::mdev_device(&u)), || {
+            format!("{u} missing after its creation returned")
+        })
+    }
+
+    fn gone(&mut self, u: &MdevUuid) -> Result<(), TestError> {
+        self.mdevs.forget(u);
+        ensure(!self.g.host.exists(&paths::mdev_device(u)), || {
+            format!("{u} still present after its removal returned")
+        })
+    }
+
+    /// `vgpuctl create`, `destroy`, `define` + `start`, `stop` + `undefine`, `list` through `p`.
+    fn vgpuctl_ops(&mut self, p: &Program) -> Result<Five, TestError> {
+        let ty_args = ["--type", TYPE, "--gpu", PARENT];
+        let u = self.next_uuid();
+        let us = u.to_string();
+        let mut args = vec!["create"];
+        args.extend(ty_args);
+        args.extend(["--uuid", &us]);
+        let create = p.run(&args)?;
+        self.there(u)?;
+        let destroy = p.run(&["destroy", &us])?;
+        self.gone(&u)?;
+        let u = self.next_uuid();
+        let us = u.to_string();
+        let mut args = vec!["define"];
+        args.extend(ty_args);
+        args.extend(["--uuid", &us]);
+        p.run(&args)?;
+        let start = p.run(&["start", &us])?;
+        self.there(u)?;
+        let stop = p.run(&["stop", &us])?;
+        self.gone(&u)?;
+        p.run(&["undefine", &us])?;
+        let list = p.run(&["list"])?;
+        Ok(Five {
+            create,
+            destroy,
+            start,
+            stop,
+            list,
+        })
+    }
+
+    /// `mdevctl start -p -t`, `stop`, `define` + `start`, `stop` + `undefine`, `list` through `p`
+    /// (Debian's mdevctl or our front end).
+    fn mdevctl_ops(&mut self, p: &Program) -> Result<Five, TestError> {
+        let u = self.next_uuid();
+        let us = u.to_string();
+        let create = p.run(&["start", "-u", &us, "-p", PARENT, "-t", TYPE])?;
+        self.there(u)?;
+        let destroy = p.run(&["stop", "-u", &us])?;
+        self.gone(&u)?;
+        let u = self.next_uuid();
+        let us = u.to_string();
+        p.run(&["define", "-u", &us, "-p", PARENT, "-t", TYPE])?;
+        let start = p.run(&["start", "-u", &us])?;
+        self.there(u)?;
+        let stop = p.run(&["stop", "-u", &us])?;
+        self.gone(&u)?;
+        p.run(&["undefine", "-u", &us])?;
+        let list = p.run(&["list"])?;
+        Ok(Five {
+            create,
+            destroy,
+            start,
+            stop,
+            list,
+        })
+    }
+}
+
+/// The five operations' sample vectors of one program.
+fn keep_five(ops: [&mut Op; 5], pick: fn(&mut Op) -> &mut Vec<Duration>, f: &Five) {
+    let [c, d, s, t, l] = ops;
+    pick(c).push(f.create);
+    pick(d).push(f.destroy);
+    pick(s).push(f.start);
+    pick(t).push(f.stop);
+    pick(l).push(f.list);
+}
+
 fn cli_per_op(g: &Guest) -> TestResult {
     let avail = available(&g.host, PARENT, TYPE)?;
     ensure(avail > 0, || format!("{TYPE} has no room"))?;
     let work = Workdir::new("bench-cli")?;
     let state = Workdir::new("bench-cli-state")?;
     let bus = BusDaemon::start(work.path())?;
-    let d = Vgpud::spawn_on_bus(work.path(), state.path(), bus.address())?;
-    let vgpuctl =
-        Program::direct(&shipped_copy("vgpuctl", work.path())?).with_env("VGPU_BUS", d.bus());
+    let private = work.path().join("private");
+    let private_s = private.to_str().unwrap_or_default().to_string();
+    let d = Vgpud::spawn_on_bus_with(
+        work.path(),
+        state.path(),
+        bus.address(),
+        &["--private-socket", &private_s],
+    )?;
+    d.wait_until("the private socket", Duration::from_secs(30), |_| {
+        Ok(private.exists())
+    })?;
+    // On the bus: the private socket turned off. Through it: named, whatever the bus.
+    let vgpuctl = Program::direct(&shipped_copy("vgpuctl", work.path())?)
+        .with_env("VGPU_BUS", d.bus())
+        .with_env("VGPU_PRIVATE_SOCKET", "");
+    let vgpuctl_private = Program::direct(&work.path().join("vgpuctl"))
+        .with_env("VGPU_BUS", d.bus())
+        .with_env("VGPU_PRIVATE_SOCKET", &private_s);
     // The front end: vgpuctl under the name mdevctl, finding the bus in VGPU_BUS.
     let fe_dir = work.path().join("front-end");
     std::fs::create_dir_all(&fe_dir).map_err(|e| TestError::Check(e.to_string()))?;
     let fe_bin = fe_dir.join("mdevctl");
     std::os::unix::fs::symlink(work.path().join("vgpuctl"), &fe_bin)
         .map_err(|e| TestError::Check(format!("cannot link {}: {e}", fe_bin.display())))?;
-    let front_end = Program::direct(&fe_bin).with_env("VGPU_BUS", d.bus());
+    let front_end = Program::direct(&fe_bin)
+        .with_env("VGPU_BUS", d.bus())
+        .with_env("VGPU_PRIVATE_SOCKET", "");
+    let front_end_private = Program::direct(&fe_bin)
+        .with_env("VGPU_BUS", d.bus())
+        .with_env("VGPU_PRIVATE_SOCKET", &private_s);
     let mdevctl = Program::host_dynamic(&real_mdevctl(&work.path().join("mdevctl-deb"))?);
     // mdevctl refuses to run without its script directories (its package makes them); the guest's
     // root has none. Empty, they hold no call-out for either front end.
@@ -296,8 +502,16 @@ fn cli_per_op(g: &Guest) -> TestResult {
         .enable_all()
         .build()
         .map_err(|e| TestError::Check(format!("cannot start a tokio runtime: {e}")))?;
+    // One persistent connection to the private socket, for its round trip.
+    let private_conn = rt
+        .block_on(vgpu_client::private::connect_private(&private))
+        .map_err(|e| TestError::Check(format!("cannot connect to {private_s}: {e}")))?;
 
-    let mut mdevs = Mdevs::new(&g.host);
+    let mut lab = Lab {
+        g,
+        mdevs: Mdevs::new(&g.host),
+        seq: 0,
+    };
     let create_file = create_path(PARENT, TYPE)?;
     let (mut create, mut destroy, mut start, mut stop, mut list, mut version) = (
         Op::default(),
@@ -308,23 +522,10 @@ fn cli_per_op(g: &Guest) -> TestResult {
         Op::default(),
     );
     let (mut true_s, mut connect, mut ping) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut connect_private, mut ping_private) = (Vec::new(), Vec::new());
     let (mut daemon_cpu, mut bus_cpu) = (Duration::ZERO, Duration::ZERO);
-    let mut seq = 0u32;
-    let mut next_uuid = || {
-        seq += 1;
-        test_uuid("bench_cli_per_op", seq)
-    };
-    let gone = |u: &MdevUuid| -> Result<(), TestError> {
-        ensure(!g.host.exists(&paths::mdev_device(u)), || {
-            format!("{u} still present after its removal returned")
-        })
-    };
-    let there = |u: &MdevUuid| -> Result<(), TestError> {
-        ensure(g.host.exists(&paths::mdev_device(u)), || {
-            format!("{u} missing after its creation returned")
-        })
-    };
-    let ty_args = ["--type", TYPE, "--gpu", PARENT];
+    let (mut daemon_cpu_private, mut bus_cpu_private) = (Duration::ZERO, Duration::ZERO);
+    const WAYS: u32 = 6;
     for i in 0..WARMUP + ITERATIONS {
         let counted = i >= WARMUP;
         let keep = |v: &mut Vec<Duration>, d: Duration| {
@@ -333,124 +534,101 @@ fn cli_per_op(g: &Guest) -> TestResult {
             }
         };
         // Rotate who goes first, so that drift hits every one alike.
-        for k in 0..4 {
-            match (i + k) % 4 {
+        for k in 0..WAYS {
+            let ops = [&mut create, &mut destroy, &mut start, &mut stop, &mut list];
+            match (i + k) % WAYS {
                 0 => {
-                    let u = next_uuid();
+                    let u = lab.next_uuid();
                     let t = Instant::now();
                     g.host.write(&create_file, &u.to_string())?;
-                    keep(&mut create.raw, t.elapsed());
-                    mdevs.adopt(u);
-                    there(&u)?;
+                    let made = t.elapsed();
+                    lab.there(u)?;
                     let remove = paths::mdev_device(&u).join("remove");
                     let t = Instant::now();
                     g.host.write(&remove, "1")?;
-                    keep(&mut destroy.raw, t.elapsed());
-                    mdevs.forget(&u);
-                    gone(&u)?;
+                    let removed = t.elapsed();
+                    lab.gone(&u)?;
+                    keep(&mut create.raw, made);
+                    keep(&mut destroy.raw, removed);
                 }
                 1 => {
-                    let u = next_uuid();
-                    let us = u.to_string();
-                    let mut args = vec!["create"];
-                    args.extend(ty_args);
-                    args.extend(["--uuid", &us]);
                     let cpu = (cpu_time(d.pid()), cpu_time(Some(bus.pid())));
-                    keep(&mut create.ours, vgpuctl.run(&args)?);
+                    let f = lab.vgpuctl_ops(&vgpuctl)?;
                     if counted {
                         daemon_cpu += cpu_time(d.pid()).saturating_sub(cpu.0);
                         bus_cpu += cpu_time(Some(bus.pid())).saturating_sub(cpu.1);
+                        keep_five(ops, |o| &mut o.ours, &f);
                     }
-                    mdevs.adopt(u);
-                    there(&u)?;
-                    keep(&mut destroy.ours, vgpuctl.run(&["destroy", &us])?);
-                    mdevs.forget(&u);
-                    gone(&u)?;
-                    // start/stop of a definition.
-                    let u = next_uuid();
-                    let us = u.to_string();
-                    let mut args = vec!["define"];
-                    args.extend(ty_args);
-                    args.extend(["--uuid", &us]);
-                    vgpuctl.run(&args)?;
-                    keep(&mut start.ours, vgpuctl.run(&["start", &us])?);
-                    mdevs.adopt(u);
-                    there(&u)?;
-                    keep(&mut stop.ours, vgpuctl.run(&["stop", &us])?);
-                    mdevs.forget(&u);
-                    gone(&u)?;
-                    vgpuctl.run(&["undefine", &us])?;
-                    keep(&mut list.ours, vgpuctl.run(&["list"])?);
                     keep(&mut version.ours, vgpuctl.run(&["--version"])?);
                 }
                 2 => {
-                    let u = next_uuid();
-                    let us = u.to_string();
-                    let args = ["start", "-u", &us, "-p", PARENT, "-t", TYPE];
-                    keep(&mut create.mdevctl, mdevctl.run(&args)?);
-                    mdevs.adopt(u);
-                    there(&u)?;
-                    keep(&mut destroy.mdevctl, mdevctl.run(&["stop", "-u", &us])?);
-                    mdevs.forget(&u);
-                    gone(&u)?;
-                    let u = next_uuid();
-                    let us = u.to_string();
-                    mdevctl.run(&["define", "-u", &us, "-p", PARENT, "-t", TYPE])?;
-                    keep(&mut start.mdevctl, mdevctl.run(&["start", "-u", &us])?);
-                    mdevs.adopt(u);
-                    there(&u)?;
-                    keep(&mut stop.mdevctl, mdevctl.run(&["stop", "-u", &us])?);
-                    mdevs.forget(&u);
-                    gone(&u)?;
-                    mdevctl.run(&["undefine", "-u", &us])?;
-                    keep(&mut list.mdevctl, mdevctl.run(&["list"])?);
+                    let f = lab.mdevctl_ops(&mdevctl)?;
+                    if counted {
+                        keep_five(ops, |o| &mut o.mdevctl, &f);
+                    }
                     keep(&mut version.mdevctl, mdevctl.run(&["--version"])?);
                     keep(&mut true_s, dyn_true.run(&[])?);
                 }
-                _ => {
-                    let u = next_uuid();
-                    let us = u.to_string();
-                    let args = ["start", "-u", &us, "-p", PARENT, "-t", TYPE];
-                    keep(&mut create.front_end, front_end.run(&args)?);
-                    mdevs.adopt(u);
-                    there(&u)?;
-                    keep(&mut destroy.front_end, front_end.run(&["stop", "-u", &us])?);
-                    mdevs.forget(&u);
-                    gone(&u)?;
-                    let u = next_uuid();
-                    let us = u.to_string();
-                    front_end.run(&["define", "-u", &us, "-p", PARENT, "-t", TYPE])?;
-                    keep(&mut start.front_end, front_end.run(&["start", "-u", &us])?);
-                    mdevs.adopt(u);
-                    there(&u)?;
-                    keep(&mut stop.front_end, front_end.run(&["stop", "-u", &us])?);
-                    mdevs.forget(&u);
-                    gone(&u)?;
-                    front_end.run(&["undefine", "-u", &us])?;
-                    keep(&mut list.front_end, front_end.run(&["list"])?);
+                3 => {
+                    let f = lab.mdevctl_ops(&front_end)?;
+                    if counted {
+                        keep_five(ops, |o| &mut o.front_end, &f);
+                    }
                     keep(&mut connect, fresh_connection(&rt, d.bus())?);
                     let t = Instant::now();
                     d.ping()?;
                     keep(&mut ping, t.elapsed());
                 }
+                4 => {
+                    let cpu = (cpu_time(d.pid()), cpu_time(Some(bus.pid())));
+                    let f = lab.vgpuctl_ops(&vgpuctl_private)?;
+                    if counted {
+                        daemon_cpu_private += cpu_time(d.pid()).saturating_sub(cpu.0);
+                        bus_cpu_private += cpu_time(Some(bus.pid())).saturating_sub(cpu.1);
+                        keep_five(ops, |o| &mut o.ours_private, &f);
+                    }
+                }
+                _ => {
+                    let f = lab.mdevctl_ops(&front_end_private)?;
+                    if counted {
+                        keep_five(ops, |o| &mut o.front_end_private, &f);
+                    }
+                    keep(
+                        &mut connect_private,
+                        fresh_private_connection(&rt, &private)?,
+                    );
+                    keep(&mut ping_private, ping_on(&rt, &private_conn)?);
+                }
             }
         }
     }
+    drop(private_conn);
     // A definition's start writes the same sysfs file as a create.
     start.raw = create.raw.clone();
     stop.raw = destroy.raw.clone();
+    let log = d.log_text();
     d.stop()?;
+    ensure(log.contains("on private#"), || {
+        format!("vgpud logged no call through its private socket:\n{log}")
+    })?;
     let startup = percentile(&version.ours, 50);
     let (conn, rtt) = (percentile(&connect, 50), percentile(&ping, 50));
+    let (pconn, prtt) = (
+        percentile(&connect_private, 50),
+        percentile(&ping_private, 50),
+    );
     let base = startup + conn + rtt;
+    let private_base = startup + pconn + prtt;
     println!(
-        "bench: one process per operation, vgpud on dbus-daemon, {TYPE} on {PARENT}: {ITERATIONS} iterations after {WARMUP} warm-up, p50"
+        "bench: one process per operation, vgpud on dbus-daemon with its private socket, {TYPE} on {PARENT}: {ITERATIONS} iterations after {WARMUP} warm-up, p50"
     );
     println!(
-        "bench:   floor parts: vgpuctl start-up (--version) {}, fresh bus connection {}, one round trip (Peer.Ping) {}",
+        "bench:   floor parts: vgpuctl start-up (--version) {}, fresh bus connection {}, one round trip (Peer.Ping) {}; private socket: fresh connection {}, one round trip {}",
         ms(startup),
         ms(conn),
-        ms(rtt)
+        ms(rtt),
+        ms(pconn),
+        ms(prtt)
     );
     for (name, op) in [
         ("create", &create),
@@ -459,17 +637,22 @@ fn cli_per_op(g: &Guest) -> TestResult {
         ("stop", &stop),
         ("list", &list),
     ] {
-        print_row(&Row {
+        let row = Row {
             name,
             op,
             base_floor: base,
-        });
+            private_floor: private_base,
+        };
+        print_row(&row);
+        print_private_row(&row);
     }
     println!(
-        "bench:   CPU per vgpuctl create (mean, {} ms ticks): vgpud {}, dbus-daemon {}",
+        "bench:   CPU per vgpuctl create+destroy+define+start+stop+undefine+list (mean, {} ms ticks): on the bus vgpud {}, dbus-daemon {}; through the private socket vgpud {}, dbus-daemon {}",
         10,
         ms(daemon_cpu / ITERATIONS),
-        ms(bus_cpu / ITERATIONS)
+        ms(bus_cpu / ITERATIONS),
+        ms(daemon_cpu_private / ITERATIONS),
+        ms(bus_cpu_private / ITERATIONS)
     );
     let t = percentile(&true_s, 50);
     let q = ratio(startup, t);
@@ -481,9 +664,9 @@ fn cli_per_op(g: &Guest) -> TestResult {
         ms(percentile(&version.mdevctl, 50))
     );
     println!(
-        "bench:   targets: vgpuctl and the front end <= {TARGET_FLOOR}x floor (start-up + connection + round trip + sysfs) and <= mdevctl"
+        "bench:   targets: vgpuctl and the front end <= {TARGET_FLOOR}x floor (start-up + bus connection + bus round trip + sysfs) and <= mdevctl"
     );
-    mdevs.remove_all()?;
+    lab.mdevs.remove_all()?;
     Ok(Outcome::Passed)
 }
 

@@ -164,7 +164,17 @@ impl Vgpud {
     /// [`Vgpud::spawn`] on a bus that is already running (`--bus ADDRESS`, e.g. a
     /// [`super::bus_daemon::BusDaemon`]) instead of its own embedded one.
     pub fn spawn_on_bus(work: &Path, state: &Path, bus: &str) -> Result<Vgpud, TestError> {
-        Vgpud::launch(work, state, "--bus", bus.to_string(), &[])
+        Vgpud::spawn_on_bus_with(work, state, bus, &[])
+    }
+
+    /// [`Vgpud::spawn_on_bus`] with more command-line arguments (e.g. `--private-socket PATH`).
+    pub fn spawn_on_bus_with(
+        work: &Path,
+        state: &Path,
+        bus: &str,
+        extra: &[&str],
+    ) -> Result<Vgpud, TestError> {
+        Vgpud::launch(work, state, "--bus", bus.to_string(), extra)
     }
 
     /// A `vgpud` started elsewhere (e.g. chrooted, on a system bus: `super::libvirt`) as `child`,
