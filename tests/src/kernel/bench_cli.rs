@@ -322,6 +322,7 @@ fn ping_on(rt: &tokio::runtime::Runtime, conn: &zbus::Connection) -> Result<Dura
     let t = Instant::now();
     rt.block_on(async {
         let peer = zbus::fdo::PeerProxy::builder(conn)
+            .destination(vgpu_client::SERVICE)
             .path(vgpu_client::MANAGER_PATH)
             .cache_properties(zbus::proxy::CacheProperties::No)
             .build()
