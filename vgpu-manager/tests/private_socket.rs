@@ -21,7 +21,7 @@ use std::process::Output;
 use std::time::{Duration, Instant};
 
 use dbus_common::system_bus::{NOBODY, require_root};
-use dbus_common::{Daemon, PATIENCE, Sig, Signals, client, ok, ok_json, stderr};
+use dbus_common::{Daemon, PATIENCE, Sig, Signals, client, ok, ok_json, stderr, vgpuctl_with};
 
 const UUID: &str = "7b0e8a52-5f55-4c4b-8f3a-2a3c1d9e0b11";
 /// The demo host's first T4 and one of its types.
@@ -44,28 +44,13 @@ async fn daemon_with_private(dir: &Path) -> (Daemon, PathBuf) {
 
 /// Runs `vgpuctl ARGS --bus BUS` with `VGPU_PRIVATE_SOCKET=private`, as `user` if given.
 async fn vgpuctl_private(user: Option<u32>, private: &Path, bus: &str, args: &[&str]) -> Output {
-    let exe = env!("CARGO_BIN_EXE_vgpuctl");
-    let mut cmd = match user {
-        Some(uid) => {
-            let mut c = tokio::process::Command::new("setpriv");
-            c.arg(format!("--reuid={uid}"))
-                .arg(format!("--regid={uid}"))
-                .arg("--clear-groups")
-                .arg(exe);
-            c
-        }
-        None => tokio::process::Command::new(exe),
-    };
-    cmd.args(args)
-        .arg("--bus")
-        .arg(bus)
-        .env("VGPU_PRIVATE_SOCKET", private)
-        .env_remove("VGPU_BUS")
-        .env_remove("VGPU_SYSFS_ROOT");
-    tokio::time::timeout(PATIENCE, cmd.output())
-        .await
-        .expect("vgpuctl hung")
-        .expect("run vgpuctl")
+    vgpuctl_with(
+        user,
+        bus,
+        args,
+        &[("VGPU_PRIVATE_SOCKET", private.as_os_str())],
+    )
+    .await
 }
 
 /// Waits until `d` logs `needle`, then until it exits, which must be a failure; its log.

@@ -264,6 +264,16 @@ impl Drop for Daemon {
 
 /// Runs the real `vgpuctl` with `--bus <bus>` appended, optionally as another user via `setpriv`.
 pub async fn vgpuctl_as(user: Option<u32>, bus: &str, args: &[&str]) -> Output {
+    vgpuctl_with(user, bus, args, &[]).await
+}
+
+/// [`vgpuctl_as`] with environment variables `env` set.
+pub async fn vgpuctl_with(
+    user: Option<u32>,
+    bus: &str,
+    args: &[&str],
+    env: &[(&str, &std::ffi::OsStr)],
+) -> Output {
     let exe = env!("CARGO_BIN_EXE_vgpuctl");
     let mut cmd = match user {
         Some(uid) => {
@@ -280,7 +290,8 @@ pub async fn vgpuctl_as(user: Option<u32>, bus: &str, args: &[&str]) -> Output {
         .arg("--bus")
         .arg(bus)
         .env_remove("VGPU_BUS")
-        .env_remove("VGPU_SYSFS_ROOT");
+        .env_remove("VGPU_SYSFS_ROOT")
+        .envs(env.iter().copied());
     tokio::time::timeout(PATIENCE, cmd.output())
         .await
         .expect("vgpuctl hung")

@@ -17,7 +17,7 @@
 //! - Only Manager1's methods and properties are served. Signals, the per-instance and per-GPU
 //!   objects and the ObjectManager stay on the bus, which is where subscribers listen: a change
 //!   made through the private socket is announced there as any other.
-//! - Calls go through the same admission, logging and settling as bus calls ([`super::Shared`]):
+//! - Calls go through the same admission, logging and settling as bus calls (`Shared::run` of the D-Bus layer):
 //!   each connection is its own share of the privileged workers, and its calls that have not started
 //!   when it closes are dropped.
 
