@@ -6,8 +6,9 @@
 //! `NameOwnerChanged` broadcasts of its arrival and departure, and vgpud's lookup of its credentials
 //! through the bus. libvirt runs `mdevctl` (here `vgpuctl`) once per node-device operation, as root,
 //! so root's one-shot calls are the hot path. systemd answers the same need with its private socket
-//! (`/run/systemd/private`, which `systemctl` uses when run as root; systemd.md of systemd's
-//! documentation, "The private socket"); vgpud does as systemd does:
+//! (`/run/systemd/private`, served by `bus_init_private()` in systemd's src/core/dbus.c; `systemctl`
+//! connects there when run as root, `bus_connect_system_systemd()` in src/shared/bus-util.c);
+//! vgpud does as systemd does:
 //!
 //! - The socket file is created mode 0600, and every connection's peer credentials
 //!   (`SO_PEERCRED`, unix(7)) are checked on accept: any uid but root's and vgpud's own is closed
