@@ -337,3 +337,71 @@ async fn a_client_whose_private_socket_is_gone_takes_the_bus() {
     let listed = vgpuctl_private(None, &stale, &d.bus, &["list", "--json"]).await;
     ok_json(&listed);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn descriptors_sent_there_never_stay_in_vgpud_and_closed_connections_are_let_go() {
+    let dir = tempfile::tempdir().unwrap();
+    let (d, private) = daemon_with_private(dir.path()).await;
+    let nobus = no_bus(dir.path());
+    // One connection served and closed first, so that what vgpud allocates once is counted in.
+    ok(&vgpuctl_private(None, &private, &nobus, &["list"]).await);
+    let settled = |want: usize| {
+        let d = &d;
+        async move {
+            let deadline = Instant::now() + PATIENCE;
+            loop {
+                let now = d.fd_count();
+                if now == want {
+                    return;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "vgpud holds {now} descriptors, {want} before:\n{}",
+                    d.log()
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before = d.fd_count();
+
+    for _ in 0..10 {
+        let conn = vgpu_client::private::connect_private(&private)
+            .await
+            .unwrap();
+        // A call carrying eight descriptors of /dev/null: the descriptors are dropped on receipt,
+        // so the message no longer holds what it announces and vgpud closes the connection.
+        let fds: Vec<zbus::zvariant::OwnedFd> = (0..8)
+            .map(|_| {
+                let f = std::fs::File::open("/dev/null").unwrap();
+                std::os::fd::OwnedFd::from(f).into()
+            })
+            .collect();
+        let refused = conn
+            .call_method(
+                Some(vgpu_client::SERVICE),
+                vgpu_client::MANAGER_PATH,
+                Some("org.vgpumanager.Manager1"),
+                "Stop",
+                &(UUID, fds),
+            )
+            .await;
+        assert!(refused.is_err(), "a call with descriptors is refused");
+        drop(conn);
+        // The next client is served as ever.
+        let conn = vgpu_client::private::connect_private(&private)
+            .await
+            .unwrap();
+        let list = vgpu_client::Manager1Proxy::new(&conn)
+            .await
+            .unwrap()
+            .list_instances()
+            .await
+            .unwrap();
+        assert!(!list.is_empty());
+        drop(conn);
+    }
+    // Every connection closed: vgpud is back to what it held.
+    settled(before).await;
+}

@@ -29,9 +29,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use std::os::fd::{BorrowedFd, OwnedFd};
+
 use thiserror::Error;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 use tracing::{debug, info, warn};
+use zbus::connection::socket::{ReadHalf, Socket, Split, WriteHalf};
+use zbus::export::async_trait::async_trait;
 
 use super::Shared;
 use super::auth::{Caller, is_privileged_uid};
@@ -228,6 +233,14 @@ async fn accept_loop(listener: UnixListener, server: Arc<Server>) {
         let n = server.next.fetch_add(1, Ordering::Relaxed);
         let peer = Arc::new(PrivatePeer::new(n, uid, cred.gid(), pid));
         let server = Arc::clone(&server);
+        let stream = PeerStream {
+            stream,
+            creds: PeerCreds {
+                uid,
+                gid: cred.gid(),
+                pid: pid.and_then(|p| u32::try_from(p).ok()),
+            },
+        };
         tokio::spawn(async move {
             serve_one(stream, &server, peer).await;
             server.live.fetch_sub(1, Ordering::SeqCst);
@@ -236,19 +249,12 @@ async fn accept_loop(listener: UnixListener, server: Arc<Server>) {
 }
 
 /// Serves one connection until its peer closes it.
-async fn serve_one(stream: UnixStream, server: &Server, peer: Arc<PrivatePeer>) {
-    let stream = match stream.into_std() {
-        Ok(s) => s,
-        Err(e) => {
-            warn!(peer = %peer.caller, error = %e, "private socket: cannot take over a connection");
-            return;
-        }
-    };
+async fn serve_one(stream: PeerStream, server: &Server, peer: Arc<PrivatePeer>) {
     let manager = Manager {
         shared: Arc::clone(&server.shared),
         origin: super::Origin::Private(Arc::clone(&peer)),
     };
-    let built = zbus::connection::Builder::unix_stream(stream)
+    let built = zbus::connection::Builder::socket(stream)
         .server(zbus::Guid::generate())
         .p2p()
         .serve_at(MANAGER_PATH, Strict::wrap(manager));
@@ -291,5 +297,116 @@ impl PrivatePeer {
             },
             name,
         }
+    }
+}
+
+/// A connection of the private socket as zbus runs it: the accepted stream, with the credentials
+/// vgpud read on accept. zbus's own unix stream would read them again for its handshake and look the
+/// user's name and groups up in the user database on a blocking thread (zbus 6.2.1,
+/// `src/runtime/io/unix.rs`), for every connection of a one-shot client; the handshake needs only
+/// the uid, which vgpud already has.
+#[derive(Debug)]
+struct PeerStream {
+    stream: UnixStream,
+    creds: PeerCreds,
+}
+
+/// What `SO_PEERCRED` said of a peer.
+#[derive(Debug, Clone, Copy)]
+struct PeerCreds {
+    uid: u32,
+    gid: u32,
+    pid: Option<u32>,
+}
+
+impl PeerCreds {
+    fn zbus(self) -> zbus::fdo::ConnectionCredentials {
+        let c = zbus::fdo::ConnectionCredentials::default()
+            .set_unix_user_id(self.uid)
+            .add_unix_group_id(self.gid);
+        match self.pid {
+            Some(p) => c.set_process_id(p),
+            None => c,
+        }
+    }
+}
+
+impl Socket for PeerStream {
+    type ReadHalf = PeerReader;
+    type WriteHalf = PeerWriter;
+
+    fn split(self) -> Split<PeerReader, PeerWriter> {
+        let (read, write) = self.stream.into_split();
+        Split::new(
+            PeerReader {
+                read,
+                creds: self.creds,
+            },
+            PeerWriter {
+                write,
+                creds: self.creds,
+            },
+        )
+    }
+}
+
+/// The half of a [`PeerStream`] zbus receives through.
+#[derive(Debug)]
+struct PeerReader {
+    read: tokio::net::unix::OwnedReadHalf,
+    creds: PeerCreds,
+}
+
+#[async_trait]
+impl ReadHalf for PeerReader {
+    async fn recvmsg(&mut self, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
+        // Read without a control buffer: descriptors a peer sends are closed by the kernel and
+        // never reach vgpud's table. No Manager1 method takes any; a message that announces some
+        // then lacks them, which zbus takes for a broken stream, and the connection is closed.
+        let n = self.read.read(buf).await?;
+        Ok((n, Vec::new()))
+    }
+
+    /// Agreed in the handshake (so that a client does not warn), though descriptors are dropped on
+    /// receipt and never sent.
+    fn can_pass_unix_fd(&self) -> bool {
+        true
+    }
+
+    async fn peer_credentials(&mut self) -> io::Result<zbus::fdo::ConnectionCredentials> {
+        Ok(self.creds.zbus())
+    }
+}
+
+/// The half of a [`PeerStream`] zbus sends through.
+#[derive(Debug)]
+struct PeerWriter {
+    write: tokio::net::unix::OwnedWriteHalf,
+    creds: PeerCreds,
+}
+
+#[async_trait]
+impl WriteHalf for PeerWriter {
+    async fn sendmsg(&mut self, buffer: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<usize> {
+        if !fds.is_empty() {
+            // Manager1's replies carry none; only Instance1.OpenDevice does, on the bus.
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "vgpud's private socket sends no file descriptors",
+            ));
+        }
+        self.write.write(buffer).await
+    }
+
+    async fn close(&mut self) -> io::Result<()> {
+        self.write.shutdown().await
+    }
+
+    fn can_pass_unix_fd(&self) -> bool {
+        true
+    }
+
+    async fn peer_credentials(&mut self) -> io::Result<zbus::fdo::ConnectionCredentials> {
+        Ok(self.creds.zbus())
     }
 }
