@@ -372,7 +372,7 @@ async fn descriptors_sent_there_never_stay_in_vgpud_and_closed_connections_are_l
             .unwrap();
         // A call carrying eight descriptors of /dev/null: the descriptors are dropped on receipt,
         // so the message no longer holds what it announces and vgpud closes the connection.
-        let fds: Vec<zbus::zvariant::OwnedFd> = (0..8)
+        let fds: Vec<zbus::OwnedFd> = (0..8)
             .map(|_| {
                 let f = std::fs::File::open("/dev/null").unwrap();
                 std::os::fd::OwnedFd::from(f).into()
