@@ -20,9 +20,13 @@ fn s(v: &Value, k: &str) -> String {
         .to_string()
 }
 
+/// An uncached proxy: each property read asks the daemon. A cached proxy learns of a change from a
+/// `PropertiesChanged` signal that may still be queued on this connection when another process's
+/// call has already returned, so its reads right after a `vgpuctl` call could be stale.
 async fn instance_proxy<'a>(conn: &zbus::Connection, path: &'a str) -> Instance1Proxy<'a> {
     Instance1Proxy::builder(conn)
         .path(path)
+        .cache_properties(zbus::proxy::CacheProperties::No)
         .build()
         .await
         .unwrap()
@@ -236,20 +240,12 @@ async fn lifecycle_through_vgpuctl_with_signals_and_properties() {
     sig.expect(Sig::State(d_path.clone(), d_uuid.clone(), "running".into()))
         .await;
 
-    // Autostart off, then on again. Read uncached, from the daemon itself: a cached proxy learns of
-    // the change from a PropertiesChanged signal that may still be queued on this connection when
-    // the other process's call has already returned.
-    let dp_live = Instance1Proxy::builder(&conn)
-        .path(d_path.as_str())
-        .cache_properties(zbus::proxy::CacheProperties::No)
-        .build()
-        .await
-        .unwrap();
-    assert!(dp_live.autostart().await.unwrap());
+    // Autostart off, then on again.
+    assert!(dp.autostart().await.unwrap());
     ok(&vgpuctl(&bus, &["autostart", &d_uuid, "--disable"]).await);
-    assert!(!dp_live.autostart().await.unwrap());
+    assert!(!dp.autostart().await.unwrap());
     ok(&vgpuctl(&bus, &["autostart", &d_uuid]).await);
-    assert!(dp_live.autostart().await.unwrap());
+    assert!(dp.autostart().await.unwrap());
 
     // List shows all of them, with the human table too.
     let list = ok_json(&vgpuctl(&bus, &["list", "--json"]).await);
