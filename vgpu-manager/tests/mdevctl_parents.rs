@@ -252,3 +252,85 @@ async fn both_definitions_survive_a_restart_and_the_autostart_one_starts() {
     );
     assert!(!file(dir, &b).exists() && file(dir, &a).is_file());
 }
+
+/// `StartDefinition`: the one definition of a UUID, on the parent named; none, or several without a
+/// parent, refused with nothing started; a foreign file taken over and started in the same call.
+#[tokio::test(flavor = "multi_thread")]
+async fn start_definition_starts_the_one_definition_and_refuses_none_or_several() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (_daemon, c) = started(dir).await;
+    let [(a, ta), (b, tb)] = two_parents(&c).await;
+    let on = |gpu: &str, ty: &str| NewInstance {
+        gpu: Some(gpu.to_string()),
+        uuid: Some(U.into()),
+        ..NewInstance::of_type(ty)
+    };
+
+    // No definition at all.
+    let e = c.start_definition(U, None).await.unwrap_err();
+    assert!(
+        matches!(&e, vgpu_client::ClientError::Daemon { kind, message } if kind == "State" && message.contains(U) && message.contains("no definition")),
+        "{e}"
+    );
+
+    // One of vgpud's: started.
+    c.define(&on(&a, &ta), false).await.unwrap();
+    c.start_definition(U, None).await.unwrap();
+    assert_eq!(c.get_instance(U).await.unwrap().state, "running");
+    c.stop(U).await.unwrap();
+
+    // Two parents: refused without a parent, naming both; with one, that one runs.
+    c.define(&on(&b, &tb), false).await.unwrap();
+    let e = c.start_definition(U, None).await.unwrap_err().to_string();
+    assert!(
+        e.contains("several parents") && e.contains(&a) && e.contains(&b),
+        "{e}"
+    );
+    assert_eq!(c.get_instance(U).await.unwrap().state, "stopped");
+    let e = c
+        .start_definition(U, Some("0000:ff:1f.7"))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("0000:ff:1f.7"), "{e}");
+    c.start_definition(U, Some(&b)).await.unwrap();
+    let i = c.get_instance(U).await.unwrap();
+    assert_eq!(
+        (i.state.as_str(), i.parent.as_str(), i.type_id.as_str()),
+        ("running", b.as_str(), tb.as_str())
+    );
+    // Destroy removes the running one's definition; the other parent's stays, and goes with its own
+    // undefine once it is the one vgpud acts on.
+    c.destroy(U).await.unwrap();
+    assert_eq!(
+        defs_of_u(&c).await,
+        vec![(a.clone(), "daemon".to_string(), false)]
+    );
+    c.adopt_definition(&a, U).await.unwrap();
+    c.undefine(U).await.unwrap();
+    assert!(defs_of_u(&c).await.is_empty(), "{:?}", defs_of_u(&c).await);
+
+    // A foreign file (the real mdevctl's, or an administrator's): taken over and started at once.
+    let f = file(dir, &a);
+    std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+    std::fs::write(
+        &f,
+        format!(r#"{{"mdev_type": "{ta}", "start": "manual", "attrs": []}}"#),
+    )
+    .unwrap();
+    assert_eq!(
+        defs_of_u(&c).await,
+        vec![(a.clone(), "foreign".to_string(), false)]
+    );
+    c.start_definition(U, None).await.unwrap();
+    let i = c.get_instance(U).await.unwrap();
+    assert_eq!(
+        (i.state.as_str(), i.parent.as_str(), i.owner.as_str()),
+        ("running", a.as_str(), "daemon")
+    );
+    assert_eq!(
+        defs_of_u(&c).await,
+        vec![(a.clone(), "daemon".to_string(), false)]
+    );
+    c.destroy(U).await.unwrap();
+}

@@ -449,6 +449,20 @@ impl Client {
         self.call("Start", self.manager.start(uuid)).await
     }
 
+    /// Starts `uuid`'s one definition, on `parent` when given, as mdevctl's `start --uuid` does
+    /// (`StartDefinition`): a foreign definition, or one of a UUID defined on several parents, is
+    /// taken over first; none, or several without a parent, is refused with kind `State`.
+    pub async fn start_definition(
+        &self,
+        uuid: &str,
+        parent: Option<&str>,
+    ) -> Result<(), ClientError> {
+        let call = self
+            .manager
+            .start_definition(uuid, parent.unwrap_or_default());
+        self.call("StartDefinition", call).await
+    }
+
     /// Stops instance `uuid`, keeping its definition (`Stop`).
     pub async fn stop(&self, uuid: &str) -> Result<(), ClientError> {
         self.call("Stop", self.manager.stop(uuid)).await

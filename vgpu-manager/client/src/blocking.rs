@@ -35,6 +35,18 @@ pub trait ManagerCalls {
     fn define(&mut self, req: &NewInstance, autostart: bool) -> Result<InstanceInfo, ClientError>;
     /// Starts a definition (`Start`).
     fn start(&mut self, uuid: &str) -> Result<(), ClientError>;
+    /// Starts `uuid`'s one definition, on `parent` when given, vgpud's or foreign, as mdevctl's
+    /// `start --uuid` does (`StartDefinition`). The default (for daemons without it) refuses with
+    /// kind `NotSupported`.
+    fn start_definition(&mut self, uuid: &str, parent: Option<&str>) -> Result<(), ClientError> {
+        let _ = parent;
+        Err(ClientError::Daemon {
+            kind: "NotSupported".into(),
+            message: format!(
+                "cannot start the definition of {uuid} in one call: this daemon has no StartDefinition"
+            ),
+        })
+    }
     /// Stops an instance, keeping its definition (`Stop`).
     fn stop(&mut self, uuid: &str) -> Result<(), ClientError>;
     /// Removes an instance and its definition (`Destroy`).
@@ -181,6 +193,11 @@ impl Client {
         self.run(|c| c.start(uuid))
     }
 
+    /// See [`crate::Client::start_definition`].
+    pub fn start_definition(&self, uuid: &str, parent: Option<&str>) -> Result<(), ClientError> {
+        self.run(|c| c.start_definition(uuid, parent))
+    }
+
     /// See [`crate::Client::stop`].
     pub fn stop(&self, uuid: &str) -> Result<(), ClientError> {
         self.run(|c| c.stop(uuid))
@@ -228,6 +245,9 @@ impl ManagerCalls for Client {
     }
     fn start(&mut self, uuid: &str) -> Result<(), ClientError> {
         Client::start(self, uuid)
+    }
+    fn start_definition(&mut self, uuid: &str, parent: Option<&str>) -> Result<(), ClientError> {
+        Client::start_definition(self, uuid, parent)
     }
     fn stop(&mut self, uuid: &str) -> Result<(), ClientError> {
         Client::stop(self, uuid)
@@ -284,6 +304,9 @@ impl<D: ManagerCalls + ?Sized> ManagerCalls for &mut D {
     }
     fn start(&mut self, uuid: &str) -> Result<(), ClientError> {
         (**self).start(uuid)
+    }
+    fn start_definition(&mut self, uuid: &str, parent: Option<&str>) -> Result<(), ClientError> {
+        (**self).start_definition(uuid, parent)
     }
     fn stop(&mut self, uuid: &str) -> Result<(), ClientError> {
         (**self).stop(uuid)

@@ -70,6 +70,10 @@ pub trait Manager1 {
     /// Starts a defined instance.
     fn start(&self, uuid: &str) -> zbus::Result<()>;
 
+    /// Starts `uuid`'s one definition (on `parent` unless `""`), vgpud's or foreign, as mdevctl's
+    /// `start --uuid` does.
+    fn start_definition(&self, uuid: &str, parent: &str) -> zbus::Result<()>;
+
     /// Stops an instance, keeping its definition.
     fn stop(&self, uuid: &str) -> zbus::Result<()>;
 

@@ -90,6 +90,24 @@ impl FakeDaemon {
             .ok_or_else(|| refuse("NotFound", format!("no instance {uuid}")))
     }
 
+    /// Start's refusals and effect, unlogged.
+    fn start_defined(&mut self, uuid: &str) -> Result<(), ClientError> {
+        let i = self.owned(uuid)?;
+        if !i.defined || i.state == "running" {
+            return Err(refuse(
+                "State",
+                format!("instance {uuid} cannot be started"),
+            ));
+        }
+        if self.fail.contains(uuid) {
+            return Err(refuse("Kernel", format!("start of {uuid} failed")));
+        }
+        if let Some(i) = self.instances.get_mut(uuid) {
+            i.state = "running".into();
+        }
+        Ok(())
+    }
+
     fn owned(&self, uuid: &str) -> Result<&InstanceInfo, ClientError> {
         let i = self.existing(uuid)?;
         if i.owner == "foreign" {
@@ -194,20 +212,17 @@ impl ManagerCalls for FakeDaemon {
 
     fn start(&mut self, uuid: &str) -> Result<(), ClientError> {
         self.log.push(format!("start {uuid}"));
-        let i = self.owned(uuid)?;
-        if !i.defined || i.state == "running" {
-            return Err(refuse(
-                "State",
-                format!("instance {uuid} cannot be started"),
-            ));
+        self.start_defined(uuid)
+    }
+
+    fn start_definition(&mut self, uuid: &str, parent: Option<&str>) -> Result<(), ClientError> {
+        self.log
+            .push(format!("start-definition {uuid} {}", parent.unwrap_or("-")));
+        let i = self.existing(uuid)?;
+        if !i.defined || parent.is_some_and(|p| p != i.parent) {
+            return Err(refuse("State", format!("mdev {uuid} has no definition")));
         }
-        if self.fail.contains(uuid) {
-            return Err(refuse("Kernel", format!("start of {uuid} failed")));
-        }
-        if let Some(i) = self.instances.get_mut(uuid) {
-            i.state = "running".into();
-        }
-        Ok(())
+        self.start_defined(uuid)
     }
 
     fn stop(&mut self, uuid: &str) -> Result<(), ClientError> {

@@ -192,6 +192,21 @@ pub(super) fn start(
             Err(e) => tracing::debug!(error = %e, "one-call start refused; taking the full path"),
         }
     }
+    // A definition named by its UUID (and parent), with no call-out script to run around it: one
+    // StartDefinition, which takes a foreign definition over and refuses none or several as mdevctl
+    // does. A refusal takes the full path below, which finds out why and says it in mdevctl's words.
+    let mut one_call_tried = false;
+    if let Some(u) = &uuid
+        && spec.jsonfile.is_none()
+        && spec.mdev_type.is_none()
+        && co.is_empty()
+    {
+        match daemon.start_definition(u, spec.parent.as_deref()) {
+            Ok(()) => return Ok(()),
+            Err(e) => tracing::debug!(error = %e, "one-call start refused; taking the full path"),
+        }
+        one_call_tried = true;
+    }
     if let Some(u) = &uuid
         && spec.jsonfile.is_none()
     {
@@ -200,7 +215,7 @@ pub(super) fn start(
         // The one definition of `u` (checked above, and now vgpud's), with no call-out script to run
         // around it: one Start. A refusal (it is running, its parent is gone) takes the full path
         // below, which finds out why and says it in mdevctl's words.
-        if defined && co.is_empty() {
+        if defined && co.is_empty() && !one_call_tried {
             match daemon.start(u) {
                 Ok(()) => return Ok(()),
                 Err(e) => {

@@ -534,13 +534,28 @@ fn types_reads_every_mdev_parent_of_the_host_without_vgpud() {
 }
 
 #[test]
-fn start_of_the_one_definition_is_one_start_and_a_refusal_keeps_mdevctls_words() {
+fn start_of_the_one_definition_is_one_call_and_a_refusal_keeps_mdevctls_words() {
     let mut f = demo();
     mdevctl(&mut f, &format!("start -u {B}")).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(f.instances[B].state, "running");
-    assert_eq!(f.log, vec![format!("start {B}")]);
-    // Started already: the one Start is refused, and the full path says why as mdevctl does.
+    assert_eq!(f.log, vec![format!("start-definition {B} -")]);
+    // Started already: the one call is refused, and the full path says why as mdevctl does, without
+    // trying the start again.
     let e = mdevctl(&mut f, &format!("start -u {B}")).unwrap_err();
     assert!(e.contains("is already running"), "{e}");
-    assert_eq!(f.log, vec![format!("start {B}"), format!("start {B}")]);
+    assert_eq!(f.log.len(), 2, "{:?}", f.log);
+    // Its parent named: the same one call, with the parent.
+    f.log.clear();
+    mdevctl(&mut f, &format!("stop -u {B}")).unwrap_or_else(|e| panic!("{e}"));
+    mdevctl(&mut f, &format!("start -u {B} -p 0000:01:00.0")).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        f.log,
+        vec![
+            format!("stop {B}"),
+            format!("start-definition {B} 0000:01:00.0")
+        ]
+    );
+    // Another parent: refused, as before the one call existed.
+    let e = mdevctl(&mut f, &format!("start -u {B} -p 0000:02:00.0")).unwrap_err();
+    assert!(e.contains("insufficiently specified"), "{e}");
 }

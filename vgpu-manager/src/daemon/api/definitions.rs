@@ -79,6 +79,25 @@ impl Command for AdoptDefinition {
     const ACCESS: Access = Access::Change;
 }
 
+/// Starts the definition of `uuid` as mdevctl's `start --uuid` does (mdevctl src/main.rs
+/// `start_command_helper`): the UUID's one definition, on `parent` when given, vgpud's or foreign. A
+/// foreign one, or one of several parents' definitions, is first made the one vgpud acts on (as
+/// [`AdoptDefinition`] does), then started as `StartInstance` starts it. Refused without touching
+/// anything when the UUID has no such definition, or has several and no parent is named. Replies the
+/// view after the change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StartDefinition {
+    /// The definition's UUID.
+    pub uuid: MdevUuid,
+    /// The parent of the definition to start; `None` for the UUID's one definition.
+    pub parent: Option<String>,
+}
+
+impl Command for StartDefinition {
+    type Reply = Option<InstanceView>;
+    const ACCESS: Access = Access::Change;
+}
+
 /// Replaces the type, start mode and attributes of instance `uuid`'s definition in place (mdevctl's
 /// `modify` without `--live`): a running device is not touched, the new definition applies from its
 /// next start. Replies the view after the change.

@@ -493,6 +493,29 @@ pub enum StateError {
         /// The parent asked for.
         parent: String,
     },
+    /// Start of a UUID's definition that does not exist (on the parent named, when one is).
+    #[error(
+        "mdev {uuid} has no definition{}: `mdevctl list --defined` shows the definitions",
+        parent.as_deref().map(|p| format!(" on {p}")).unwrap_or_default()
+    )]
+    NoDefinition {
+        /// The UUID.
+        uuid: MdevUuid,
+        /// The parent named, if any.
+        parent: Option<String>,
+    },
+    /// Start of a UUID defined on several parents without naming one (mdevctl keys definitions by
+    /// parent and UUID; src/main.rs `start_command_helper` refuses the same).
+    #[error(
+        "mdev {uuid} is defined on several parents ({}): name the one to start (`mdevctl start -u {uuid} -p PARENT`)",
+        parents.join(", ")
+    )]
+    SeveralDefinitions {
+        /// The UUID.
+        uuid: MdevUuid,
+        /// The parents it is defined on.
+        parents: Vec<String>,
+    },
     /// Undefine of a transient instance.
     #[error("instance {uuid} is not defined (it is transient)")]
     NotDefined {

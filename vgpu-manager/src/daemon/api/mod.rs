@@ -25,6 +25,7 @@ pub use attrs::{
 pub use command::*;
 pub use definitions::{
     AdoptDefinition, DefinitionOwner, DefinitionView, ListDefinitions, RedefineInstance,
+    StartDefinition,
 };
 pub use error::{CoreError, RequestError, StateError, UndoFailure, VfInUse};
 pub use faults::ListFaults;

@@ -382,6 +382,26 @@ impl Manager {
         Ok(())
     }
 
+    /// Starts a definition as mdevctl's start --uuid does: the UUID's one definition, on parent when
+    /// not empty, vgpud's or a foreign file of /etc/mdevctl.d. A foreign one, or one of a UUID defined
+    /// on several parents, is first made the one vgpud acts on (as AdoptDefinition does), then started
+    /// as Start starts it. Refused (State) before anything changes when there is no such definition,
+    /// or several and parent is empty.
+    async fn start_definition(
+        &self,
+        uuid: &str,
+        parent: &str,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<(), ApiError> {
+        let uuid = parse_uuid(uuid)?;
+        limits::check_text(ClientText::Gpu, parent).map_err(CoreError::from)?;
+        let parent = (!parent.is_empty()).then(|| parent.to_string());
+        self.run(conn, &hdr, StartDefinition { uuid, parent })
+            .await?;
+        Ok(())
+    }
+
     /// Stops an instance: removes its device, keeps its definition.
     async fn stop(
         &self,

@@ -63,6 +63,7 @@ pub trait Executor:
     + Handle<ListDefinitions>
     + Handle<ListFaults>
     + Handle<AdoptDefinition>
+    + Handle<StartDefinition>
     + Handle<RedefineInstance>
     + Handle<Reconcile>
     + Handle<PlanPool>

@@ -10,7 +10,8 @@ use super::instances::Instances;
 use super::lock;
 use super::views::device_identity;
 use crate::daemon::api::{
-    CoreError, DefinitionView, InstanceSpec, InstanceTarget, InstanceView, StateError, parse_attrs,
+    CoreError, DefinitionOwner, DefinitionView, InstanceSpec, InstanceTarget, InstanceView,
+    StateError, parse_attrs,
 };
 
 impl Instances {
@@ -18,6 +19,39 @@ impl Instances {
     pub(super) fn list_definitions(&self) -> Vec<DefinitionView> {
         let (own, dir) = lock(&self.store).own_definitions();
         super::persist::foreign_definitions(own, dir.as_ref())
+    }
+
+    /// Starts `uuid`'s one definition (on `parent` when given) as mdevctl's `start --uuid` does (see
+    /// [`crate::daemon::api::StartDefinition`]): a foreign one, or one among several parents', is
+    /// adopted first; refused before anything changes when there is none or several.
+    pub(super) fn start_definition(
+        &self,
+        uuid: MdevUuid,
+        parent: Option<String>,
+    ) -> Result<Option<InstanceView>, CoreError> {
+        let of_uuid: Vec<DefinitionView> = self
+            .list_definitions()
+            .into_iter()
+            .filter(|d| d.uuid == uuid)
+            .collect();
+        let several = of_uuid.len() > 1;
+        let mut chosen: Vec<DefinitionView> = of_uuid
+            .iter()
+            .filter(|d| parent.as_ref().is_none_or(|p| *p == d.parent))
+            .cloned()
+            .collect();
+        let d = match chosen.len() {
+            0 => return Err(StateError::NoDefinition { uuid, parent }.into()),
+            1 => chosen.remove(0),
+            _ => {
+                let parents = chosen.into_iter().map(|d| d.parent).collect();
+                return Err(StateError::SeveralDefinitions { uuid, parents }.into());
+            }
+        };
+        if d.owner == DefinitionOwner::Foreign || several {
+            self.adopt_definition(d.parent, uuid)?;
+        }
+        self.start(uuid)
     }
 
     /// Makes the definition of `uuid` on `parent` the one vgpud acts on for `uuid` (see

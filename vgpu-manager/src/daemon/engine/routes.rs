@@ -66,6 +66,9 @@ route!(ListFaults, |core, ListFaults| core.instances.list_faults());
 route!(AdoptDefinition, |core, AdoptDefinition { parent, uuid }| {
     core.instances.adopt_definition(parent, uuid)
 });
+route!(StartDefinition, |core, StartDefinition { uuid, parent }| {
+    core.instances.start_definition(uuid, parent)
+});
 route!(RedefineInstance, |core, change| core
     .instances
     .redefine(change));

@@ -205,6 +205,7 @@ pub fn op_label(type_name: &'static str) -> &'static str {
         "UndefineInstance" => "undefine",
         "SetAutostart" => "set_autostart",
         "AdoptDefinition" => "adopt_definition",
+        "StartDefinition" => "start_definition",
         "RedefineInstance" => "redefine",
         "Reconcile" => "reconcile",
         "ApplyPool" => "pool_apply",
