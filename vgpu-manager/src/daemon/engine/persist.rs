@@ -134,6 +134,33 @@ impl Persist {
         Ok(())
     }
 
+    /// [`Persist::put_definition`] of each of `defs`, none of which is defined yet (a pool's new
+    /// slots): the store first, all of them with one `fsync` of its directory, then their mdevctl
+    /// files, likewise per parent. On a failure of the store the definitions before the one that
+    /// failed are stored (and their files written): `Err((k, error))` with `k` stored.
+    pub(crate) fn put_new_definitions(
+        &mut self,
+        defs: &[Definition],
+    ) -> Result<(), (usize, CoreError)> {
+        self.step().map_err(|e| (0, e))?;
+        let stored = self.state.put_definitions(defs);
+        let done = match &stored {
+            Ok(()) => defs.len(),
+            Err((k, _)) => *k,
+        };
+        if let Some(dir) = self.mdevctl.clone()
+            && done > 0
+        {
+            self.step().map_err(|e| (done, e))?;
+            for f in dir.write_all(&defs[..done]) {
+                for (uuid, parent) in &f.defs {
+                    warn!(%uuid, %parent, error = %f.error, "the mdevctl definition file could not be written (written again at the next start)");
+                }
+            }
+        }
+        stored.map_err(|(k, e)| (k, e.into()))
+    }
+
     /// Durably deletes definition `uuid`: its mdevctl file first, then the store; returns it if there
     /// was one. A file that cannot be removed fails the call with the definition kept.
     pub(crate) fn remove_definition(

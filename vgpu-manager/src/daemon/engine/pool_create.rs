@@ -86,8 +86,9 @@ impl Instances {
         // A VF's slots belong to its physical GPU (NVIDIA classic vGPU on Ampere and later).
         let gpu = self.gpu_of_parent(parent);
         self.locks.with_parent(parent, || {
-            for (k, s) in slots.iter().enumerate() {
-                let def = Definition {
+            let defs: Vec<Definition> = slots
+                .iter()
+                .map(|s| Definition {
                     uuid: s.slot.uuid,
                     parent: parent.to_string(),
                     gpu: gpu.clone(),
@@ -97,14 +98,15 @@ impl Instances {
                     label: Some(slot_label(&s.slot)),
                     created_at: now,
                     attrs: Vec::new(),
-                };
-                if let Err(error) = lock(&self.store).put_definition(&def) {
-                    return Err(SlotsFailed {
-                        done: k,
-                        at: k,
-                        error: Box::new(error),
-                    });
-                }
+                })
+                .collect();
+            // All of them durable before the first device is made, with one directory sync.
+            if let Err((k, error)) = lock(&self.store).put_new_definitions(&defs) {
+                return Err(SlotsFailed {
+                    done: k,
+                    at: k.min(slots.len().saturating_sub(1)),
+                    error: Box::new(error),
+                });
             }
             let run = self.start_slots(parent, slots, started);
             if run.is_err() {

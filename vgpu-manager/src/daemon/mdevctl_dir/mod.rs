@@ -58,7 +58,9 @@ use qemu_glue::mdevctl::{
     ConfigScan, MdevctlConfig, MdevctlError, StartMode, check_parent, scan_config_dir,
 };
 
-use crate::daemon::store::fsio::{is_temp_name, remove_durable, sync_dir, write_atomic};
+use crate::daemon::store::fsio::{
+    NewFile, is_temp_name, remove_durable, sync_dir, write_all_atomic, write_atomic,
+};
 use crate::daemon::store::{Definition, StoreError, StoreOp};
 
 /// mdevctl's definition directory, relative to the root of the host (mdevctl src/environment.rs
@@ -89,6 +91,15 @@ impl From<StoreError> for MdevctlDirError {
     fn from(e: StoreError) -> Self {
         MdevctlDirError::Io(e)
     }
+}
+
+/// Files [`MdevctlDir::write_all`] did not write: the definitions (UUID, parent) and why.
+#[derive(Debug)]
+pub struct WriteFailure {
+    /// The definitions whose files were not written.
+    pub defs: Vec<(MdevUuid, String)>,
+    /// Why.
+    pub error: MdevctlDirError,
 }
 
 /// The definition directory at one path. Holds no state of its own: every call reads or writes the
@@ -154,6 +165,59 @@ impl MdevctlDir {
         let text = config_of(def).to_json_pretty();
         write_atomic(&pdir, &def.uuid.to_string(), text.as_bytes())?;
         Ok(pdir.join(def.uuid.to_string()))
+    }
+
+    /// [`MdevctlDir::write`] of each of `defs`, with one `fsync` of each parent's directory for all
+    /// of its files. Every parent's files are attempted; what was not written is returned, per
+    /// failure.
+    pub fn write_all(&self, defs: &[Definition]) -> Vec<WriteFailure> {
+        let mut failures = Vec::new();
+        let mut parents: Vec<&str> = defs.iter().map(|d| d.parent.as_str()).collect();
+        parents.sort_unstable();
+        parents.dedup();
+        for parent in parents {
+            let of_parent: Vec<&Definition> = defs.iter().filter(|d| d.parent == parent).collect();
+            let failed = |from: usize, error: MdevctlDirError| WriteFailure {
+                defs: of_parent[from..]
+                    .iter()
+                    .map(|d| (d.uuid, d.parent.clone()))
+                    .collect(),
+                error,
+            };
+            let pdir = match self.parent_dir(parent, &of_parent[0].uuid) {
+                Ok(p) => p,
+                Err(e) => {
+                    failures.push(failed(0, e));
+                    continue;
+                }
+            };
+            if !pdir.is_dir() {
+                let made = fs::create_dir_all(&pdir)
+                    .map_err(|e| StoreError::io(StoreOp::CreateDir, pdir.clone(), e))
+                    .and_then(|()| sync_dir(&self.dir));
+                if let Err(e) = made {
+                    failures.push(failed(0, e.into()));
+                    continue;
+                }
+            }
+            let texts: Vec<String> = of_parent
+                .iter()
+                .map(|d| config_of(d).to_json_pretty())
+                .collect();
+            let files: Vec<NewFile<'_>> = of_parent
+                .iter()
+                .zip(&texts)
+                .map(|(d, t)| NewFile {
+                    name: d.uuid.to_string(),
+                    bytes: t.as_bytes(),
+                    modified: None,
+                })
+                .collect();
+            if let Err((k, e)) = write_all_atomic(&pdir, &files) {
+                failures.push(failed(k, e.into()));
+            }
+        }
+        failures
     }
 
     /// Durably removes the file of definition `uuid` on `parent`; whether there was one.

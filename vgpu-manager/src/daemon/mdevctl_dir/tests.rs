@@ -261,3 +261,44 @@ fn the_parent_defining_a_uuid_is_found_without_reading_files() {
     fs::create_dir_all(tmp.path().join("mdevctl.d/mtty").join(uuid(4).to_string())).unwrap();
     assert_eq!(dir.defining_parent(&uuid(4)), None);
 }
+
+#[test]
+fn files_written_together_match_single_writes_and_a_bad_parent_fails_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = MdevctlDir::new(tmp.path().join("mdevctl.d"));
+    let other = "0000:00:04.0";
+    let mut defs: Vec<Definition> = (1..=3).map(|n| def(n, n == 2)).collect();
+    defs.push(Definition {
+        parent: other.into(),
+        gpu: other.into(),
+        ..def(4, false)
+    });
+    defs.push(Definition {
+        parent: "../x".into(),
+        ..def(5, false)
+    });
+    let failures = dir.write_all(&defs);
+    assert_eq!(failures.len(), 1, "{failures:?}");
+    assert_eq!(failures[0].defs, vec![(uuid(5), "../x".to_string())]);
+    assert!(
+        failures[0].error.to_string().contains(&uuid(5).to_string()),
+        "{}",
+        failures[0].error
+    );
+    for d in &defs[..4] {
+        assert_eq!(dir.read(&d.parent, &d.uuid).unwrap(), Some(config_of(d)));
+    }
+    // The same text a single write gives.
+    let single = tempfile::tempdir().unwrap();
+    let one = MdevctlDir::new(single.path());
+    let path = one.write(&defs[1]).unwrap();
+    assert_eq!(
+        fs::read_to_string(path).unwrap(),
+        file_text(tmp.path(), 2).unwrap()
+    );
+    assert!(
+        !fs::read_dir(tmp.path().join("mdevctl.d").join(P))
+            .unwrap()
+            .any(|e| e.unwrap().file_name().to_string_lossy().starts_with('.'))
+    );
+}

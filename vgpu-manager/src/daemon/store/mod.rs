@@ -115,7 +115,10 @@ pub use vf_slot::{VfKind, VfSlotRecord};
 
 use alternate::{Alternate, AlternateKey};
 use batch::{Batches, batch_name, batch_seq, encode_batch};
-use fsio::{ensure_dir, remove_all_durable, remove_durable, write_atomic, write_atomic_at};
+use fsio::{
+    NewFile, ensure_dir, remove_all_durable, remove_durable, write_all_atomic, write_atomic,
+    write_atomic_at,
+};
 use load::{load_batches, load_dir};
 use lock::{DirLock, lock_dir};
 use record::Record;
@@ -254,6 +257,50 @@ impl StateDir {
         if self.alternates.contains_key(&key) {
             remove_durable(&self.root.join(DEFINITIONS), &Alternate::file_name(&key))?;
             self.alternates.remove(&key);
+        }
+        Ok(())
+    }
+
+    /// Durably stores the main definitions `defs` (each as [`StateDir::put_definition`] does), with
+    /// one `fsync` of the directory for all of them: a pool's new slots, defined together before any
+    /// of their devices is made. Each is validated and encoded before anything is written. On a
+    /// failure the definitions before it are stored: `Err((k, error))` with `k` stored (all of them
+    /// when what failed is the removal of a superseded alternate).
+    pub fn put_definitions(&mut self, defs: &[Definition]) -> Result<(), (usize, StoreError)> {
+        let dir = self.root.join(DEFINITIONS);
+        let texts = defs
+            .iter()
+            .map(|d| encode(&dir, d))
+            .collect::<Result<Vec<String>, StoreError>>()
+            .map_err(|e| (0, e))?;
+        let files: Vec<NewFile<'_>> = defs
+            .iter()
+            .zip(&texts)
+            .map(|(d, t)| NewFile {
+                name: Definition::file_name(d.key()),
+                bytes: t.as_bytes(),
+                modified: d.modified(),
+            })
+            .collect();
+        let written = write_all_atomic(&dir, &files);
+        let stored = match &written {
+            Ok(()) => defs.len(),
+            Err((k, _)) => *k,
+        };
+        for d in &defs[..stored] {
+            self.definitions.insert(d.uuid, d.clone());
+        }
+        written?;
+        // Alternates superseded by the new main definitions go after them, as in `put_definition`.
+        for d in defs {
+            let key = AlternateKey {
+                uuid: d.uuid,
+                parent: d.parent.clone(),
+            };
+            if self.alternates.contains_key(&key) {
+                remove_durable(&dir, &Alternate::file_name(&key)).map_err(|e| (defs.len(), e))?;
+                self.alternates.remove(&key);
+            }
         }
         Ok(())
     }

@@ -385,3 +385,48 @@ fn write_errors_name_the_file_and_leave_memory_unchanged() {
     assert!(err.to_string().contains("could not write"), "{err}");
     assert_eq!(s.get_ledger(&uuid(1)), None);
 }
+
+#[test]
+fn definitions_put_together_survive_reopen_and_a_failure_keeps_those_before_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    {
+        let (mut s, _) = StateDir::open(tmp.path()).unwrap();
+        let defs: Vec<Definition> = (1..=5).map(def).collect();
+        s.put_definitions(&defs).unwrap();
+        assert_eq!(defs_of(&s), defs);
+        // One invalid among them: refused before anything is written.
+        let mut bad: Vec<Definition> = (6..=8).map(def).collect();
+        bad[2].gpu = " ".into();
+        let (k, e) = s.put_definitions(&bad).unwrap_err();
+        assert_eq!(k, 0);
+        assert!(matches!(e, StoreError::Invalid { .. }), "{e}");
+        assert_eq!(defs_of(&s).len(), 5);
+    }
+    let (mut s, _) = StateDir::open(tmp.path()).unwrap();
+    assert_eq!(defs_of(&s), (1..=5).map(def).collect::<Vec<_>>());
+    assert!(
+        !names_in(&tmp.path().join("definitions"))
+            .iter()
+            .any(|n| n.starts_with(TEMP_PREFIX))
+    );
+    // The third one's name taken by a directory: the rename fails there, the first two are stored
+    // (in memory and after a reopen), and no temporary file is left.
+    let dir = tmp.path().join("definitions");
+    let defs: Vec<Definition> = (11..=14).map(def).collect();
+    fs::create_dir(dir.join(Definition::file_name(&uuid(13)))).unwrap();
+    fs::write(
+        dir.join(Definition::file_name(&uuid(13))).join("x"),
+        b"keeps the directory non-empty",
+    )
+    .unwrap();
+    let (k, e) = s.put_definitions(&defs).unwrap_err();
+    assert_eq!(k, 2, "{e}");
+    assert!(e.to_string().contains(&uuid(13).to_string()), "{e}");
+    assert!(s.get_definition(&uuid(12)).is_some() && s.get_definition(&uuid(13)).is_none());
+    assert!(!names_in(&dir).iter().any(|n| n.starts_with(TEMP_PREFIX)));
+    fs::remove_dir_all(dir.join(Definition::file_name(&uuid(13)))).unwrap();
+    drop(s);
+    let (s, _) = StateDir::open(tmp.path()).unwrap();
+    assert!(s.get_definition(&uuid(12)).is_some() && s.get_definition(&uuid(13)).is_none());
+    assert_eq!(defs_of(&s).len(), 7);
+}
