@@ -199,16 +199,21 @@ impl Persist {
     pub(crate) fn remove_definitions(&mut self, uuids: &[MdevUuid]) -> Result<(), CoreError> {
         let mut files_removed = Vec::new();
         if let Some(dir) = self.mdevctl.clone() {
-            for uuid in uuids {
-                let Some(def) = self.state.get_definition(uuid).cloned() else {
-                    continue;
-                };
+            // A parent that cannot be a directory name there has no file to remove.
+            let defs: Vec<Definition> = uuids
+                .iter()
+                .filter_map(|u| self.state.get_definition(u).cloned())
+                .filter(|d| check_parent(&d.parent).is_ok())
+                .collect();
+            if !defs.is_empty() {
                 self.step()?;
-                match dir.remove(&def.parent, uuid) {
-                    Ok(_) => files_removed.push(def),
-                    Err(MdevctlDirError::Parent { .. }) => {}
-                    Err(e) => return Err(e.into()),
-                }
+                let keys: Vec<(MdevUuid, String)> =
+                    defs.iter().map(|d| (d.uuid, d.parent.clone())).collect();
+                let gone = dir.remove_all(&keys)?;
+                files_removed = defs
+                    .into_iter()
+                    .filter(|d| gone.iter().any(|(u, p)| *u == d.uuid && *p == d.parent))
+                    .collect();
             }
         }
         self.step()?;

@@ -229,6 +229,46 @@ impl MdevctlDir {
         Ok(remove_durable(&pdir, &uuid.to_string())?)
     }
 
+    /// [`MdevctlDir::remove`] of each of `defs` (UUID, parent), with one `fsync` of each parent's
+    /// directory for all of its files. Returns those that had a file (and no longer have one); the
+    /// first failure stops the removal, after the directory of what was removed so far is synced.
+    pub fn remove_all(
+        &self,
+        defs: &[(MdevUuid, String)],
+    ) -> Result<Vec<(MdevUuid, String)>, MdevctlDirError> {
+        let mut removed = Vec::new();
+        let mut parents: Vec<&str> = defs.iter().map(|(_, p)| p.as_str()).collect();
+        parents.sort_unstable();
+        parents.dedup();
+        for parent in parents {
+            let mut synced = Ok(());
+            let mut pdir = None;
+            for (uuid, _) in defs.iter().filter(|(_, p)| p == parent) {
+                let dir = self.parent_dir(parent, uuid)?;
+                if !dir.is_dir() {
+                    break;
+                }
+                let path = dir.join(uuid.to_string());
+                match fs::remove_file(&path) {
+                    Ok(()) => removed.push((*uuid, parent.to_string())),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => {
+                        synced = Err(StoreError::io(StoreOp::Remove, path, e));
+                        pdir = Some(dir);
+                        break;
+                    }
+                }
+                pdir = Some(dir);
+            }
+            if let Some(dir) = pdir {
+                let sync = sync_dir(&dir);
+                synced?;
+                sync?;
+            }
+        }
+        Ok(removed)
+    }
+
     /// The definition of `uuid` on `parent` as its file holds it: `None` when there is no file.
     pub fn read(
         &self,

@@ -301,4 +301,30 @@ fn files_written_together_match_single_writes_and_a_bad_parent_fails_alone() {
             .unwrap()
             .any(|e| e.unwrap().file_name().to_string_lossy().starts_with('.'))
     );
+    // Removed together: those that had a file are named, one without a file is not, and another
+    // parent's file with the same directory layout stays.
+    let keys = vec![
+        (uuid(1), P.to_string()),
+        (uuid(3), P.to_string()),
+        (uuid(9), P.to_string()),
+        (uuid(4), other.to_string()),
+    ];
+    let mut gone = dir.remove_all(&keys).unwrap();
+    gone.sort();
+    let mut want = vec![
+        (uuid(1), P.to_string()),
+        (uuid(3), P.to_string()),
+        (uuid(4), other.to_string()),
+    ];
+    want.sort();
+    assert_eq!(gone, want);
+    assert_eq!(dir.read(P, &uuid(1)).unwrap(), None);
+    assert_eq!(dir.read(other, &uuid(4)).unwrap(), None);
+    assert_eq!(dir.read(P, &uuid(2)).unwrap(), Some(config_of(&defs[1])));
+    // A parent with no directory has nothing to remove.
+    assert!(
+        dir.remove_all(&[(uuid(7), "0000:00:09.0".to_string())])
+            .unwrap()
+            .is_empty()
+    );
 }
