@@ -367,8 +367,9 @@ pub(super) fn modify(
 }
 
 /// The attributes after `--addattr NAME --value V [--index N]` (inserted at N, else appended) or
-/// `--delattr [--index N]` (the one at N removed, else the last), as mdevctl's modify does (mdevctl
-/// src/main.rs modify_command; its tests' expected files modify/addattr*.expected, delattr*.expected).
+/// `--delattr [--index N]` (the one at N removed, else the last; none is no change), as mdevctl's
+/// modify does, counting from 0 (mdevctl src/main.rs modify_command, src/mdev.rs `add_attribute`,
+/// `delete_attribute`; its tests' expected files modify/addattr*.expected, delattr*.expected).
 fn changed_attrs(m: &ModifyArgs, u: &str, old: &[(String, String)]) -> Result<Attrs, CliError> {
     let mut attrs = old.to_vec();
     let index = m.index.map(|n| usize::try_from(n).unwrap_or(usize::MAX));
@@ -382,19 +383,22 @@ fn changed_attrs(m: &ModifyArgs, u: &str, old: &[(String, String)]) -> Result<At
         }
         attrs.insert(at, (name.clone(), value.clone()));
     } else if m.delattr {
-        let Some(last) = attrs.len().checked_sub(1) else {
-            return Err(bad(format!(
-                "mdev {u}: the definition has no attributes to delete"
-            )));
-        };
-        let at = index.unwrap_or(last);
-        if at > last {
-            return Err(bad(format!(
-                "mdev {u}: no attribute at index {at} (the definition has {} attributes)",
-                attrs.len()
-            )));
+        match index {
+            // The last one; none left is no change (mdevctl src/mdev.rs `delete_attribute` pops).
+            None => {
+                attrs.pop();
+            }
+            Some(at) if at < attrs.len() => {
+                attrs.remove(at);
+            }
+            // mdevctl 1.2.0 refuses an index past the end, and panics at the end itself.
+            Some(at) => {
+                return Err(bad(format!(
+                    "mdev {u}: no attribute at index {at} (the definition has {} attributes)",
+                    attrs.len()
+                )));
+            }
         }
-        attrs.remove(at);
     }
     Ok(attrs)
 }

@@ -318,6 +318,14 @@ fn modify_adds_and_deletes_attributes_at_an_index_or_at_the_end() {
     let e = mdevctl(&mut f, &format!("modify -u {B} --delattr --index 7")).unwrap_err();
     assert!(e.contains("index 7"), "{e}");
     assert_eq!(f.attrs[B].len(), 3, "a refused modify changes nothing");
+    // The index one past the last is refused too (mdevctl 1.2.0 panics there).
+    let e = mdevctl(&mut f, &format!("modify -u {B} --delattr --index 3")).unwrap_err();
+    assert!(e.contains("index 3"), "{e}");
+    // Deleting the last of none changes nothing and succeeds, as mdevctl's pop does.
+    for _ in 0..3 {
+        run(&mut f, "--delattr");
+    }
+    assert_eq!(run(&mut f, "--delattr"), pairs(&[]));
 }
 
 #[test]
