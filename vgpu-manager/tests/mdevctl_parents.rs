@@ -78,6 +78,15 @@ fn file(dir: &Path, parent: &str) -> PathBuf {
     dir.join("mdevctl.d").join(parent).join(U)
 }
 
+/// A definition of U on `gpu` of type `ty`.
+fn on(gpu: &str, ty: &str) -> NewInstance {
+    NewInstance {
+        gpu: Some(gpu.to_string()),
+        uuid: Some(U.into()),
+        ..NewInstance::of_type(ty)
+    }
+}
+
 /// The definitions of U: (parent, owner, autostart), by parent.
 async fn defs_of_u(c: &Client) -> Vec<(String, String, bool)> {
     let mut v: Vec<(String, String, bool)> = c
@@ -211,11 +220,6 @@ async fn both_definitions_survive_a_restart_and_the_autostart_one_starts() {
         let (_daemon, c) = started(dir).await;
         let [(a, ta), (b, tb)] = two_parents(&c).await;
         // The first (manual) is the one a plain `vgpuctl` call acts on; the second autostarts.
-        let on = |gpu: &str, ty: &str| NewInstance {
-            gpu: Some(gpu.to_string()),
-            uuid: Some(U.into()),
-            ..NewInstance::of_type(ty)
-        };
         c.define(&on(&a, &ta), false).await.unwrap();
         let second = c.define(&on(&b, &tb), true).await.unwrap();
         assert_eq!(
@@ -261,11 +265,6 @@ async fn start_definition_starts_the_one_definition_and_refuses_none_or_several(
     let dir = tmp.path();
     let (_daemon, c) = started(dir).await;
     let [(a, ta), (b, tb)] = two_parents(&c).await;
-    let on = |gpu: &str, ty: &str| NewInstance {
-        gpu: Some(gpu.to_string()),
-        uuid: Some(U.into()),
-        ..NewInstance::of_type(ty)
-    };
 
     // No definition at all.
     let e = c.start_definition(U, None).await.unwrap_err();

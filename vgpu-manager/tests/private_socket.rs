@@ -267,29 +267,13 @@ async fn a_stale_socket_is_replaced_and_anything_else_in_the_way_is_refused() {
     ok(&vgpuctl_private(None, &private, &nobus, &["list"]).await);
 
     // The live socket is not taken over by a second vgpud.
-    let other = dir.path().join("other");
-    std::fs::create_dir(&other).unwrap();
-    let bus2 = format!("unix:path={}", other.join("bus.sock").display());
-    let p = private.to_str().unwrap();
-    let state = other.join("state");
-    let args: Vec<&std::ffi::OsStr> = [
-        "--listen",
-        &bus2,
-        "--sim",
-        "demo",
-        "--state-dir",
-        state.to_str().unwrap(),
-        "--private-socket",
-        p,
-    ]
-    .into_iter()
-    .map(std::ffi::OsStr::new)
-    .collect();
-    let needle = "another process is listening";
-    match Daemon::try_start(&args, &bus2, &other).await {
-        Ok(second) => drop(fails_with(second, needle).await),
-        Err(log) => assert!(log.contains(needle), "{log}"),
-    }
+    let log = refused_start(
+        &dir.path().join("other"),
+        &private,
+        "another process is listening",
+    )
+    .await;
+    assert!(log.contains("another process is listening"), "{log}");
     ok(&vgpuctl_private(None, &private, &nobus, &["list"]).await);
     drop(d);
 
@@ -298,30 +282,37 @@ async fn a_stale_socket_is_replaced_and_anything_else_in_the_way_is_refused() {
     std::fs::create_dir(&third).unwrap();
     let file = third.join("private");
     std::fs::write(&file, "not a socket").unwrap();
-    let bus3 = format!("unix:path={}", third.join("bus.sock").display());
-    let state3 = third.join("state");
-    let args: Vec<&std::ffi::OsStr> = [
-        "--listen",
-        &bus3,
-        "--sim",
-        "demo",
-        "--state-dir",
-        state3.to_str().unwrap(),
-        "--private-socket",
-        file.to_str().unwrap(),
-    ]
-    .into_iter()
-    .map(std::ffi::OsStr::new)
-    .collect();
-    let log = match Daemon::try_start(&args, &bus3, &third).await {
-        Ok(d3) => fails_with(d3, "is not a socket").await,
-        Err(log) => log,
-    };
+    let log = refused_start(&third, &file, "is not a socket").await;
     assert!(
         log.contains("is not a socket") && log.contains(file.to_str().unwrap()),
         "{log}"
     );
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "not a socket");
+}
+
+/// Starts a vgpud with its bus and state in `dir` (created if missing) and `--private-socket
+/// private`, which is to stop at start-up saying `needle`; returns its log.
+async fn refused_start(dir: &Path, private: &Path, needle: &str) -> String {
+    std::fs::create_dir_all(dir).unwrap();
+    let bus = format!("unix:path={}", dir.join("bus.sock").display());
+    let state = dir.join("state");
+    let args: Vec<&std::ffi::OsStr> = [
+        "--listen",
+        &bus,
+        "--sim",
+        "demo",
+        "--state-dir",
+        state.to_str().unwrap(),
+        "--private-socket",
+        private.to_str().unwrap(),
+    ]
+    .into_iter()
+    .map(std::ffi::OsStr::new)
+    .collect();
+    match Daemon::try_start(&args, &bus, dir).await {
+        Ok(d) => fails_with(d, needle).await,
+        Err(log) => log,
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -59,7 +59,8 @@ use qemu_glue::mdevctl::{
 };
 
 use crate::daemon::store::fsio::{
-    NewFile, is_temp_name, remove_durable, sync_dir, write_all_atomic, write_atomic,
+    NewFile, is_temp_name, remove_all_durable, remove_durable, sync_dir, write_all_atomic,
+    write_atomic,
 };
 use crate::daemon::store::{Definition, StoreError, StoreOp};
 
@@ -241,29 +242,20 @@ impl MdevctlDir {
         parents.sort_unstable();
         parents.dedup();
         for parent in parents {
-            let mut synced = Ok(());
-            let mut pdir = None;
-            for (uuid, _) in defs.iter().filter(|(_, p)| p == parent) {
-                let dir = self.parent_dir(parent, uuid)?;
-                if !dir.is_dir() {
-                    break;
-                }
-                let path = dir.join(uuid.to_string());
-                match fs::remove_file(&path) {
-                    Ok(()) => removed.push((*uuid, parent.to_string())),
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => {
-                        synced = Err(StoreError::io(StoreOp::Remove, path, e));
-                        pdir = Some(dir);
-                        break;
-                    }
-                }
-                pdir = Some(dir);
+            let of_parent: Vec<MdevUuid> = defs
+                .iter()
+                .filter(|(_, p)| p == parent)
+                .map(|(u, _)| *u)
+                .collect();
+            let pdir = self.parent_dir(parent, &of_parent[0])?;
+            if !pdir.is_dir() {
+                continue;
             }
-            if let Some(dir) = pdir {
-                let sync = sync_dir(&dir);
-                synced?;
-                sync?;
+            let names: Vec<String> = of_parent.iter().map(|u| u.to_string()).collect();
+            for name in remove_all_durable(&pdir, &names)? {
+                if let Some(u) = of_parent.iter().find(|u| u.to_string() == name) {
+                    removed.push((*u, parent.to_string()));
+                }
             }
         }
         Ok(removed)

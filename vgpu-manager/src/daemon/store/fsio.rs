@@ -175,15 +175,20 @@ pub(crate) fn remove_durable(dir: &Path, name: &str) -> Result<bool, StoreError>
 }
 
 /// Removes the files `names` of `dir` durably with one `fsync` of the directory after the last
-/// unlink (none when `names` is empty). A file already gone is not an error.
-pub(crate) fn remove_all_durable(dir: &Path, names: &[String]) -> Result<(), StoreError> {
+/// unlink (none when `names` is empty). A file already gone is not an error. Returns which of
+/// `names` existed (and are now gone), in order.
+pub(crate) fn remove_all_durable<'n>(
+    dir: &Path,
+    names: &'n [String],
+) -> Result<Vec<&'n str>, StoreError> {
     if names.is_empty() {
-        return Ok(());
+        return Ok(Vec::new());
     }
+    let mut removed = Vec::new();
     for name in names {
         let path = dir.join(name);
         match fs::remove_file(&path) {
-            Ok(()) => {}
+            Ok(()) => removed.push(name.as_str()),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => {
                 // What was unlinked so far must still reach the disk.
@@ -192,7 +197,8 @@ pub(crate) fn remove_all_durable(dir: &Path, names: &[String]) -> Result<(), Sto
             }
         }
     }
-    sync_dir(dir)
+    sync_dir(dir)?;
+    Ok(removed)
 }
 
 /// Moves `path` to `corrupt_dir/<file name>.<unix-ts>` (with `.1`, `.2`, … if that exists already)
