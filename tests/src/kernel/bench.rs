@@ -16,10 +16,11 @@
 //! protocol timed on its own, and which kernel events made the daemon reconcile.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use vgpu_host::{Host, paths};
 
+use super::bench_phases::{CallSpan, Marks, phases};
 use super::bus_daemon::BusDaemon;
 use super::guest::Guest;
 use super::runner::{Outcome, Test, TestError, TestResult, ensure, ensure_eq};
@@ -129,6 +130,7 @@ fn run(g: &Guest, setup: &Setup<'_>, seq: &mut u32) -> Result<Results, TestError
     let create = create_path(PARENT, TYPE)?;
     let (mut dbus, mut raw) = (Samples::default(), Samples::default());
     let (mut ping, mut list_gpus) = (Vec::new(), Vec::new());
+    let (mut creates, mut destroys) = (Vec::new(), Vec::new());
     let log_before = d.log_text();
     for i in 0..WARMUP + ITERATIONS {
         let counted = i >= WARMUP;
@@ -138,17 +140,28 @@ fn run(g: &Guest, setup: &Setup<'_>, seq: &mut u32) -> Result<Results, TestError
             *seq += 1;
             let remove = paths::mdev_device(&u).join("remove");
             let (c, r) = if first_daemon {
-                let t = Instant::now();
+                let (t, wall) = (Instant::now(), SystemTime::now());
                 d.create(TargetKind::Type, TYPE, PARENT, Some(&u))?;
                 let c = t.elapsed();
+                creates.push(CallSpan {
+                    uuid: u,
+                    start: wall,
+                    end: SystemTime::now(),
+                });
                 mdevs.adopt(u);
                 ensure(g.host.exists(&remove), || {
                     format!("{u} missing after Create returned")
                 })?;
                 std::thread::sleep(setup.pause);
-                let t = Instant::now();
+                let (t, wall) = (Instant::now(), SystemTime::now());
                 d.destroy(&u)?;
-                (c, t.elapsed())
+                let r = t.elapsed();
+                destroys.push(CallSpan {
+                    uuid: u,
+                    start: wall,
+                    end: SystemTime::now(),
+                });
+                (c, r)
             } else {
                 let t = Instant::now();
                 g.host.write(&create, &u.to_string())?;
@@ -185,6 +198,22 @@ fn run(g: &Guest, setup: &Setup<'_>, seq: &mut u32) -> Result<Results, TestError
     }
     // The daemon logs one line per reconcile a kernel event started (vgpu-manager's core/mod.rs).
     let log = d.log_text();
+    let create_phases = phases(
+        &log,
+        creates.get(WARMUP as usize..).unwrap_or_default(),
+        &Marks {
+            command: "CreateInstance",
+            done: "instance created",
+        },
+    );
+    let destroy_phases = phases(
+        &log,
+        destroys.get(WARMUP as usize..).unwrap_or_default(),
+        &Marks {
+            command: "DestroyInstance",
+            done: "instance removed",
+        },
+    );
     let triggers = reconcile_triggers(log.get(log_before.len()..).unwrap_or_default());
     let reconciles: usize = triggers.iter().map(|(_, n)| n).sum();
     let warned = warnings(log.get(log_before.len()..).unwrap_or_default());
@@ -249,6 +278,8 @@ fn run(g: &Guest, setup: &Setup<'_>, seq: &mut u32) -> Result<Results, TestError
             if q <= TARGET_CALL { "" } else { ": ABOVE" }
         );
     }
+    println!("{}", create_phases.summary("Create"));
+    println!("{}", destroy_phases.summary("Destroy"));
     println!(
         "bench:   state-dir file protocol alone (write+fsync+rename+fsync dir, unlink+fsync dir) p50 {}",
         ms(store)

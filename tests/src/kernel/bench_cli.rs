@@ -135,6 +135,22 @@ impl Program {
         cmd
     }
 
+    /// The program with `args`, run by `wrapper` (its own arguments `wrapper_args` first, then this
+    /// program's command line): a `perf stat --` around it, with this program's environment.
+    pub(super) fn wrapped(
+        &self,
+        wrapper: &Program,
+        wrapper_args: &[&str],
+        args: &[&str],
+    ) -> Command {
+        let mut cmd = wrapper.command();
+        cmd.args(wrapper_args).args(&self.argv).args(args);
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        cmd
+    }
+
     /// Runs the program with `args`, timing fork, exec and wait; fails unless it exits 0.
     pub(super) fn run(&self, args: &[&str]) -> Result<Duration, TestError> {
         let mut cmd = self.command();
@@ -175,9 +191,22 @@ pub(super) fn shipped_copy(name: &str, dir: &Path) -> Result<PathBuf, TestError>
     Ok(copy)
 }
 
+/// mdevctl refuses to run without its script directories (its package makes them); the guest's root
+/// has none. Empty, they hold no call-out for mdevctl or our front end.
+pub(super) fn mdevctl_script_dirs() -> Result<(), TestError> {
+    for d in [
+        "/etc/mdevctl.d/scripts.d/callouts",
+        "/etc/mdevctl.d/scripts.d/notifiers",
+    ] {
+        std::fs::create_dir_all(d)
+            .map_err(|e| TestError::Check(format!("cannot create {d}: {e}")))?;
+    }
+    Ok(())
+}
+
 /// Debian's mdevctl 1.2.0 binary, extracted from the share's package into `dir` (tmpfs), by the
 /// host's `dpkg-deb` chrooted into [`HOSTROOT`] (the guest's /tmp is bind-mounted there).
-fn real_mdevctl(dir: &Path) -> Result<PathBuf, TestError> {
+pub(super) fn real_mdevctl(dir: &Path) -> Result<PathBuf, TestError> {
     let deb = share_path()?.join("mdevctl.deb");
     let out = Command::new("chroot")
         .arg(HOSTROOT)
@@ -489,15 +518,7 @@ fn cli_per_op(g: &Guest) -> TestResult {
         .with_env("VGPU_BUS", d.bus())
         .with_env("VGPU_PRIVATE_SOCKET", &private_s);
     let mdevctl = Program::host_dynamic(&real_mdevctl(&work.path().join("mdevctl-deb"))?);
-    // mdevctl refuses to run without its script directories (its package makes them); the guest's
-    // root has none. Empty, they hold no call-out for either front end.
-    for d in [
-        "/etc/mdevctl.d/scripts.d/callouts",
-        "/etc/mdevctl.d/scripts.d/notifiers",
-    ] {
-        std::fs::create_dir_all(d)
-            .map_err(|e| TestError::Check(format!("cannot create {d}: {e}")))?;
-    }
+    mdevctl_script_dirs()?;
     let dyn_true = Program::host_dynamic(Path::new(&format!("{HOSTROOT}/usr/bin/true")));
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -33,7 +33,7 @@ const POOL_SLOTS: u32 = 33;
 /// Symbols printed per workload.
 const TOP: usize = 40;
 
-fn perf() -> Result<Program, TestError> {
+pub(super) fn perf() -> Result<Program, TestError> {
     let perf = format!("{HOSTROOT}/usr/bin/perf");
     ensure(Path::new(&perf).exists(), || {
         "the host has no /usr/bin/perf (Debian's linux-perf)".to_string()

@@ -23,6 +23,8 @@
 //!   benchmarks.
 //! * [`dra`] — the Kubernetes DRA kubelet plugin: published slices, a prepare making a real mdev.
 //! * [`bench_cli`] — provisioning benchmarks: one process per operation against mdevctl, pool apply.
+//!   `bench_counts`: system calls, context switches and CPU per operation, from `perf stat`;
+//!   `bench_phases`: where one daemon call's time goes, from vgpud's log.
 //! * [`bench`](mod@bench) — benchmarks ([`all_benches`]), run only when a filter names them;
 //!   [`bus_daemon`] a real dbus-daemon for them.
 //!
@@ -30,6 +32,8 @@
 
 pub mod bench;
 pub mod bench_cli;
+mod bench_counts;
+mod bench_phases;
 pub mod bench_profile;
 pub mod bus_daemon;
 pub mod daemon;
@@ -86,6 +90,7 @@ pub fn all_benches() -> Vec<Test<Guest>> {
     let mut benches = bench::benches();
     benches.extend(bench_cli::benches());
     benches.extend(bench_profile::benches());
+    benches.extend(bench_counts::benches());
     benches.extend(vfio_bench::benches());
     benches.extend(libvirt::boot_bench::benches());
     benches
