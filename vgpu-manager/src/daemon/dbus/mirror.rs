@@ -1,10 +1,12 @@
 //! Keeps the object tree in step with the core: one Instance1 object per instance and one Gpu1 object
 //! per GPU, with Manager1 signals and PropertiesChanged on every change.
 //!
-//! One task applies the core's events in order. A method call that changed something waits for
-//! that task to "settle" (apply every event already sent) before it answers, so a client that gets
-//! an object path back can use it at once, and a later stale event can never resurrect an object a
-//! newer call removed. This relies on the core sending a command's events before `execute` returns.
+//! One task applies the core's events in order and publishes how many it has applied. A method call
+//! that changed something waits until that count reaches the core's count of events sent (it
+//! "settles") before it answers, so a client that gets an object path back can use it at once, and
+//! a later stale event can never resurrect an object a newer call removed. This relies on the core
+//! sending a command's events before `execute` returns. When the task was quicker than the command's
+//! own way back, which is the usual case, the call does not wait at all.
 //! GPU objects are refreshed by a second task (see `gpu_work`): after an instance change only that
 //! instance's GPU is re-read, after a kernel event or a reconcile all of them.
 
@@ -12,7 +14,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::{broadcast, watch};
 use zbus::Connection;
 use zbus::names::InterfaceName;
 use zbus::object_server::SignalEmitter;
@@ -37,19 +39,31 @@ use vgpu_client::{GPU_INTERFACE, INSTANCE_INTERFACE, MANAGER_PATH, gpu_path, ins
 const GPU_REFRESH_SPACING: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// How method handlers reach the mirror tasks.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(super) struct MirrorHandle {
-    barrier: mpsc::Sender<oneshot::Sender<()>>,
+    /// The core's count of events sent so far.
+    sent: Arc<dyn Fn() -> u64 + Send + Sync>,
+    /// The count of events the instance task has applied (including those it sees before its
+    /// first, which the initial objects reflect).
+    applied: watch::Receiver<u64>,
     gpus: Arc<GpuWork>,
 }
 
+impl std::fmt::Debug for MirrorHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MirrorHandle")
+            .field("applied", &*self.applied.borrow())
+            .finish_non_exhaustive()
+    }
+}
+
 impl MirrorHandle {
-    /// Returns once every event the core sent before this call is reflected in the object tree.
+    /// Returns once every event the core sent before this call is reflected in the object tree (at
+    /// once when the task has gone with the core: nothing more will change).
     pub(super) async fn settle(&self) {
-        let (tx, rx) = oneshot::channel();
-        if self.barrier.send(tx).await.is_ok() {
-            let _ = rx.await;
-        }
+        let sent = (self.sent)();
+        let mut applied = self.applied.clone();
+        let _ = applied.wait_for(|n| *n >= sent).await;
     }
 
     /// Asks for the GPU objects to be refreshed (capacity may have changed).
@@ -210,18 +224,6 @@ impl Instances {
         }
     }
 
-    /// Applies every event already queued. Returns false once the core is gone.
-    async fn drain(&mut self, events: &mut broadcast::Receiver<Event>) -> bool {
-        loop {
-            match events.try_recv() {
-                Ok(e) => self.apply(e).await,
-                Err(broadcast::error::TryRecvError::Empty) => return true,
-                Err(broadcast::error::TryRecvError::Lagged(n)) => self.lagged(n).await,
-                Err(broadcast::error::TryRecvError::Closed) => return false,
-            }
-        }
-    }
-
     async fn lagged(&mut self, n: u64) {
         tracing::warn!(lost = n, "missed core events; re-reading all instances");
         if let Err(e) = self.resync().await {
@@ -236,7 +238,7 @@ pub(super) async fn start(
     conn: &Connection,
     exec: Arc<dyn Executor>,
     objects: Objects,
-    mut events: broadcast::Receiver<Event>,
+    (mut events, events_before): (broadcast::Receiver<Event>, u64),
     instances: Vec<InstanceView>,
     gpus: Vec<GpuView>,
 ) -> zbus::Result<(MirrorHandle, Vec<tokio::task::JoinHandle<()>>)> {
@@ -266,31 +268,25 @@ pub(super) async fn start(
         let intro = &objects.introspection;
         object_manager::register(conn, intro, &change, &path, object, Kind::Instance).await?;
     }
-    let (barrier_tx, mut barrier_rx) = mpsc::channel::<oneshot::Sender<()>>(64);
+    let (applied_tx, applied) = watch::channel(events_before);
     let instances_task = tokio::spawn(async move {
+        let mut applied = events_before;
         loop {
-            tokio::select! {
-                ev = events.recv() => match ev {
-                    Ok(e) => mirror.apply(e).await,
-                    Err(broadcast::error::RecvError::Lagged(n)) => mirror.lagged(n).await,
-                    Err(broadcast::error::RecvError::Closed) => break,
-                },
-                b = barrier_rx.recv() => match b {
-                    Some(done) => {
-                        let alive = mirror.drain(&mut events).await;
-                        let _ = done.send(());
-                        if !alive {
-                            break;
-                        }
-                    }
-                    None => break,
-                },
+            match events.recv().await {
+                Ok(e) => {
+                    mirror.apply(e).await;
+                    applied += 1;
+                }
+                // Lost events: the re-read reflects them too.
+                Err(broadcast::error::RecvError::Lagged(n)) => {
+                    mirror.lagged(n).await;
+                    applied += n;
+                }
+                Err(broadcast::error::RecvError::Closed) => break,
             }
+            applied_tx.send_replace(applied);
         }
-        // The core is gone: answer any waiter so no call hangs.
-        while let Some(done) = barrier_rx.recv().await {
-            let _ = done.send(());
-        }
+        // The core is gone: dropping the count's sender releases every waiter.
     });
     let gpu_work = Arc::clone(&work);
     let gpus_task = tokio::spawn(async move {
@@ -309,7 +305,8 @@ pub(super) async fn start(
     });
     Ok((
         MirrorHandle {
-            barrier: barrier_tx,
+            sent: Arc::new(move || exec.events_sent()),
+            applied,
             gpus: work,
         },
         vec![instances_task, gpus_task],
@@ -418,5 +415,47 @@ impl Gpus {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn handle(sent: u64, applied: watch::Receiver<u64>) -> MirrorHandle {
+        MirrorHandle {
+            sent: Arc::new(move || sent),
+            applied,
+            gpus: Arc::new(GpuWork::default()),
+        }
+    }
+
+    /// Whether `settle` finishes within a moment.
+    async fn settles(h: &MirrorHandle) -> bool {
+        tokio::time::timeout(std::time::Duration::from_millis(50), h.settle())
+            .await
+            .is_ok()
+    }
+
+    #[tokio::test]
+    async fn settle_waits_until_every_event_sent_is_applied() {
+        let (tx, rx) = watch::channel(1);
+        let h = handle(3, rx);
+        assert!(!settles(&h).await, "settled with 1 of 3 events applied");
+        tx.send_replace(2);
+        assert!(!settles(&h).await, "settled with 2 of 3 events applied");
+        tx.send_replace(3);
+        assert!(settles(&h).await);
+        // Caught up already: no wait at all.
+        assert!(settles(&handle(3, tx.subscribe())).await);
+    }
+
+    #[tokio::test]
+    async fn settle_returns_once_the_mirror_is_gone() {
+        let (tx, rx) = watch::channel(0);
+        let h = handle(5, rx);
+        assert!(!settles(&h).await);
+        drop(tx);
+        assert!(settles(&h).await, "a settle outlived the mirror task");
     }
 }

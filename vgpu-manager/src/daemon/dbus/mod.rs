@@ -84,8 +84,11 @@ pub trait Executor:
     + Sync
     + 'static
 {
-    /// A receiver of every event sent from now on.
-    fn subscribe(&self) -> broadcast::Receiver<Event>;
+    /// A receiver of every event sent from now on, and how many were sent before its first.
+    fn subscribe(&self) -> (broadcast::Receiver<Event>, u64);
+    /// How many events have been sent so far (every subscriber's count of events received, plus
+    /// its starting count, reaches it once it has caught up).
+    fn events_sent(&self) -> u64;
     /// The generation of the instance list (see [`Core::views_generation`](crate::daemon::engine::Core::views_generation)),
     /// if this executor keeps one; `None` disables caching of the list.
     fn views_generation(&self) -> Option<u64> {
@@ -94,8 +97,12 @@ pub trait Executor:
 }
 
 impl Executor for crate::daemon::engine::Core {
-    fn subscribe(&self) -> broadcast::Receiver<Event> {
-        crate::daemon::engine::Core::subscribe(self)
+    fn subscribe(&self) -> (broadcast::Receiver<Event>, u64) {
+        crate::daemon::engine::Core::subscribe_counted(self)
+    }
+
+    fn events_sent(&self) -> u64 {
+        crate::daemon::engine::Core::events_sent(self)
     }
 
     fn views_generation(&self) -> Option<u64> {
@@ -426,7 +433,7 @@ async fn serve_objects(
     auth: Authorizer,
     introspection: introspect::Answered,
 ) -> Result<Service, ServeError> {
-    let events = exec.subscribe();
+    let (events, events_before) = exec.subscribe();
     let instances = unless_host_unreadable(mirror::list_instances(&exec).await, "instances")?;
     let gpus = unless_host_unreadable(mirror::list_gpus(&exec).await, "GPUs")?;
     let server = conn.object_server();
@@ -460,7 +467,7 @@ async fn serve_objects(
             auth: auth.clone(),
             introspection: Arc::clone(&introspection),
         },
-        events,
+        (events, events_before),
         instances,
         gpus,
     )

@@ -5,7 +5,6 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::broadcast;
 use tracing::{info, warn};
 
 use mdev_types::fault::FaultScope;
@@ -13,8 +12,8 @@ use mdev_types::ids::{MdevTypeId, MdevUuid, PciAddress};
 use vgpu_host::discover::discover;
 use vgpu_host::{Host, HostExt, paths};
 
-use super::{GpuImpact, ReconcileScope, Store, gpu_impact, lock, locks};
-use crate::daemon::api::{CoreError, Event, GpuCapacity, GpuView, InstanceState, InstanceView};
+use super::{GpuImpact, ReconcileScope, Store, gpu_impact, lock, locks, mdev_event};
+use crate::daemon::api::{CoreError, GpuCapacity, GpuView, InstanceState, InstanceView};
 use crate::profile::Catalog;
 
 /// The instance service. Thread-safe: every method takes `&self`; operations on one mdev parent are
@@ -33,7 +32,7 @@ pub(super) struct Instances {
     pub(super) views: Mutex<BTreeMap<MdevUuid, InstanceView>>,
     /// The registered mdev parents as last seen, to notice one that appears.
     known_parents: Mutex<BTreeSet<String>>,
-    pub(super) events: broadcast::Sender<Event>,
+    pub(super) events: Arc<super::event_bus::EventBus>,
     /// Bumped after every change of `views` (see [`super::Core::views_generation`]).
     pub(super) views_generation: std::sync::atomic::AtomicU64,
     /// The instance events held back per thread (see [`Instances::hold_events`]).
@@ -52,7 +51,7 @@ impl Instances {
         host: Arc<dyn Host>,
         catalog: Arc<Catalog>,
         store: Arc<Store>,
-        events: broadcast::Sender<Event>,
+        events: Arc<super::event_bus::EventBus>,
     ) -> Instances {
         let i = Instances {
             host,
@@ -100,6 +99,16 @@ impl Instances {
         }
         if ev.subsystem.as_deref() == Some("mdev") {
             if let Some(uuid) = ev.devpath.rsplit('/').next().and_then(|u| u.parse().ok()) {
+                let parent = ev.devpath.rsplit('/').nth(1).filter(|p| !p.is_empty());
+                // The event of a command's own write: that command read the device back already.
+                let agrees = || {
+                    parent.is_some_and(|p| {
+                        mdev_event::view_agrees(lock(&self.views).get(&uuid), &ev.action, p)
+                    })
+                };
+                if agrees() {
+                    return impact;
+                }
                 if matches!(ev.action.as_str(), "add" | "bind") {
                     self.wait_for_mdev_links(&uuid);
                 }
@@ -107,9 +116,13 @@ impl Instances {
                 // whose own sysfs write sent this event finishes first, so the refresh sees its
                 // result, and a state in between (a slot being destroyed: its device gone, its
                 // definition not yet) is never announced.
-                match ev.devpath.rsplit('/').nth(1).filter(|p| !p.is_empty()) {
+                match parent {
                     Some(parent) => {
-                        self.locks.with_parent(parent, || self.refresh_one(&uuid));
+                        self.locks.with_parent(parent, || {
+                            if !agrees() {
+                                self.refresh_one(&uuid);
+                            }
+                        });
                     }
                     None => {
                         self.refresh_one(&uuid);

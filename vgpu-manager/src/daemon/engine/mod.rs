@@ -28,6 +28,7 @@ use crate::profile::Catalog;
 
 mod choose;
 mod definitions;
+mod event_bus;
 mod foreign;
 mod gpu_impact;
 mod health;
@@ -35,6 +36,7 @@ mod incoming;
 mod instances;
 mod lifecycle;
 mod locks;
+mod mdev_event;
 mod metrics_source;
 pub(crate) mod persist;
 mod pool;
@@ -138,14 +140,14 @@ impl Core {
         }
         let mut store = persist::Persist::new(store, mdevctl_dir);
         store.reconcile_files(true);
-        let (events, _) = broadcast::channel(4096);
+        let events = Arc::new(event_bus::EventBus::new());
         let store = Arc::new(Mutex::new(store));
         let catalog = Arc::new(catalog);
         let instances = Arc::new(Instances::new(
             host.clone(),
             catalog.clone(),
             store.clone(),
-            events.clone(),
+            Arc::clone(&events),
         ));
         let vf_slots = Arc::new(VfSlots::new(host.clone(), store.clone()));
         let pools = Pools::new(
@@ -190,7 +192,19 @@ impl Core {
     /// Events for signals and property updates. Slow receivers lose the oldest events (and should then
     /// re-list).
     pub fn subscribe(&self) -> broadcast::Receiver<Event> {
+        self.instances.events.subscribe().0
+    }
+
+    /// [`Core::subscribe`], with the number of events sent before the receiver's first: together
+    /// with [`Core::events_sent`], a subscriber that counts the events it handled knows when it has
+    /// caught up.
+    pub fn subscribe_counted(&self) -> (broadcast::Receiver<Event>, u64) {
         self.instances.events.subscribe()
+    }
+
+    /// How many events have been sent so far.
+    pub fn events_sent(&self) -> u64 {
+        self.instances.events.sent()
     }
 
     /// Executes one command (the same as [`Handle::handle`], callable without naming the trait).

@@ -36,7 +36,6 @@ use super::pool_exec::{
 };
 use std::sync::Arc;
 
-use tokio::sync::broadcast;
 use vgpu_host::Host;
 
 use super::instances::Instances;
@@ -82,7 +81,7 @@ pub(super) struct Pools {
     pub(super) catalog: Arc<Catalog>,
     pub(super) store: Arc<Store>,
     /// For apply progress.
-    events: broadcast::Sender<Event>,
+    events: Arc<super::event_bus::EventBus>,
     pub(super) instances: Arc<Instances>,
     pub(super) vf_slots: Arc<VfSlots>,
     /// Set when vgpud shuts down: an apply stops at its next step boundary (see `pool_stop`).
@@ -95,7 +94,7 @@ impl Pools {
         host: Arc<dyn Host>,
         catalog: Arc<Catalog>,
         store: Arc<Store>,
-        events: broadcast::Sender<Event>,
+        events: Arc<super::event_bus::EventBus>,
         instances: Arc<Instances>,
         vf_slots: Arc<VfSlots>,
     ) -> Pools {
@@ -306,7 +305,7 @@ impl Pools {
     /// Reports step `i` (of `total`) of an apply of pool `name` as done. Nobody listening is fine:
     /// progress is a courtesy.
     fn progress(&self, name: &str, i: usize, total: u32, step: &PoolStep) {
-        let _ = self.events.send(Event::PoolProgress {
+        self.events.send(Event::PoolProgress {
             pool: name.to_string(),
             done: u32::try_from(i + 1).unwrap_or(u32::MAX),
             total,

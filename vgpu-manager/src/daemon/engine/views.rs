@@ -172,8 +172,7 @@ impl Instances {
             (Some(o), Some(n)) if o != n => Event::InstanceChanged(n),
             _ => return,
         };
-        // No receiver is fine: nobody listens yet.
-        let _ = self.events.send(ev);
+        self.events.send(ev);
     }
 
     /// Holds back the instance events of the changes this thread makes until the guard is
