@@ -151,30 +151,14 @@ fn read_instance(
     uuid: MdevUuid,
     dir: &Path,
 ) -> Result<Option<MdevInstance>, DiscoverError> {
-    // `mdev_type` resolves to …/<parent>/mdev_supported_types/<type>. An instance being removed
-    // while we walk is skipped, like a PCI device that disappears.
-    let type_dir = match host.canonicalize(&dir.join("mdev_type")) {
-        Ok(d) => d,
+    let (parent, type_id) = match identity_from_links(host, uuid, dir) {
+        Ok(Some(found)) => found,
         // The kernel removes the `mdev_type` link before the directory itself during teardown.
         Err(e) if e.is_not_found() => return Ok(None),
-        Err(e) => return Err(e.into()),
-    };
-    let comps: Vec<String> = type_dir
-        .components()
-        .filter_map(|c| match c {
-            Component::Normal(s) => Some(s.to_string_lossy().into_owned()),
-            _ => None,
-        })
-        .collect();
-    let (parent, type_id) = match comps.as_slice() {
-        [.., parent, mst, ty] if mst == "mdev_supported_types" => (parent.clone(), ty.clone()),
-        _ => {
-            return Err(malformed(
-                &dir.join("mdev_type"),
-                &type_dir.to_string_lossy(),
-                "a link to <parent>/mdev_supported_types/<type>",
-            ));
-        }
+        Ok(None) | Err(_) => match identity_resolved(host, dir)? {
+            Some(found) => found,
+            None => return Ok(None),
+        },
     };
     let group = match host.link_name(&dir.join("iommu_group"))? {
         Some(g) => Some(
@@ -192,4 +176,155 @@ fn read_instance(
         iommu_group: group,
         driver: host.link_name(&dir.join("driver"))?,
     }))
+}
+
+/// The parent and type of the mdev `uuid` in `dir`, from its two links as the kernel makes them: its
+/// entry in `/sys/bus/mdev/devices` points to `…/<parent>/<uuid>`, and its `mdev_type` to
+/// `../mdev_supported_types/<type>` (drivers/vfio/mdev/mdev_core.c puts the device below its parent;
+/// mdev_sysfs.c links `mdev_type` to the type's directory in its parent's `mdev_supported_types`).
+/// Two `readlink`s; resolving the whole path walks every component instead. `Ok(None)` when a link
+/// reads otherwise (a tree that is not the kernel's): the caller resolves the path then.
+fn identity_from_links(
+    host: &dyn Host,
+    uuid: MdevUuid,
+    dir: &Path,
+) -> Result<Option<(String, String)>, crate::HostError> {
+    let type_link = host.read_link(&dir.join("mdev_type"))?;
+    let device_link = host.read_link(dir)?;
+    let name = |p: Option<&Path>| {
+        p.and_then(Path::file_name)
+            .and_then(|n| n.to_str())
+            .map(str::to_string)
+    };
+    let (Some(type_id), Some(mst)) = (name(Some(&type_link)), name(type_link.parent())) else {
+        return Ok(None);
+    };
+    let (Some(own), Some(parent)) = (name(Some(&device_link)), name(device_link.parent())) else {
+        return Ok(None);
+    };
+    // Exactly `../mdev_supported_types/<type>`: the type is its own parent's.
+    let shape: Vec<Component<'_>> = type_link.components().collect();
+    let expected = shape.len() == 3
+        && shape.first() == Some(&Component::ParentDir)
+        && mst == "mdev_supported_types";
+    let matches = own == uuid.to_string() && !parent.is_empty() && parent != "..";
+    Ok((expected && matches).then_some((parent, type_id)))
+}
+
+/// [`identity_from_links`] by resolving `mdev_type` to `…/<parent>/mdev_supported_types/<type>`;
+/// `None` when the instance is being removed while we walk (skipped, like a PCI device that
+/// disappears).
+fn identity_resolved(
+    host: &dyn Host,
+    dir: &Path,
+) -> Result<Option<(String, String)>, DiscoverError> {
+    let type_dir = match host.canonicalize(&dir.join("mdev_type")) {
+        Ok(d) => d,
+        // The kernel removes the `mdev_type` link before the directory itself during teardown.
+        Err(e) if e.is_not_found() => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let comps: Vec<String> = type_dir
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(s) => Some(s.to_string_lossy().into_owned()),
+            _ => None,
+        })
+        .collect();
+    match comps.as_slice() {
+        [.., parent, mst, ty] if mst == "mdev_supported_types" => {
+            Ok(Some((parent.clone(), ty.clone())))
+        }
+        _ => Err(malformed(
+            &dir.join("mdev_type"),
+            &type_dir.to_string_lossy(),
+            "a link to <parent>/mdev_supported_types/<type>",
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::symlink;
+
+    use super::*;
+    use crate::SysfsHost;
+
+    const UUID: &str = "6d0c5a4e-7b1f-4c1e-9a55-766770757465";
+
+    /// A tree with one mdev on `mbochs`, linked as the kernel links it, its `mdev_type` link
+    /// pointing to `type_target`.
+    fn tree(type_target: &str) -> (tempfile::TempDir, SysfsHost) {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let parent = root.join("sys/devices/virtual/mbochs/mbochs");
+        std::fs::create_dir_all(parent.join("mdev_supported_types/mbochs-small")).unwrap();
+        std::fs::create_dir_all(parent.join(UUID)).unwrap();
+        symlink(type_target, parent.join(UUID).join("mdev_type")).unwrap();
+        let bus = root.join("sys/bus/mdev/devices");
+        std::fs::create_dir_all(&bus).unwrap();
+        symlink(
+            format!("../../../devices/virtual/mbochs/mbochs/{UUID}"),
+            bus.join(UUID),
+        )
+        .unwrap();
+        let host = SysfsHost::new(root).unwrap();
+        (dir, host)
+    }
+
+    fn device_dir() -> std::path::PathBuf {
+        Path::new(paths::MDEV_DEVICES).join(UUID)
+    }
+
+    #[test]
+    fn the_kernels_links_name_parent_and_type_as_resolving_them_does() {
+        let (_d, host) = tree("../mdev_supported_types/mbochs-small");
+        let uuid: MdevUuid = UUID.parse().unwrap();
+        let fast = identity_from_links(&host, uuid, &device_dir()).unwrap();
+        let resolved = identity_resolved(&host, &device_dir()).unwrap();
+        assert_eq!(fast, Some(("mbochs".into(), "mbochs-small".into())));
+        assert_eq!(fast, resolved);
+        let i = read_instance(&host, uuid, &device_dir()).unwrap().unwrap();
+        assert_eq!(
+            (i.parent.as_str(), i.type_id.as_str()),
+            ("mbochs", "mbochs-small")
+        );
+    }
+
+    #[test]
+    fn links_of_another_shape_are_resolved_instead() {
+        // Not `../mdev_supported_types/<type>`: the links alone do not say; the walk does.
+        let (_d, host) = tree("../../mbochs/mdev_supported_types/mbochs-small");
+        let uuid: MdevUuid = UUID.parse().unwrap();
+        assert_eq!(
+            identity_from_links(&host, uuid, &device_dir()).unwrap(),
+            None
+        );
+        let i = read_instance(&host, uuid, &device_dir()).unwrap().unwrap();
+        assert_eq!(
+            (i.parent.as_str(), i.type_id.as_str()),
+            ("mbochs", "mbochs-small")
+        );
+        // A device link that names another UUID is not taken at its word either.
+        let other: MdevUuid = "8f0c2a43-6d1e-4b7a-9c55-0e4b1d2f7a61".parse().unwrap();
+        let (_d, host) = tree("../mdev_supported_types/mbochs-small");
+        assert_eq!(
+            identity_from_links(&host, other, &device_dir()).unwrap(),
+            None
+        );
+    }
+
+    #[test]
+    fn an_instance_whose_type_link_is_gone_is_being_removed() {
+        let (d, host) = tree("../mdev_supported_types/mbochs-small");
+        std::fs::remove_file(
+            d.path()
+                .join("sys/devices/virtual/mbochs/mbochs")
+                .join(UUID)
+                .join("mdev_type"),
+        )
+        .unwrap();
+        let uuid: MdevUuid = UUID.parse().unwrap();
+        assert!(read_instance(&host, uuid, &device_dir()).unwrap().is_none());
+    }
 }
