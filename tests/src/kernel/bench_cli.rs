@@ -191,6 +191,27 @@ pub(super) fn shipped_copy(name: &str, dir: &Path) -> Result<PathBuf, TestError>
     Ok(copy)
 }
 
+/// vgpud on `bus` with its state in `state` and its private socket in `work`, once the socket is
+/// there; and the socket's path.
+pub(super) fn with_private_socket(
+    work: &Workdir,
+    state: &Workdir,
+    bus: &BusDaemon,
+) -> Result<(Vgpud, String), TestError> {
+    let private = work.path().join("private");
+    let private_s = private.display().to_string();
+    let d = Vgpud::spawn_on_bus_with(
+        work.path(),
+        state.path(),
+        bus.address(),
+        &["--private-socket", &private_s],
+    )?;
+    d.wait_until("the private socket", Duration::from_secs(30), |_| {
+        Ok(private.exists())
+    })?;
+    Ok((d, private_s))
+}
+
 /// mdevctl refuses to run without its script directories (its package makes them); the guest's root
 /// has none. Empty, they hold no call-out for mdevctl or our front end.
 pub(super) fn mdevctl_script_dirs() -> Result<(), TestError> {
@@ -487,17 +508,8 @@ fn cli_per_op(g: &Guest) -> TestResult {
     let work = Workdir::new("bench-cli")?;
     let state = Workdir::new("bench-cli-state")?;
     let bus = BusDaemon::start(work.path())?;
-    let private = work.path().join("private");
-    let private_s = private.to_str().unwrap_or_default().to_string();
-    let d = Vgpud::spawn_on_bus_with(
-        work.path(),
-        state.path(),
-        bus.address(),
-        &["--private-socket", &private_s],
-    )?;
-    d.wait_until("the private socket", Duration::from_secs(30), |_| {
-        Ok(private.exists())
-    })?;
+    let (d, private_s) = with_private_socket(&work, &state, &bus)?;
+    let private = PathBuf::from(&private_s);
     // On the bus: the private socket turned off. Through it: named, whatever the bus.
     let vgpuctl = Program::direct(&shipped_copy("vgpuctl", work.path())?)
         .with_env("VGPU_BUS", d.bus())

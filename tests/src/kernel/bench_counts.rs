@@ -10,19 +10,18 @@
 //! benchmarks it fails only when an operation fails, or when the host has no perf.
 
 use std::path::Path;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
-
-use super::bench_cli::{Program, mdevctl_script_dirs, real_mdevctl, shipped_copy};
-use super::bench_profile::perf;
+use super::bench_cli::{
+    Program, mdevctl_script_dirs, real_mdevctl, shipped_copy, with_private_socket,
+};
+use super::bench_profile::{perf, stop_perf};
 use super::bus_daemon::BusDaemon;
 use super::guest::Guest;
 use super::runner::{Outcome, Test, TestError, TestResult, ensure};
 use super::samples::{Mdevs, available, test_uuid};
-use super::vgpud::{TargetKind, Vgpud, Workdir};
+use super::vgpud::{TargetKind, Workdir};
 
 /// The benchmarks of this module.
 pub fn benches() -> Vec<Test<Guest>> {
@@ -140,28 +139,9 @@ fn stat_pid(
     std::thread::sleep(ATTACH);
     let ran = batch();
     std::thread::sleep(AFTERMATH);
-    stop(child)?;
+    stop_perf(child)?;
     ran?;
     read_stat(out)
-}
-
-fn stop(child: Child) -> Result<(), TestError> {
-    kill(Pid::from_raw(child.id() as i32), Signal::SIGINT)
-        .map_err(|e| TestError::Check(format!("cannot stop perf: {e}")))?;
-    let out = child
-        .wait_with_output()
-        .map_err(|e| TestError::Check(format!("cannot wait for perf: {e}")))?;
-    use std::os::unix::process::ExitStatusExt;
-    ensure(
-        out.status.success() || out.status.signal() == Some(2),
-        || {
-            format!(
-                "perf stat failed ({}): {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            )
-        },
-    )
 }
 
 /// `program args` run under `perf stat`: what the client process itself did.
@@ -216,17 +196,7 @@ fn vgpud_counts(g: &Guest) -> TestResult {
     let work = Workdir::new("bench-counts")?;
     let state = Workdir::new("bench-counts-state")?;
     let bus = BusDaemon::start(work.path())?;
-    let private = work.path().join("private");
-    let private_s = private.display().to_string();
-    let d = Vgpud::spawn_on_bus_with(
-        work.path(),
-        state.path(),
-        bus.address(),
-        &["--private-socket", &private_s],
-    )?;
-    d.wait_until("the private socket", Duration::from_secs(30), |_| {
-        Ok(private.exists())
-    })?;
+    let (d, private_s) = with_private_socket(&work, &state, &bus)?;
     let pid = d
         .pid()
         .ok_or_else(|| TestError::Check("vgpud has no pid".into()))?;

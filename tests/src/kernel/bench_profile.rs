@@ -68,19 +68,20 @@ fn record(perf: &Program, pid: u32, out: &Path) -> Result<Child, TestError> {
     Ok(child)
 }
 
-fn stop_record(child: Child) -> Result<(), TestError> {
+/// Stops a `perf record` or `perf stat` started in the background, once it has written its output.
+pub(super) fn stop_perf(child: Child) -> Result<(), TestError> {
     let pid = Pid::from_raw(child.id() as i32);
     kill(pid, Signal::SIGINT).map_err(|e| TestError::Check(format!("cannot stop perf: {e}")))?;
     let out = child
         .wait_with_output()
         .map_err(|e| TestError::Check(format!("cannot wait for perf: {e}")))?;
-    // perf record ends by raising the signal that stopped it again, once its data is written.
+    // perf ends by raising the signal that stopped it again, once its output is written.
     use std::os::unix::process::ExitStatusExt;
     ensure(
         out.status.success() || out.status.signal() == Some(2),
         || {
             format!(
-                "perf record failed ({}): {}",
+                "perf failed ({}): {}",
                 out.status,
                 String::from_utf8_lossy(&out.stderr)
             )
@@ -181,7 +182,7 @@ fn vgpud_profile(g: &Guest) -> TestResult {
         vgpuctl.run(&["destroy", &us])?;
         mdevs.forget(&u);
     }
-    stop_record(rec)?;
+    stop_perf(rec)?;
     report(
         &perf,
         &data,
@@ -213,7 +214,7 @@ fn vgpud_profile(g: &Guest) -> TestResult {
             "the repeated apply changed the host".to_string()
         })?;
     }
-    stop_record(rec)?;
+    stop_perf(rec)?;
     report(
         &perf,
         &data,
@@ -224,7 +225,7 @@ fn vgpud_profile(g: &Guest) -> TestResult {
     let rec = record(&perf, pid, &data)?;
     apply(POOL_SLOTS)?;
     apply(1)?;
-    stop_record(rec)?;
+    stop_perf(rec)?;
     report(
         &perf,
         &data,
