@@ -15,8 +15,8 @@ use mdev_types::ids::MdevUuid;
 use tokio::sync::broadcast::Receiver;
 use vgpu_host::Host;
 use vgpu_manager::daemon::api::{
-    ApplyPool, DefineInstance, Event, InstanceSpec, InstanceState, InstanceTarget, ListInstances,
-    StartInstance,
+    ApplyPool, DefineInstance, Event, GetPoolStatus, InstanceSpec, InstanceState, InstanceTarget,
+    ListInstances, StartInstance,
 };
 use vgpu_manager::daemon::engine::{Core, FinishedApply};
 use vgpu_manager::profile::Catalog;
@@ -385,4 +385,25 @@ fn a_removal_the_kernel_refuses_in_a_run_of_slots_brings_back_the_ones_removed()
     // The same shrink goes through once the device is free.
     let shrunk = core.execute(ApplyPool { toml: pool(1, 0) }).unwrap();
     assert_eq!(shrunk.removed.len(), 5, "{shrunk:?}");
+}
+
+#[test]
+fn an_apply_summary_shows_what_the_pool_status_shows_after_it() {
+    let host = Arc::new(SimHost::builtin("demo").unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let core = open(&host, dir.path());
+    // Grown, applied again with nothing to do, shrunk: each summary (from the inventory read for
+    // the plan when no step changed a PCI device) equals the status read afresh afterwards.
+    for (what, toml) in [
+        ("grow", pool(4, 1)),
+        ("nothing to do", pool(4, 1)),
+        ("shrink", pool(1, 0)),
+    ] {
+        let summary = core.execute(ApplyPool { toml }).unwrap();
+        let status = core.execute(GetPoolStatus).unwrap();
+        let ev = status.iter().find(|s| s.pool == "ev").expect("pool ev");
+        assert_eq!(summary.slots, ev.slots, "{what}: slots");
+        assert_eq!(summary.gpus, ev.gpus, "{what}: GPUs");
+        assert!(summary.slots.iter().all(|s| s.state == "running"), "{what}");
+    }
 }

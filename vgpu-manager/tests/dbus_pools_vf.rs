@@ -110,6 +110,9 @@ async fn the_vdi_floor_takes_vf_slots_and_keeps_them_across_a_reboot() {
     assert_eq!(st.len(), 1);
     assert!(st[0].in_sync, "{:?}", st[0]);
     assert_eq!(st[0].slots.len(), 44);
+    // The summary shows the host after the apply, VFs it enabled included, as the status does.
+    assert_eq!(summary.slots, st[0].slots);
+    assert_eq!(summary.gpus, st[0].gpus);
     let vfs = vf_slots(&st[0]);
     assert_eq!(vfs.len(), 32, "{vfs:?}");
     let on = |gpu: &str| vfs.values().filter(|v| v.0 == gpu).count();

@@ -1,9 +1,9 @@
 //! What one operation costs in counts rather than time: `bench_vgpud_counts` runs each operation N
 //! times under `perf stat` (the host's perf, through the host's loader) and prints, per operation, the
 //! system calls (`raw_syscalls:sys_enter`), context switches (each one a thread handing work to
-//! another or waiting) and CPU time of vgpud, and of the client process where there is one, beside
-//! Debian's mdevctl 1.2.0 doing the same work. Times on an emulated machine drift by ±10% between
-//! boots; counts do not, so a change that removes work shows in them from one run.
+//! another or waiting), page faults and CPU time of vgpud, and of the client process where there is
+//! one, beside Debian's mdevctl 1.2.0 doing the same work. Times on an emulated machine drift by ±10%
+//! between boots; counts do not, so a change that removes work shows in them from one run.
 //!
 //! vgpud's counts include what an operation makes it do after answering (the GPU object's refresh,
 //! the kernel's uevents): each batch is followed by a pause before perf stops. Like the other
@@ -36,13 +36,16 @@ const N: u32 = 16;
 const ATTACH: Duration = Duration::from_millis(1000);
 const AFTERMATH: Duration = Duration::from_millis(400);
 /// The events counted, as perf names them.
-const EVENTS: &str = "raw_syscalls:sys_enter,context-switches,task-clock";
+const EVENTS: &str = "raw_syscalls:sys_enter,context-switches,page-faults,task-clock";
 
 /// What perf counted over a batch.
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
 struct Counts {
     syscalls: f64,
     switches: f64,
+    /// Page faults: each page of a binary or of memory touched for the first time (a process run
+    /// once per operation pays them all again).
+    faults: f64,
     /// CPU time in milliseconds.
     cpu_ms: f64,
 }
@@ -53,6 +56,7 @@ impl Counts {
         Counts {
             syscalls: self.syscalls / n,
             switches: self.switches / n,
+            faults: self.faults / n,
             cpu_ms: self.cpu_ms / n,
         }
     }
@@ -61,14 +65,15 @@ impl Counts {
         Counts {
             syscalls: self.syscalls + o.syscalls,
             switches: self.switches + o.switches,
+            faults: self.faults + o.faults,
             cpu_ms: self.cpu_ms + o.cpu_ms,
         }
     }
 
     fn show(self) -> String {
         format!(
-            "{:>6.1} syscalls {:>5.1} switches {:>6.2} ms CPU",
-            self.syscalls, self.switches, self.cpu_ms
+            "{:>6.1} syscalls {:>5.1} switches {:>6.1} faults {:>6.2} ms CPU",
+            self.syscalls, self.switches, self.faults, self.cpu_ms
         )
     }
 }
@@ -91,16 +96,17 @@ fn parse_stat(text: &str) -> Result<Counts, String> {
         match *event {
             "raw_syscalls:sys_enter" => c.syscalls = v,
             "context-switches" => c.switches = v,
+            "page-faults" => c.faults = v,
             "task-clock" => c.cpu_ms = v,
             _ => continue,
         }
         seen += 1;
     }
-    if seen == 3 {
+    if seen == 4 {
         Ok(c)
     } else {
         Err(format!(
-            "perf stat printed {seen} of the 3 events {EVENTS}:\n{text}"
+            "perf stat printed {seen} of the 4 events {EVENTS}:\n{text}"
         ))
     }
 }
@@ -312,12 +318,13 @@ mod tests {
 
     #[test]
     fn perf_stat_csv_is_read() {
-        let text = "# started on Mon Dec  7 01:57:19 2026\n\n3004,,raw_syscalls:sys_enter,659300505,100.00,4.556,K/sec\n836,,context-switches,659300505,100.00,1.268,K/sec\n659.30,msec,task-clock,659300505,100.00,0.472,CPUs utilized\n";
+        let text = "# started on Mon Dec  7 01:57:19 2026\n\n3004,,raw_syscalls:sys_enter,659300505,100.00,4.556,K/sec\n836,,context-switches,659300505,100.00,1.268,K/sec\n235,,page-faults,659300505,100.00,0.356,K/sec\n659.30,msec,task-clock,659300505,100.00,0.472,CPUs utilized\n";
         assert_eq!(
             parse_stat(text),
             Ok(Counts {
                 syscalls: 3004.0,
                 switches: 836.0,
+                faults: 235.0,
                 cpu_ms: 659.30
             })
         );
@@ -326,7 +333,7 @@ mod tests {
         assert!(
             parse_stat("836,,context-switches,1,100.00,,\n")
                 .unwrap_err()
-                .contains("1 of the 3")
+                .contains("1 of the 4")
         );
     }
 }

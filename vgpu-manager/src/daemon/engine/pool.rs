@@ -109,6 +109,17 @@ impl Pools {
         }
     }
 
+    /// Whether `step` leaves the host's PCI devices as they were: an mdev made or removed changes
+    /// only its parent's capacity, while enabling VFs, or taking or releasing one (its driver, its
+    /// vendor type), changes PCI devices.
+    fn leaves_pci_alone(&self, step: &PoolStep) -> bool {
+        match step {
+            PoolStep::Create { target, .. } => matches!(target, ProfileTarget::Mdev { .. }),
+            PoolStep::Remove { slot, .. } => self.vf_slots.vf_record(&slot.uuid).is_none(),
+            PoolStep::EnableVfs { .. } => false,
+        }
+    }
+
     fn parse_pool(&self, text: &str) -> Result<Pool, CoreError> {
         Ok(Pool::from_toml(ORIGIN, text, &self.catalog)?)
     }
@@ -221,8 +232,8 @@ impl Pools {
                 created.push(slot.name());
             }
         }
-        let plan = match self.plan_of(&pool) {
-            Ok((plan, _)) => plan,
+        let (plan, planned_on) = match self.plan_of(&pool) {
+            Ok(found) => found,
             Err(e) => {
                 self.log_rollback(&pool, &run.roll_back());
                 return Err(e);
@@ -238,6 +249,10 @@ impl Pools {
         steps.extend(self.unwanted_stopped_slots(&pool));
         steps.extend(plan.steps.iter().cloned());
         total.set(u32::try_from(steps.len()).unwrap_or(u32::MAX));
+        // Whether the inventory read for the plan still describes the host's PCI devices once the
+        // steps ran (the summary's GPUs, type names and faults come from it; slot states come from
+        // the instance views either way).
+        let pci_unchanged = steps.iter().skip(first).all(|s| self.leaves_pci_alone(s));
         // The restarts ran before the plan existed; their progress goes out now, with the total.
         for (i, step) in steps.iter().enumerate().take(first) {
             progress(i, step);
@@ -286,7 +301,11 @@ impl Pools {
         let total = total.get();
         self.record_pool(&pool, text)?;
         info!(pool = %pool.name, steps = total, created = created.len(), removed = removed.len(), "pool applied");
-        let inv = discover(self.host.as_ref())?;
+        let inv = if pci_unchanged {
+            planned_on
+        } else {
+            discover(self.host.as_ref())?
+        };
         let (slots, gpus) = self.slot_rows(&pool, &inv);
         let summary = PoolSummary {
             pool: pool.name.clone(),
