@@ -16,7 +16,6 @@ use vgpu_manager::daemon::api::{
     Reconcile, SetAutostart, StartInstance, StopInstance, UndefineInstance,
 };
 use vgpu_manager::daemon::engine::Core;
-use vgpu_manager::profile::Catalog;
 use vgpu_sim::SimHost;
 
 use core_common::open;
@@ -442,12 +441,7 @@ fn a_device_announced_before_its_mdev_type_link_exists_is_still_listed() {
         asked: std::sync::Mutex::new(u32::MAX),
     });
     let dir = tempfile::tempdir().unwrap();
-    let core = Core::open(
-        host.clone() as Arc<dyn Host>,
-        dir.path(),
-        Catalog::builtin().unwrap(),
-    )
-    .unwrap();
+    let core = open(&host, dir.path());
     // Someone makes a device through sysfs; its link shows up only after a few looks.
     *host.asked.lock().unwrap() = 0;
     let uuid: MdevUuid = FOREIGN.parse().unwrap();

@@ -4,6 +4,8 @@
 //! else is still read and shown.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod core_common;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -15,8 +17,9 @@ use vgpu_manager::daemon::api::{
     InstanceTarget, Ownership,
 };
 use vgpu_manager::daemon::engine::Core;
-use vgpu_manager::profile::Catalog;
 use vgpu_sim::SimHost;
+
+use core_common::open;
 
 const FOREIGN: &str = "8f0c2a43-6d1e-4b7a-9c55-0e4b1d2f7a61";
 
@@ -90,12 +93,7 @@ fn the_events_of_the_cores_own_changes_read_nothing_and_foreign_changes_are_read
         device_reads: AtomicUsize::new(0),
     });
     let dir = tempfile::tempdir().unwrap();
-    let core = Core::open(
-        host.clone() as Arc<dyn Host>,
-        dir.path(),
-        Catalog::builtin().unwrap(),
-    )
-    .unwrap();
+    let core = open(&host, dir.path());
     events.try_iter().for_each(drop);
 
     // The core's own create: its events (add, bind) describe the device it read back.

@@ -198,22 +198,15 @@ fn run(g: &Guest, setup: &Setup<'_>, seq: &mut u32) -> Result<Results, TestError
     }
     // The daemon logs one line per reconcile a kernel event started (vgpu-manager's core/mod.rs).
     let log = d.log_text();
-    let create_phases = phases(
-        &log,
-        creates.get(WARMUP as usize..).unwrap_or_default(),
-        &Marks {
-            command: "CreateInstance",
-            done: "instance created",
-        },
-    );
-    let destroy_phases = phases(
-        &log,
-        destroys.get(WARMUP as usize..).unwrap_or_default(),
-        &Marks {
-            command: "DestroyInstance",
-            done: "instance removed",
-        },
-    );
+    let phases_of = |calls: &[CallSpan], marks| {
+        phases(
+            &log,
+            calls.get(WARMUP as usize..).unwrap_or_default(),
+            marks,
+        )
+    };
+    let create_phases = phases_of(&creates, &Marks::CREATE);
+    let destroy_phases = phases_of(&destroys, &Marks::DESTROY);
     let triggers = reconcile_triggers(log.get(log_before.len()..).unwrap_or_default());
     let reconciles: usize = triggers.iter().map(|(_, n)| n).sum();
     let warned = warnings(log.get(log_before.len()..).unwrap_or_default());

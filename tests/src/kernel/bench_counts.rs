@@ -5,6 +5,8 @@
 //! one, beside Debian's mdevctl 1.2.0 doing the same work. Times on an emulated machine drift by ±10%
 //! between boots; counts do not, so a change that removes work shows in them from one run.
 //!
+//! The floor is counted too: the same sysfs writes made by the benchmark's own process.
+//!
 //! vgpud's counts include what an operation makes it do after answering (the GPU object's refresh,
 //! the kernel's uevents): each batch is followed by a pause before perf stops. Like the other
 //! benchmarks it fails only when an operation fails, or when the host has no perf.
@@ -13,14 +15,16 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
+use vgpu_host::{Host, paths};
+
 use super::bench_cli::{
     Program, mdevctl_script_dirs, real_mdevctl, shipped_copy, with_private_socket,
 };
-use super::bench_profile::{perf, stop_perf};
+use super::bench_profile::{attach_perf, perf, stop_perf};
 use super::bus_daemon::BusDaemon;
 use super::guest::Guest;
 use super::runner::{Outcome, Test, TestError, TestResult, ensure};
-use super::samples::{Mdevs, available, test_uuid};
+use super::samples::{Mdevs, available, create_path, test_uuid};
 use super::vgpud::{TargetKind, Workdir};
 
 /// The benchmarks of this module.
@@ -124,25 +128,7 @@ fn stat_pid(
     out: &Path,
     batch: impl FnOnce() -> Result<(), TestError>,
 ) -> Result<Counts, TestError> {
-    let mut cmd = perf.command();
-    cmd.args([
-        "stat",
-        "-x",
-        ",",
-        "-e",
-        EVENTS,
-        "-p",
-        &pid.to_string(),
-        "-o",
-    ])
-    .arg(out)
-    .stdin(Stdio::null())
-    .stdout(Stdio::null())
-    .stderr(Stdio::piped());
-    let child = cmd
-        .spawn()
-        .map_err(|e| TestError::Check(format!("cannot start perf stat: {e}")))?;
-    std::thread::sleep(ATTACH);
+    let child = attach_perf(perf, &["stat", "-x", ",", "-e", EVENTS], pid, out, ATTACH)?;
     let ran = batch();
     std::thread::sleep(AFTERMATH);
     stop_perf(child)?;
@@ -305,8 +291,25 @@ fn vgpud_counts(g: &Guest) -> TestResult {
         }
         row(&format!("mdevctl {what}"), None, Some(client.per(N)));
     }
-    println!(
-        "bench:   (the raw sysfs create or remove alone is 3 system calls: open, write, close)"
+    // The floor: the same sysfs writes made by this process (the benchmark's own threads are idle
+    // meanwhile), each followed by the check that the device came or went.
+    let create = create_path(PARENT, TYPE)?;
+    let raw = stat_pid(&perf, std::process::id(), &out, || {
+        for u in &uuids {
+            g.host.write(&create, &u.to_string())?;
+            mdevs.adopt(*u);
+            ensure(g.host.exists(&paths::mdev_device(u)), || {
+                format!("{u} missing after the create write returned")
+            })?;
+            g.host.write(&paths::mdev_device(u).join("remove"), "1")?;
+            mdevs.forget(u);
+        }
+        Ok(())
+    })?;
+    row(
+        "sysfs create + remove (this process)",
+        None,
+        Some(raw.per(N)),
     );
     d.stop()?;
     Ok(Outcome::Passed)

@@ -31,6 +31,20 @@ pub(super) struct Marks {
     pub(super) done: &'static str,
 }
 
+impl Marks {
+    /// `Manager1.Create`: the command `CreateInstance`, done at `instance created` (the engine's
+    /// reconcile.rs, once the kernel made the device).
+    pub(super) const CREATE: Marks = Marks {
+        command: "CreateInstance",
+        done: "instance created",
+    };
+    /// `Manager1.Destroy`: the command `DestroyInstance`, done at `instance removed`.
+    pub(super) const DESTROY: Marks = Marks {
+        command: "DestroyInstance",
+        done: "instance removed",
+    };
+}
+
 /// Per-call durations of the three phases (calls whose lines were not both found are left out).
 #[derive(Debug, Default, PartialEq)]
 pub(super) struct Phases {
@@ -170,11 +184,7 @@ mod tests {
                 end: at("2026-12-07T01:32:58.070000Z"),
             },
         ];
-        let create = Marks {
-            command: "CreateInstance",
-            done: "instance created",
-        };
-        let p = phases(log, &calls, &create);
+        let p = phases(log, &calls, &Marks::CREATE);
         assert_eq!(
             p,
             Phases {
@@ -184,10 +194,6 @@ mod tests {
             }
         );
         assert!(p.summary("Create").contains("over 1 calls"));
-        let destroy = Marks {
-            command: "DestroyInstance",
-            done: "instance removed",
-        };
-        assert_eq!(phases(log, &calls, &destroy), Phases::default());
+        assert_eq!(phases(log, &calls, &Marks::DESTROY), Phases::default());
     }
 }

@@ -41,30 +41,33 @@ pub(super) fn perf() -> Result<Program, TestError> {
     Ok(Program::host_dynamic(Path::new(&perf)))
 }
 
-/// `perf record` of `pid` into `out`, running until stopped by [`stop_record`].
+/// `perf record` of `pid` into `out`, running until stopped by [`stop_perf`].
 fn record(perf: &Program, pid: u32, out: &Path) -> Result<Child, TestError> {
-    let mut cmd = perf.command();
     // DWARF unwinding from .eh_frame (the shipped binaries keep it; they have no frame pointers).
-    cmd.args([
-        "record",
-        "-q",
-        "-F",
-        "499",
-        "--call-graph",
-        "dwarf,8192",
-        "-p",
-        &pid.to_string(),
-        "-o",
-    ])
-    .arg(out)
-    .stdin(Stdio::null())
-    .stdout(Stdio::null())
-    .stderr(Stdio::piped());
+    let args = ["record", "-q", "-F", "499", "--call-graph", "dwarf,8192"];
+    attach_perf(perf, &args, pid, out, Duration::from_millis(1500))
+}
+
+/// `perf ARGS -p PID -o OUT` started in the background, given `attach` to attach to the process
+/// before the caller starts what it measures; stopped by [`stop_perf`].
+pub(super) fn attach_perf(
+    perf: &Program,
+    args: &[&str],
+    pid: u32,
+    out: &Path,
+    attach: Duration,
+) -> Result<Child, TestError> {
+    let mut cmd = perf.command();
+    cmd.args(args)
+        .args(["-p", &pid.to_string(), "-o"])
+        .arg(out)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
     let child = cmd
         .spawn()
-        .map_err(|e| TestError::Check(format!("cannot start perf record: {e}")))?;
-    // perf attaches before it samples: give it a moment.
-    std::thread::sleep(Duration::from_millis(1500));
+        .map_err(|e| TestError::Check(format!("cannot start perf {}: {e}", args.join(" "))))?;
+    std::thread::sleep(attach);
     Ok(child)
 }
 

@@ -13,8 +13,9 @@ use vgpu_manager::migration::{Fingerprint, fingerprint};
 use vgpu_manager::profile::Catalog;
 use vgpu_sim::SimHost;
 
-/// A core over `host` with its state in `dir` and the built-in profiles.
-pub fn open(host: &Arc<SimHost>, dir: &Path) -> Core {
+/// A core over `host` (the simulated kernel, or a host wrapped around it) with its state in `dir` and
+/// the built-in profiles.
+pub fn open<H: Host + 'static>(host: &Arc<H>, dir: &Path) -> Core {
     Core::open(
         host.clone() as Arc<dyn Host>,
         dir,
