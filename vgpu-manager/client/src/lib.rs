@@ -54,6 +54,7 @@ mod error;
 mod handoff;
 pub mod offers;
 mod paths;
+mod pipelined;
 pub mod pools;
 pub mod private;
 pub mod proxy;
