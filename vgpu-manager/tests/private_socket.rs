@@ -396,3 +396,53 @@ async fn descriptors_sent_there_never_stay_in_vgpud_and_closed_connections_are_l
     // Every connection closed: vgpud is back to what it held.
     settled(before).await;
 }
+
+/// A reply on the private socket waits for the objects but not for the bus's signals: the instance
+/// a create names is on the bus as the reply arrives, one a destroy removed is gone from it, and
+/// subscribers on the bus still get every signal of both, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_private_reply_finds_the_objects_in_place_and_the_signals_still_follow() {
+    let dir = tempfile::tempdir().unwrap();
+    let (d, private) = daemon_with_private(dir.path()).await;
+    let bus_client = client(&d.bus).await;
+    let mut signals = Signals::watch(&bus_client).await;
+    let conn = vgpu_client::private::connect_pipelined(&private)
+        .await
+        .unwrap();
+    let calls =
+        vgpu_client::Client::with_connection(conn, &vgpu_client::BusAddress::Private(private))
+            .await
+            .unwrap();
+    let uuids = [
+        "7b0e8a52-5f55-4c4b-8f3a-2a3c1d9e0b21",
+        "7b0e8a52-5f55-4c4b-8f3a-2a3c1d9e0b22",
+        "7b0e8a52-5f55-4c4b-8f3a-2a3c1d9e0b23",
+    ];
+    for uuid in uuids {
+        let req = vgpu_client::NewInstance {
+            gpu: Some(T4.into()),
+            uuid: Some(uuid.into()),
+            ..vgpu_client::NewInstance::of_type(TYPE)
+        };
+        let made = calls.create_uuid(&req).await.unwrap();
+        assert_eq!(made.to_string(), uuid);
+        // Straight after the reply, on the bus: the object is there.
+        let instance = vgpu_client::Instance1Proxy::builder(&bus_client)
+            .path(vgpu_client::instance_path(uuid))
+            .cache_properties(zbus::proxy::CacheProperties::No)
+            .build()
+            .await
+            .unwrap();
+        assert_eq!(instance.state().await.unwrap(), "running");
+        calls.destroy(uuid).await.unwrap();
+        assert!(
+            instance.state().await.is_err(),
+            "{uuid} is still on the bus after its destroy was answered"
+        );
+    }
+    for uuid in uuids {
+        let path = vgpu_client::instance_path(uuid).to_string();
+        signals.expect(Sig::Added(path.clone(), uuid.into())).await;
+        signals.expect(Sig::Removed(path, uuid.into())).await;
+    }
+}

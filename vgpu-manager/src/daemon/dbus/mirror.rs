@@ -1,12 +1,21 @@
 //! Keeps the object tree in step with the core: one Instance1 object per instance and one Gpu1 object
 //! per GPU, with Manager1 signals and PropertiesChanged on every change.
 //!
-//! One task applies the core's events in order and publishes how many it has applied. A method call
-//! that changed something waits until that count reaches the core's count of events sent (it
-//! "settles") before it answers, so a client that gets an object path back can use it at once, and
-//! a later stale event can never resurrect an object a newer call removed. This relies on the core
-//! sending a command's events before `execute` returns. When the task was quicker than the command's
-//! own way back, which is the usual case, the call does not wait at all.
+//! One task applies the core's events in order. For each event it first changes the object tree,
+//! then sends the event's signals, and it publishes two counts: events whose objects are in place,
+//! and events whose signals are sent as well. A method call that changed something waits until one
+//! of those counts reaches the core's count of events sent (it "settles") before it answers, so a
+//! client that gets an object path back can use it at once, and a later stale event can never
+//! resurrect an object a newer call removed. This relies on the core sending a command's events
+//! before `execute` returns. When the task was quicker than the command's own way back, which is the
+//! usual case, the call does not wait at all.
+//!
+//! Which count a call waits for depends on where it came from. A caller on the bus may be
+//! subscribed to the signals, and the bus delivers one connection's messages in the order they were
+//! sent, so its reply waits for the signals: it has seen every signal of its change when the reply
+//! arrives. A caller on the private socket gets no signals there (they are on the bus, another
+//! connection, whose order against the reply nobody can observe), so its reply waits for the
+//! objects alone, and the signals go out while the reply does.
 //! GPU objects are refreshed by a second task (see `gpu_work`): after an instance change only that
 //! instance's GPU is re-read, after a kernel event or a reconcile all of them.
 
@@ -22,16 +31,19 @@ use zbus::object_server::SignalEmitter;
 use super::admission::Admission;
 use super::gpu::{self, GpuObject};
 use super::gpu_work::{GpuWork, Work};
-use super::instance::{self, InstanceObject};
+use super::instance::InstanceObject;
 use super::introspect::Introspection;
-use super::manager::Manager;
 use super::object_manager::{self, Kind, Served};
 use super::{Executor, QueryError, call};
 use crate::daemon::api::{
     Event, GetGpuCapacity, GpuCapacity, GpuView, InstanceView, ListGpus, ListInstances,
 };
-use mdev_types::ids::{MdevTypeId, MdevUuid};
-use vgpu_client::{GPU_INTERFACE, INSTANCE_INTERFACE, MANAGER_PATH, gpu_path, instance_path};
+use mdev_types::ids::MdevTypeId;
+use vgpu_client::{GPU_INTERFACE, MANAGER_PATH, gpu_path, instance_path};
+
+mod instances;
+
+use instances::Instances;
 
 /// The least time between two re-reads of the GPU objects: a burst of instance changes (a pool
 /// apply) re-reads each GPU once per this much time, not once per change; a change after a quiet
@@ -43,27 +55,41 @@ const GPU_REFRESH_SPACING: std::time::Duration = std::time::Duration::from_milli
 pub(super) struct MirrorHandle {
     /// The core's count of events sent so far.
     sent: Arc<dyn Fn() -> u64 + Send + Sync>,
-    /// The count of events the instance task has applied (including those it sees before its
-    /// first, which the initial objects reflect).
-    applied: watch::Receiver<u64>,
+    /// The count of events whose objects the instance task has put in place (including those it
+    /// sees before its first, which the initial objects reflect).
+    placed: watch::Receiver<u64>,
+    /// The count of events whose objects are in place and whose signals are sent.
+    announced: watch::Receiver<u64>,
     gpus: Arc<GpuWork>,
 }
 
 impl std::fmt::Debug for MirrorHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MirrorHandle")
-            .field("applied", &*self.applied.borrow())
+            .field("placed", &*self.placed.borrow())
+            .field("announced", &*self.announced.borrow())
             .finish_non_exhaustive()
     }
 }
 
 impl MirrorHandle {
-    /// Returns once every event the core sent before this call is reflected in the object tree (at
-    /// once when the task has gone with the core: nothing more will change).
+    /// Returns once every event the core sent before this call is reflected in the object tree and
+    /// its signals are sent (at once when the task has gone with the core: nothing more will
+    /// change). What a reply to a caller on the bus waits for.
     pub(super) async fn settle(&self) {
-        let sent = (self.sent)();
-        let mut applied = self.applied.clone();
-        let _ = applied.wait_for(|n| *n >= sent).await;
+        Self::reach(&self.announced, (self.sent)()).await;
+    }
+
+    /// Returns once every event the core sent before this call is reflected in the object tree,
+    /// whether or not its signals are sent yet. What a reply to a caller on the private socket,
+    /// which gets no signals, waits for.
+    pub(super) async fn settle_objects(&self) {
+        Self::reach(&self.placed, (self.sent)()).await;
+    }
+
+    async fn reach(count: &watch::Receiver<u64>, sent: u64) {
+        let mut count = count.clone();
+        let _ = count.wait_for(|n| *n >= sent).await;
     }
 
     /// Asks for the GPU objects to be refreshed (capacity may have changed).
@@ -99,137 +125,6 @@ pub(super) struct Objects {
     pub(super) auth: super::Authorizer,
     /// The Introspectable every object's node gets.
     pub(super) introspection: Arc<Introspection>,
-}
-
-/// The instance objects.
-struct Instances {
-    conn: Connection,
-    exec: Arc<dyn Executor>,
-    known: HashMap<MdevUuid, InstanceView>,
-    gpus: Arc<GpuWork>,
-    served: Arc<Served>,
-    introspection: Arc<Introspection>,
-}
-
-impl Instances {
-    async fn upsert(&mut self, view: InstanceView) -> zbus::Result<()> {
-        let uuid_text = view.uuid.to_string();
-        let path = instance_path(&uuid_text);
-        let server = self.conn.object_server();
-        let gpu = view.gpu.clone();
-        match self.known.get(&view.uuid) {
-            None => {
-                self.known.insert(view.uuid, view.clone());
-                let change = self.served.change();
-                let object = InstanceObject::new(view);
-                let intro = &self.introspection;
-                object_manager::register(&self.conn, intro, &change, &path, object, Kind::Instance)
-                    .await?;
-                drop(change);
-                Manager::instance_added(&manager_emitter(&self.conn)?, path.as_ref(), &uuid_text)
-                    .await?;
-            }
-            Some(old) if *old == view => return Ok(()),
-            Some(old) => {
-                if old.gpu != gpu {
-                    self.gpus.gpu(&old.gpu);
-                }
-                let changed = instance::changed_properties(old, &view);
-                let state_changed = old.state != view.state;
-                self.known.insert(view.uuid, view.clone());
-                let state = view.state.as_str();
-                let iface = server.interface::<_, InstanceObject>(&path).await?;
-                let change = self.served.change();
-                iface.get_mut().await.view = view;
-                drop(change);
-                if !changed.is_empty() {
-                    zbus::fdo::Properties::properties_changed(
-                        iface.signal_emitter(),
-                        InterfaceName::from_static_str_unchecked(INSTANCE_INTERFACE),
-                        changed.iter().map(|(k, v)| (*k, v.clone())).collect(),
-                        Cow::Borrowed(&[]),
-                    )
-                    .await?;
-                }
-                if state_changed {
-                    Manager::instance_state_changed(
-                        &manager_emitter(&self.conn)?,
-                        path.as_ref(),
-                        &uuid_text,
-                        state,
-                    )
-                    .await?;
-                }
-            }
-        }
-        self.gpus.gpu(&gpu);
-        Ok(())
-    }
-
-    async fn remove(&mut self, uuid: MdevUuid) -> zbus::Result<()> {
-        let Some(old) = self.known.remove(&uuid) else {
-            return Ok(());
-        };
-        let uuid_text = uuid.to_string();
-        let path = instance_path(&uuid_text);
-        let change = self.served.change();
-        object_manager::unregister::<InstanceObject>(&self.conn, &change, &path).await?;
-        drop(change);
-        Manager::instance_removed(&manager_emitter(&self.conn)?, path.as_ref(), &uuid_text).await?;
-        self.gpus.gpu(&old.gpu);
-        Ok(())
-    }
-
-    /// Re-reads every instance from the core (after lost events) and applies the differences.
-    async fn resync(&mut self) -> zbus::Result<()> {
-        let views = match list_instances(&self.exec).await {
-            Ok(v) => v,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot re-read instances after lost events; objects may be stale until the next change");
-                return Ok(());
-            }
-        };
-        let now: HashMap<MdevUuid, InstanceView> = views.into_iter().map(|v| (v.uuid, v)).collect();
-        let gone: Vec<MdevUuid> = self
-            .known
-            .keys()
-            .filter(|u| !now.contains_key(u))
-            .copied()
-            .collect();
-        for u in gone {
-            self.remove(u).await?;
-        }
-        for v in now.into_values() {
-            self.upsert(v).await?;
-        }
-        Ok(())
-    }
-
-    async fn apply(&mut self, event: Event) {
-        let result = match event {
-            Event::InstanceAdded(v) | Event::InstanceChanged(v) => self.upsert(v).await,
-            Event::InstanceRemoved(u) => self.remove(u).await,
-            Event::PoolProgress {
-                pool,
-                done,
-                total,
-                step,
-            } => match manager_emitter(&self.conn) {
-                Ok(em) => Manager::pool_progress(&em, &pool, done, total, &step).await,
-                Err(e) => Err(e),
-            },
-        };
-        if let Err(e) = result {
-            tracing::warn!(error = %e, "cannot update the D-Bus objects of an instance");
-        }
-    }
-
-    async fn lagged(&mut self, n: u64) {
-        tracing::warn!(lost = n, "missed core events; re-reading all instances");
-        if let Err(e) = self.resync().await {
-            tracing::warn!(error = %e, "cannot update the D-Bus objects after lost events");
-        }
-    }
 }
 
 /// Registers the initial objects and starts the mirror tasks. `events` must have been subscribed before
@@ -268,25 +163,31 @@ pub(super) async fn start(
         let intro = &objects.introspection;
         object_manager::register(conn, intro, &change, &path, object, Kind::Instance).await?;
     }
-    let (applied_tx, applied) = watch::channel(events_before);
+    let (placed_tx, placed) = watch::channel(events_before);
+    let (announced_tx, announced) = watch::channel(events_before);
     let instances_task = tokio::spawn(async move {
         let mut applied = events_before;
         loop {
             match events.recv().await {
                 Ok(e) => {
-                    mirror.apply(e).await;
+                    let owed = mirror.apply(e).await;
                     applied += 1;
+                    placed_tx.send_replace(applied);
+                    if let Some(owed) = owed {
+                        mirror.send(owed).await;
+                    }
                 }
                 // Lost events: the re-read reflects them too.
                 Err(broadcast::error::RecvError::Lagged(n)) => {
                     mirror.lagged(n).await;
                     applied += n;
+                    placed_tx.send_replace(applied);
                 }
                 Err(broadcast::error::RecvError::Closed) => break,
             }
-            applied_tx.send_replace(applied);
+            announced_tx.send_replace(applied);
         }
-        // The core is gone: dropping the count's sender releases every waiter.
+        // The core is gone: dropping the counts' senders releases every waiter.
     });
     let gpu_work = Arc::clone(&work);
     let gpus_task = tokio::spawn(async move {
@@ -306,7 +207,8 @@ pub(super) async fn start(
     Ok((
         MirrorHandle {
             sent: Arc::new(move || exec.events_sent()),
-            applied,
+            placed,
+            announced,
             gpus: work,
         },
         vec![instances_task, gpus_task],
@@ -422,10 +324,12 @@ impl Gpus {
 mod tests {
     use super::*;
 
+    /// A handle whose objects and signals are both at the counts of `applied`.
     fn handle(sent: u64, applied: watch::Receiver<u64>) -> MirrorHandle {
         MirrorHandle {
             sent: Arc::new(move || sent),
-            applied,
+            placed: applied.clone(),
+            announced: applied,
             gpus: Arc::new(GpuWork::default()),
         }
     }
@@ -448,6 +352,39 @@ mod tests {
         assert!(settles(&h).await);
         // Caught up already: no wait at all.
         assert!(settles(&handle(3, tx.subscribe())).await);
+    }
+
+    #[tokio::test]
+    async fn a_caller_without_signals_waits_for_the_objects_alone() {
+        let (placed_tx, placed) = watch::channel(2);
+        let (announced_tx, announced) = watch::channel(2);
+        let h = MirrorHandle {
+            sent: Arc::new(|| 3),
+            placed,
+            announced,
+            gpus: Arc::new(GpuWork::default()),
+        };
+        let objects_settle = |h: &MirrorHandle| {
+            let h = h.clone();
+            async move {
+                tokio::time::timeout(std::time::Duration::from_millis(50), h.settle_objects())
+                    .await
+                    .is_ok()
+            }
+        };
+        assert!(
+            !objects_settle(&h).await,
+            "settled with 2 of 3 events' objects"
+        );
+        // The third event's objects are in place; its signals are not sent yet.
+        placed_tx.send_replace(3);
+        assert!(objects_settle(&h).await);
+        assert!(
+            !settles(&h).await,
+            "a bus caller's reply went before the signals"
+        );
+        announced_tx.send_replace(3);
+        assert!(settles(&h).await);
     }
 
     #[tokio::test]

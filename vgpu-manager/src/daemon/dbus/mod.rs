@@ -243,7 +243,13 @@ impl Shared {
         };
         if access.is_change() {
             // Even a failed command may have changed something (a rolled-back step); settle always.
-            self.mirror.settle().await;
+            match origin {
+                // The reply follows the change's signals: a subscribed caller has seen them all.
+                Origin::Bus => self.mirror.settle().await,
+                // No signals reach the private socket: the objects alone are waited for, and the
+                // signals go out on the bus while the reply does.
+                Origin::Private(_) => self.mirror.settle_objects().await,
+            }
             // A change may also move what no object change shows (Gpu1.Scheduling, read from the
             // host): the object manager's next answer is built anew.
             self.served.changed();

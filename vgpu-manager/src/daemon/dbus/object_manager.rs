@@ -318,6 +318,26 @@ pub(super) async fn register<I: Interface>(
     object: I,
     kind: Kind,
 ) -> zbus::Result<()> {
+    if let Some(props) = place(conn, introspection, change, path, object, kind).await? {
+        announce_added::<I>(conn, path, props).await?;
+    }
+    Ok(())
+}
+
+/// The properties an `InterfacesAdded` announces of one interface.
+pub(super) type Announced = HashMap<String, OwnedVariant>;
+
+/// The first half of [`register`]: puts `object` in place at `path` without announcing it, and
+/// returns the properties to announce with [`announce_added`], or `None` when an object was
+/// already registered there (it is left as it is).
+pub(super) async fn place<I: Interface>(
+    conn: &Connection,
+    introspection: &Arc<Introspection>,
+    change: &Change<'_>,
+    path: &ObjectPath<'_>,
+    object: I,
+    kind: Kind,
+) -> zbus::Result<Option<Announced>> {
     let server = conn.object_server();
     introspection.learn(&object);
     // The announced properties are read before zbus takes the object: nothing changes it in between
@@ -330,9 +350,16 @@ pub(super) async fn register<I: Interface>(
         introspect::install(server, path, introspection).await?;
     }
     change.added(path, kind);
-    if known {
-        return Ok(());
-    }
+    Ok((!known).then_some(props))
+}
+
+/// The second half of [`register`]: `InterfacesAdded` of the object at `path` serving `I`, with
+/// the properties [`place`] read.
+pub(super) async fn announce_added<I: Interface>(
+    conn: &Connection,
+    path: &ObjectPath<'_>,
+    props: Announced,
+) -> zbus::Result<()> {
     let emitter = SignalEmitter::new(conn, MANAGER_PATH)?;
     ObjectManager::interfaces_added(&emitter, path.clone(), &HashMap::from([(I::name(), props)]))
         .await
@@ -345,8 +372,26 @@ pub(super) async fn unregister<I: Interface>(
     change: &Change<'_>,
     path: &ObjectPath<'_>,
 ) -> zbus::Result<()> {
+    take_down::<I>(conn, change, path).await?;
+    announce_removed::<I>(conn, path).await
+}
+
+/// The first half of [`unregister`]: removes the object without announcing it.
+pub(super) async fn take_down<I: Interface>(
+    conn: &Connection,
+    change: &Change<'_>,
+    path: &ObjectPath<'_>,
+) -> zbus::Result<()> {
     conn.object_server().remove::<I, _>(path).await?;
     change.removed(path);
+    Ok(())
+}
+
+/// The second half of [`unregister`]: `InterfacesRemoved` of the object at `path` serving `I`.
+pub(super) async fn announce_removed<I: Interface>(
+    conn: &Connection,
+    path: &ObjectPath<'_>,
+) -> zbus::Result<()> {
     let emitter = SignalEmitter::new(conn, MANAGER_PATH)?;
     ObjectManager::interfaces_removed(&emitter, path.clone(), Cow::Owned(vec![I::name()])).await
 }
