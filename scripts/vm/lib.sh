@@ -131,21 +131,25 @@ prepare_libvirt_11_3() {
 # Builds every PKG:BIN statically (the guest has no libc) into a target dir of its own, so the
 # crt-static RUSTFLAGS do not invalidate the workspace's normal build, and copies each to the share
 # (stripped of debug info). One cargo run for all of them: their shared dependencies are built once,
-# with one set of features.
+# with one set of features. With SHIPPED_PROFILE=1 the release profile stays as shipped (whole-program
+# LTO, one codegen unit) and the build has a target dir of its own, so neither build undoes the other.
 build_test_binaries() {
 	local triple=x86_64-unknown-linux-gnu target=$CACHE/target spec pkg bin src args=() pkgs=" "
+	# The release profile's whole-program LTO (smaller shipped binaries, see Cargo.toml) only slows
+	# the test build down: off there; and no line tables, which the copy strips anyway.
+	local profile=(CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16) what="static, release"
+	if [ "${SHIPPED_PROFILE:-0}" = 1 ]; then
+		target=$CACHE/target-shipped profile=() what="static, release as shipped: LTO"
+	fi
 	for spec; do
 		pkg=${spec%%:*}
 		case "$pkgs" in *" $pkg "*) ;; *) pkgs+="$pkg " args+=(-p "$pkg") ;; esac
 	done
 	for spec; do args+=(--bin "${spec#*:}"); done
 	if [ "$BUILD" = 1 ]; then
-		note "building $* (static, release)"
-		# The release profile's whole-program LTO (smaller shipped binaries, see Cargo.toml) only
-		# slows the test build down: off here; and no line tables, which the copy strips anyway.
-		(cd "$ROOT" && CARGO_TARGET_DIR=$target RUSTFLAGS='-C target-feature=+crt-static' \
-			CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \
-			CARGO_PROFILE_RELEASE_DEBUG=false \
+		note "building $* ($what)"
+		(cd "$ROOT" && env CARGO_TARGET_DIR="$target" RUSTFLAGS='-C target-feature=+crt-static' \
+			"${profile[@]}" CARGO_PROFILE_RELEASE_DEBUG=false \
 			cargo build -q --release --target "$triple" "${args[@]}") ||
 			die "cargo build of $* failed"
 	fi

@@ -7,24 +7,18 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::io::{Read, Write};
 use std::os::unix::net::UnixListener;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use common::Refusal;
 use vgpu_client::{BusAddress, Client, ClientError, MANAGER_PATH, private};
 use zbus::{connection, interface};
 
 const KNOWN: &str = "4b20d080-1b54-4048-85b3-a6a62d165c01";
-
-/// The daemon's refusals, named as the daemon names them.
-#[derive(Debug, zbus::DBusError)]
-#[zbus(prefix = "org.vgpumanager.Error")]
-enum Refusal {
-    #[zbus(error)]
-    ZBus(zbus::Error),
-    NotFound(String),
-}
 
 /// A Manager1 that knows one UUID and has a Version.
 struct Scripted;
