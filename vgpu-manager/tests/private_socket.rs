@@ -446,3 +446,74 @@ async fn a_private_reply_finds_the_objects_in_place_and_the_signals_still_follow
         signals.expect(Sig::Removed(path, uuid.into())).await;
     }
 }
+
+/// A private socket that turns the connection away (here: over its limit of connections) sends
+/// `vgpuctl` and the `mdevctl` front end to the bus for the same call: vgpud did nothing on the
+/// socket, and the call is made once, on the bus.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_turned_away_by_the_private_socket_is_made_on_the_bus() {
+    let dir = tempfile::tempdir().unwrap();
+    let (d, private) = daemon_with_private(dir.path()).await;
+    // As many connections as vgpud serves at once, none finishing its handshake (vgpud gives each
+    // 5 s): the next one is closed at once.
+    let held: Vec<_> = (0..256)
+        .map(|_| std::os::unix::net::UnixStream::connect(&private).unwrap())
+        .collect();
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        // A probe beyond the limit is closed without a byte.
+        let mut probe = std::os::unix::net::UnixStream::connect(&private).unwrap();
+        probe
+            .set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let mut byte = [0u8; 1];
+        if matches!(std::io::Read::read(&mut probe, &mut byte), Ok(0)) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "vgpud never reached its limit:\n{}",
+            d.log()
+        );
+    }
+
+    let created = vgpuctl_private(
+        None,
+        &private,
+        &d.bus,
+        &["create", "--type", TYPE, "--gpu", T4, "--uuid", UUID],
+    )
+    .await;
+    assert!(
+        created.status.success(),
+        "{}\n{}",
+        stderr(&created),
+        d.log()
+    );
+    // The front end (vgpuctl run as `mdevctl`) falls back the same way, call by call.
+    let mdevctl = dir.path().join("mdevctl");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_vgpuctl"), &mdevctl).unwrap();
+    let listed = std::process::Command::new(&mdevctl)
+        .args(["list", "--dumpjson"])
+        .env("VGPU_BUS", &d.bus)
+        .env("VGPU_PRIVATE_SOCKET", &private)
+        .env("VGPU_SYSFS_ROOT", dir.path())
+        .output()
+        .unwrap();
+    assert!(listed.status.success(), "{}", stderr(&listed));
+    assert!(
+        String::from_utf8_lossy(&listed.stdout).contains(UUID),
+        "{}",
+        String::from_utf8_lossy(&listed.stdout)
+    );
+    let log = d.log();
+    assert!(log.contains("too many connections"), "{log}");
+    // Made once, on the bus: the caller vgpud logged is the bus client, not a private peer.
+    let requests: Vec<_> = log
+        .lines()
+        .filter(|l| l.contains("request") && l.contains(UUID))
+        .collect();
+    assert_eq!(requests.len(), 1, "{log}");
+    assert!(!requests[0].contains("private#"), "{}", requests[0]);
+    drop(held);
+}
