@@ -42,8 +42,7 @@ const MAX_ANSWER: usize = 256;
 
 /// Connects to vgpud's private socket at `path` for calls, authenticating as this process's
 /// effective uid without waiting for the answer (see the module's documentation). Must run inside
-/// a Tokio runtime. A socket nobody listens on fails here; a refusal by vgpud fails the first call
-/// ([`ClientError::PrivateSocketTurnedAway`]).
+/// a Tokio runtime. A socket nobody listens on fails here; a refusal by vgpud fails the first call.
 pub async fn connect(path: &Path) -> Result<Connection, ClientError> {
     let failed = |source| ClientError::Connect {
         bus: BusAddress::Private(path.to_path_buf()).to_string(),
