@@ -105,16 +105,10 @@ pub trait ManagerCalls {
 }
 
 /// A blocking client: the async [`crate::Client`] and the one-thread runtime it runs on. Every call
-/// (and the connection) gives up after [`CALL_TIMEOUT`]. A client of vgpud's private socket whose
-/// connection is turned away at its first call ([`ClientError::PrivateSocketTurnedAway`]: vgpud took
-/// no call) connects to the bus and makes that call, and the later ones, there.
+/// (and the connection) gives up after [`CALL_TIMEOUT`].
 pub struct Client {
     rt: tokio::runtime::Runtime,
     inner: crate::Client,
-    /// The bus the client was asked to reach (the private socket stands in for it).
-    bus: BusAddress,
-    /// The bus connection taken after the private socket turned this client away.
-    on_bus: std::sync::OnceLock<crate::Client>,
 }
 
 impl Client {
@@ -147,44 +141,21 @@ impl Client {
         Ok(Client {
             rt,
             inner: inner.with_call_timeout(CALL_TIMEOUT),
-            bus: bus.clone(),
-            on_bus: std::sync::OnceLock::new(),
         })
     }
 
-    /// Runs one call of the async client to completion; made again on the bus when the private
-    /// socket turned the connection away (see [`Client`]).
-    fn run<'a, T, F>(&'a self, call: impl Fn(&'a crate::Client) -> F) -> Result<T, ClientError>
+    /// Runs one call of the async client to completion.
+    fn run<'a, T, F>(&'a self, call: impl FnOnce(&'a crate::Client) -> F) -> Result<T, ClientError>
     where
         F: Future<Output = Result<T, ClientError>> + 'a,
     {
-        if let Some(on_bus) = self.on_bus.get() {
-            return self.rt.block_on(call(on_bus));
-        }
-        match self.rt.block_on(call(&self.inner)) {
-            Err(e) if e.is_turned_away() => self.rt.block_on(call(self.take_bus()?)),
-            result => result,
-        }
-    }
-
-    /// Connects to the bus in place of the private socket.
-    fn take_bus(&self) -> Result<&crate::Client, ClientError> {
-        let connect = crate::Client::connect_unchecked(&self.bus);
-        let on_bus = self.rt.block_on(within(
-            CALL_TIMEOUT,
-            "(connect)",
-            &self.bus.to_string(),
-            connect,
-        ))??;
-        Ok(self
-            .on_bus
-            .get_or_init(|| on_bus.with_call_timeout(CALL_TIMEOUT)))
+        self.rt.block_on(call(&self.inner))
     }
 
     /// The async client underneath, for calls this wrapper does not offer (run them with
-    /// [`Client::block_on`]): the bus's once the private socket turned this client away.
+    /// [`Client::block_on`]).
     pub fn async_client(&self) -> &crate::Client {
-        self.on_bus.get().unwrap_or(&self.inner)
+        &self.inner
     }
 
     /// Runs `future` (a call of [`Client::async_client`], say) on this client's runtime.

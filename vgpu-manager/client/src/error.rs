@@ -27,18 +27,6 @@ pub enum ClientError {
         /// Why zbus could not connect or authenticate.
         source: zbus::Error,
     },
-    /// vgpud's private socket turned a connection away before taking any call of it: a user it
-    /// does not serve, or more connections than it serves at once. vgpud did nothing, and the bus
-    /// serves the same calls ([`crate::blocking::Client`] and `vgpuctl` retry there).
-    #[error("{bus} turned the connection away before taking the call {method}: {detail}")]
-    PrivateSocketTurnedAway {
-        /// The private socket, as [`crate::BusAddress`] displays it.
-        bus: String,
-        /// The D-Bus method (or property) of the call.
-        method: String,
-        /// What the socket answered, or that it closed without answering.
-        detail: String,
-    },
     /// Nobody owns the daemon's name on the bus.
     #[error(
         "vgpud is not running on {bus} (nobody owns {SERVICE}): start it with `systemctl start vgpud` or `vgpud --listen ADDRESS`"
@@ -116,21 +104,8 @@ pub enum ClientError {
 const SPAWN_ERROR_PREFIX: &str = "org.freedesktop.DBus.Error.Spawn.";
 
 impl ClientError {
-    /// Whether vgpud's private socket turned the connection away before taking the call: vgpud
-    /// did nothing, and the same call may be made on the bus.
-    pub fn is_turned_away(&self) -> bool {
-        matches!(self, ClientError::PrivateSocketTurnedAway { .. })
-    }
-
     /// Classifies the failure of calling `method` on `bus`.
     pub fn from_call(method: &str, bus: &str, e: zbus::Error) -> ClientError {
-        if let Some(detail) = crate::pipelined::turned_away(&e) {
-            return ClientError::PrivateSocketTurnedAway {
-                bus: bus.to_string(),
-                method: method.to_string(),
-                detail,
-            };
-        }
         if let zbus::Error::MethodError(name, desc, _) = &e {
             let kind = name
                 .as_str()

@@ -14,10 +14,8 @@
 //!
 //! What this gives up against [`crate::private::connect_private`]:
 //! - a refusal shows at the first call instead of at connect: vgpud closes the connection of a
-//!   user it does not serve, or one over its limit of connections, without answering, and answers a
-//!   failed authentication with `REJECTED`. The call then fails as
-//!   [`ClientError::PrivateSocketTurnedAway`]: vgpud took no call of that connection, so the
-//!   callers ([`crate::blocking::Client`], `vgpuctl`) make it again on the bus;
+//!   user it does not serve without answering, and answers a failed authentication with
+//!   `REJECTED`; either is an error of the call naming the private socket;
 //! - no file descriptors pass (`NEGOTIATE_UNIX_FD` is not sent): no Manager1 method takes or
 //!   returns any on the private socket;
 //! - the connection's server GUID is one made up locally, since vgpud's is only learnt from its
@@ -75,35 +73,6 @@ fn auth_lines(uid: u32) -> Vec<u8> {
     format!("\0AUTH EXTERNAL {hex}\r\nBEGIN\r\n").into_bytes()
 }
 
-/// Why vgpud's private socket turned a pipelined connection away before taking any call of it:
-/// carried inside the I/O error the first call fails with, so that [`turned_away`] can tell it from
-/// a connection lost later.
-#[derive(Debug)]
-struct TurnedAway(String);
-
-impl std::fmt::Display for TurnedAway {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for TurnedAway {}
-
-/// An I/O error of kind `kind` saying why the connection was turned away.
-fn turned_away_error(kind: io::ErrorKind, why: String) -> io::Error {
-    io::Error::new(kind, TurnedAway(why))
-}
-
-/// Why the private socket turned the connection away, when `e` (a call's failure) says it did.
-pub(crate) fn turned_away(e: &zbus::Error) -> Option<String> {
-    let zbus::Error::InputOutput(io) = e else {
-        return None;
-    };
-    io.get_ref()
-        .and_then(|inner| inner.downcast_ref::<TurnedAway>())
-        .map(|t| t.0.clone())
-}
-
 /// What the server's answer line says, once it is whole.
 #[derive(Debug, PartialEq, Eq)]
 enum Answer {
@@ -136,7 +105,7 @@ fn answer(read: &[u8]) -> io::Result<Answer> {
         Some(guid) if guid_ok(guid) => Ok(Answer::Accepted {
             rest: read[end + 2..].to_vec(),
         }),
-        _ => Err(turned_away_error(
+        _ => Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
             format!(
                 "vgpud's private socket refused the authentication: it answered {:?} (set {}= to use the bus instead)",
@@ -197,10 +166,10 @@ impl Reader {
                 Answer::Incomplete => {
                     let n = self.read.read(&mut chunk).await?;
                     if n == 0 {
-                        return Err(turned_away_error(
+                        return Err(io::Error::new(
                             io::ErrorKind::ConnectionAborted,
                             format!(
-                                "vgpud's private socket closed the connection without answering the authentication: it serves root and vgpud's own user only, and a limited number of connections at once (set {}= to use the bus instead)",
+                                "vgpud's private socket closed the connection without answering the authentication: it serves root and vgpud's own user only (set {}= to use the bus instead)",
                                 crate::private::PRIVATE_SOCKET_ENV
                             ),
                         ));
@@ -252,25 +221,8 @@ impl WriteHalf for Writer {
         }
         if let Some(mut first) = self.lines.take() {
             first.extend_from_slice(buffer);
-            return match self.write.write_all(&first).await {
-                Ok(()) => Ok(buffer.len()),
-                // Closed before the first message was in: vgpud took no call.
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
-                    ) =>
-                {
-                    Err(turned_away_error(
-                        e.kind(),
-                        format!(
-                            "vgpud's private socket closed the connection before the first call was sent ({e}): it serves root and vgpud's own user only, and a limited number of connections at once (set {}= to use the bus instead)",
-                            crate::private::PRIVATE_SOCKET_ENV
-                        ),
-                    ))
-                }
-                Err(e) => Err(e),
-            };
+            self.write.write_all(&first).await?;
+            return Ok(buffer.len());
         }
         self.write.write(buffer).await
     }

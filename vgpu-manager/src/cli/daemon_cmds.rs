@@ -139,16 +139,7 @@ pub fn run(cmd: &DaemonCommand, bus: &BusArgs, out: &mut dyn Write) -> Result<()
     rt.block_on(async {
         // Manager1's methods are all a daemon command calls: vgpud's private socket serves them.
         let client = Client::connect_for_calls(&bus).await?;
-        match dispatch(&client, cmd, out).await {
-            // Turned away at the first call: vgpud did nothing, nothing was printed, and the bus
-            // serves the same calls.
-            Err(CliError::Daemon(e)) if e.is_turned_away() => {
-                tracing::debug!(error = %e, "the private socket turned the call away: using the bus");
-                let client = Client::connect_unchecked(&bus).await?;
-                dispatch(&client, cmd, out).await
-            }
-            result => result,
-        }
+        dispatch(&client, cmd, out).await
     })
 }
 
