@@ -406,7 +406,7 @@ async fn a_private_reply_finds_the_objects_in_place_and_the_signals_still_follow
     let (d, private) = daemon_with_private(dir.path()).await;
     let bus_client = client(&d.bus).await;
     let mut signals = Signals::watch(&bus_client).await;
-    let conn = vgpu_client::private::connect_pipelined(&private)
+    let conn = vgpu_client::private::connect_private(&private)
         .await
         .unwrap();
     let calls =

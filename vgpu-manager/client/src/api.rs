@@ -138,7 +138,7 @@ impl Client {
             && crate::private::may_use(&path, nix::unistd::geteuid().as_raw())
         {
             // On failure the bus still answers (and names the problem if vgpud is not running).
-            if let Ok(conn) = crate::private::connect_pipelined(&path).await {
+            if let Ok(conn) = crate::private::connect_private(&path).await {
                 return Client::with_connection(conn, &BusAddress::Private(path)).await;
             }
         }

@@ -54,7 +54,6 @@ mod error;
 mod handoff;
 pub mod offers;
 mod paths;
-mod pipelined;
 pub mod pools;
 pub mod private;
 pub mod proxy;

@@ -60,14 +60,6 @@ pub async fn connect_private(path: &Path) -> Result<Connection, ClientError> {
         .map_err(failed)
 }
 
-/// Connects to vgpud's private socket at `path` for Manager1's method calls, the way a one-shot
-/// client wants it: the authentication goes out with the first call instead of a round trip before
-/// it ([`crate::Client::connect_for_calls`] uses it). A refusal by vgpud fails the first call, and no
-/// file descriptors pass; [`connect_private`] has neither limit. Must run inside a Tokio runtime.
-pub async fn connect_pipelined(path: &Path) -> Result<Connection, ClientError> {
-    crate::pipelined::connect(path).await
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,17 +4,23 @@
 //! report that is not the documented shape names its method, and a call that gets no answer gives up
 //! after the call timeout. The real daemon is tested through vgpu-manager's D-Bus tests.
 
-mod common;
-
 use std::collections::HashMap;
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
-use common::Refusal;
 use vgpu_client::{BusAddress, Client, ClientError, InstanceInfo, NewInstance, instance_path};
 use zbus::{OwnedObjectPath, OwnedVariant, connection, interface};
 
 const UUID: &str = "4b20d080-1b54-4048-85b3-a6a62d165c01";
+
+/// The daemon's refusals, named as the daemon names them (`org.vgpumanager.Error.<Kind>`).
+#[derive(Debug, zbus::DBusError)]
+#[zbus(prefix = "org.vgpumanager.Error")]
+enum Refusal {
+    #[zbus(error)]
+    ZBus(zbus::Error),
+    NotFound(String),
+}
 
 /// Answers as a daemon with one instance would; `Define` answers a path that is no instance's, and
 /// `ListGpus` never answers.
