@@ -111,9 +111,9 @@ impl Instances {
                 }
                 if matches!(ev.action.as_str(), "add" | "bind") {
                     // The kernel sends both while it makes the device, before its links (see
-                    // `wait_for_mdev_links`); a command's own write is done waiting once it has
+                    // `mdev_event::wait_for_links`); a command's own write is done waiting once it has
                     // read the device back.
-                    self.wait_for_mdev_links(&uuid, &agrees);
+                    mdev_event::wait_for_links(self.host.as_ref(), &uuid, &agrees);
                 }
                 // Under the parent's lock (the device's directory sits in its parent's): a command
                 // whose own sysfs write sent this event finishes first, so the refresh sees its
@@ -278,26 +278,6 @@ impl Instances {
             .map(|v| v.uuid)
             .collect();
         GpuCapacity { types, instances }
-    }
-
-    /// Waits (briefly) until a new mdev's `mdev_type` link exists. The kernel announces the device
-    /// (`add`, then `bind` when vfio-mdev probes it) from `device_add` and only afterwards creates its
-    /// `mdev_type` link and `remove` file (drivers/vfio/mdev/mdev_core.c `mdev_device_create` →
-    /// `mdev_create_sysfs_files`), so a view computed at the event could miss the device for good.
-    /// Gives up after about a second (the device may be gone again), leaving it to the refresh, and
-    /// stops as soon as `done` says the wait is moot (the views already show the device).
-    fn wait_for_mdev_links(&self, uuid: &MdevUuid, done: &dyn Fn() -> bool) {
-        let dir = paths::mdev_device(uuid);
-        let mut pause = std::time::Duration::from_millis(1);
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
-        while self.host.exists(&dir)
-            && !self.host.exists(&dir.join("mdev_type"))
-            && !done()
-            && std::time::Instant::now() < deadline
-        {
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(std::time::Duration::from_millis(50));
-        }
     }
 
     /// True when the mdev device exists on the host.

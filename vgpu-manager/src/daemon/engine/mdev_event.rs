@@ -11,6 +11,11 @@
 //! device removed and made again behind the daemon's back sends `remove` first, which does not
 //! agree with a running view and is read.
 
+use std::time::{Duration, Instant};
+
+use mdev_types::ids::MdevUuid;
+use vgpu_host::{Host, paths};
+
 use crate::daemon::api::{InstanceState, InstanceView};
 
 /// Whether `view` (the instance's current view, if any) already shows what an mdev event with
@@ -24,6 +29,27 @@ pub(super) fn view_agrees(view: Option<&InstanceView>, action: &str, parent: &st
         // The device is gone.
         "unbind" | "remove" => running.is_none(),
         _ => false,
+    }
+}
+
+/// Waits (briefly) until new mdev `uuid`'s `mdev_type` link exists on `host`. The kernel announces
+/// the device (`add`, then `bind` when vfio-mdev probes it) from `device_add` and only afterwards
+/// creates its `mdev_type` link and `remove` file (drivers/vfio/mdev/mdev_core.c
+/// `mdev_device_create` → `mdev_create_sysfs_files`), so a view computed at the event could miss
+/// the device for good. Gives up after about a second (the device may be gone again), leaving it to
+/// the refresh, and stops as soon as `done` says the wait is moot (the views already show the
+/// device: a command's own create read it back).
+pub(super) fn wait_for_links(host: &dyn Host, uuid: &MdevUuid, done: &dyn Fn() -> bool) {
+    let dir = paths::mdev_device(uuid);
+    let mut pause = Duration::from_millis(1);
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while host.exists(&dir)
+        && !host.exists(&dir.join("mdev_type"))
+        && !done()
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(50));
     }
 }
 
@@ -85,5 +111,51 @@ mod tests {
             assert!(!view_agrees(Some(&running), action, "mbochs"));
             assert!(!view_agrees(None, action, "mbochs"));
         }
+    }
+
+    /// A sysfs tree below a temporary root with mdev `uuid`'s directory, and its `mdev_type` link
+    /// when `linked`.
+    fn tree(uuid: &MdevUuid, linked: bool) -> (tempfile::TempDir, vgpu_host::SysfsHost) {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root
+            .path()
+            .join(paths::mdev_device(uuid).strip_prefix("/").unwrap());
+        std::fs::create_dir_all(&dir).unwrap();
+        if linked {
+            // Relative, and to a directory that exists, as the kernel's link is.
+            std::fs::create_dir_all(dir.join("../mdev_supported_types/x")).unwrap();
+            std::os::unix::fs::symlink("../mdev_supported_types/x", dir.join("mdev_type")).unwrap();
+        }
+        let host = vgpu_host::SysfsHost::new(root.path()).unwrap();
+        (root, host)
+    }
+
+    #[test]
+    fn the_wait_for_links_ends_once_the_views_show_the_device() {
+        let uuid: MdevUuid = "6d0c5a4e-7b1f-4c1e-9a55-766770757465".parse().unwrap();
+        let (_root, host) = tree(&uuid, false);
+        let asked = std::cell::Cell::new(0);
+        // The link never comes; the views show the device from the third look on.
+        wait_for_links(&host, &uuid, &|| {
+            asked.set(asked.get() + 1);
+            asked.get() >= 3
+        });
+        assert_eq!(
+            asked.get(),
+            3,
+            "the wait went on after the views showed the device"
+        );
+    }
+
+    #[test]
+    fn the_wait_for_links_ends_at_once_when_the_link_is_there() {
+        let uuid: MdevUuid = "6d0c5a4e-7b1f-4c1e-9a55-766770757465".parse().unwrap();
+        let (_root, host) = tree(&uuid, true);
+        let asked = std::cell::Cell::new(0);
+        wait_for_links(&host, &uuid, &|| {
+            asked.set(asked.get() + 1);
+            false
+        });
+        assert_eq!(asked.get(), 0);
     }
 }
