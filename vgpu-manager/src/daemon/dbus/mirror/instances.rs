@@ -6,10 +6,10 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use zbus::Connection;
 use zbus::names::InterfaceName;
 use zbus::object_server::SignalEmitter;
 use zbus::zvariant::Variant;
-use zbus::{Connection, OwnedObjectPath};
 
 use super::super::Executor;
 use super::super::gpu_work::GpuWork;
@@ -34,25 +34,24 @@ pub(super) struct Instances {
 }
 
 /// The signals owed for a change already made to the object tree, sent once the change's count is
-/// published to the callers that wait for the objects alone.
+/// published to the callers that wait for the objects alone. An instance is named by its UUID; its
+/// object path follows from it (`instance_path`).
 pub(super) enum Owed {
     /// `InterfacesAdded` (when the object is new; `None` when one was already there) and
     /// `InstanceAdded`.
     Added {
-        path: OwnedObjectPath,
         uuid: String,
         props: Option<object_manager::Announced>,
     },
     /// `PropertiesChanged` of the properties that changed, and `InstanceStateChanged` when the
     /// state did.
     Changed {
-        path: OwnedObjectPath,
         uuid: String,
         changed: HashMap<&'static str, Variant<'static>>,
         state: Option<&'static str>,
     },
     /// `InterfacesRemoved` and `InstanceRemoved`.
-    Removed { path: OwnedObjectPath, uuid: String },
+    Removed { uuid: String },
     /// `PoolProgress`.
     Progress {
         pool: String,
@@ -84,7 +83,7 @@ impl Instances {
                 )
                 .await?;
                 drop(change);
-                Owed::Added { path, uuid, props }
+                Owed::Added { uuid, props }
             }
             Some(old) if *old == view => return Ok(None),
             Some(old) => {
@@ -103,7 +102,6 @@ impl Instances {
                 iface.get_mut().await.view = view;
                 drop(change);
                 Owed::Changed {
-                    path,
                     uuid,
                     changed,
                     state,
@@ -125,25 +123,26 @@ impl Instances {
         object_manager::take_down::<InstanceObject>(&self.conn, &change, &path).await?;
         drop(change);
         self.gpus.gpu(&old.gpu);
-        Ok(Some(Owed::Removed { path, uuid }))
+        Ok(Some(Owed::Removed { uuid }))
     }
 
     /// Sends the signals `owed`.
     async fn announce(&self, owed: Owed) -> zbus::Result<()> {
         let conn = &self.conn;
         match owed {
-            Owed::Added { path, uuid, props } => {
+            Owed::Added { uuid, props } => {
+                let path = instance_path(&uuid);
                 if let Some(props) = props {
                     object_manager::announce_added::<InstanceObject>(conn, &path, props).await?;
                 }
                 Manager::instance_added(&manager_emitter(conn)?, path.as_ref(), &uuid).await
             }
             Owed::Changed {
-                path,
                 uuid,
                 changed,
                 state,
             } => {
+                let path = instance_path(&uuid);
                 if !changed.is_empty() {
                     zbus::fdo::Properties::properties_changed(
                         &SignalEmitter::new(conn, path.as_ref())?,
@@ -161,7 +160,8 @@ impl Instances {
                     None => Ok(()),
                 }
             }
-            Owed::Removed { path, uuid } => {
+            Owed::Removed { uuid } => {
+                let path = instance_path(&uuid);
                 object_manager::announce_removed::<InstanceObject>(conn, &path).await?;
                 Manager::instance_removed(&manager_emitter(conn)?, path.as_ref(), &uuid).await
             }
