@@ -10,7 +10,10 @@
 //! with a pause after every operation, so that what the daemon does in the background after a kernel
 //! event is over before the next operation. (The guest has no writable host-backed filesystem since the
 //! 9p share became the host's read-only root; the cost of the state directory's fsyncs is printed on
-//! its own instead.) A third run puts the daemon on a separate `dbus-daemon`, the bus it is deployed on.
+//! its own instead.) A third run puts the daemon on a separate `dbus-daemon`, the bus it is deployed on;
+//! a fourth keeps it there but makes the calls, and the round trip they are set against, through
+//! vgpud's private socket, the way a root client that only makes calls connects (no bus routes the
+//! call, its reply or the change's signals ahead of the reply).
 //! To show where the time goes, each run also prints a bare D-Bus round trip
 //! (`org.freedesktop.DBus.Peer.Ping`), `ListGpus` (one full discovery), the state directory's file
 //! protocol timed on its own, and which kernel events made the daemon reconcile.
@@ -20,6 +23,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use vgpu_host::{Host, paths};
 
+use super::bench_cli::with_private_socket;
 use super::bench_phases::{CallSpan, Marks, phases};
 use super::bus_daemon::BusDaemon;
 use super::guest::Guest;
@@ -107,6 +111,9 @@ struct Setup<'a> {
     pause: Duration,
     /// The daemon on a separate `dbus-daemon`, as deployed, instead of its embedded bus.
     dbus_daemon: bool,
+    /// The calls (and the round trip they are set against) through vgpud's private socket, as a
+    /// root client that makes calls alone connects, instead of the bus. Only with `dbus_daemon`.
+    private_socket: bool,
 }
 
 /// What a run measured.
@@ -123,6 +130,11 @@ fn run(g: &Guest, setup: &Setup<'_>, seq: &mut u32) -> Result<Results, TestError
         .then(|| BusDaemon::start(work.path()))
         .transpose()?;
     let d = match &bus {
+        Some(b) if setup.private_socket => {
+            let (mut d, private) = with_private_socket(&work, &state, b)?;
+            d.call_through_private_socket(Path::new(&private))?;
+            d
+        }
         Some(b) => Vgpud::spawn_on_bus(work.path(), state.path(), b.address())?,
         None => Vgpud::spawn(work.path(), state.path())?,
     };
@@ -215,11 +227,11 @@ fn run(g: &Guest, setup: &Setup<'_>, seq: &mut u32) -> Result<Results, TestError
     let (pd, pr) = (percentile(&dbus.total, 50), percentile(&raw.total, 50));
     let q = ratio(pd, pr);
     println!(
-        "bench: {} bus, state dir on {} ({}), pause {:?} after each operation: {ITERATIONS} iterations after {WARMUP} warm-up",
-        if setup.dbus_daemon {
-            "dbus-daemon"
-        } else {
-            "embedded"
+        "bench: {}, state dir on {} ({}), pause {:?} after each operation: {ITERATIONS} iterations after {WARMUP} warm-up",
+        match (setup.dbus_daemon, setup.private_socket) {
+            (true, true) => "dbus-daemon bus, calls and round trips through the private socket",
+            (true, false) => "dbus-daemon bus",
+            (false, _) => "embedded bus",
         },
         fs_type(state.path()),
         setup.label,
@@ -402,18 +414,28 @@ fn create_destroy(g: &Guest) -> TestResult {
             state_base: &tmp,
             pause: Duration::ZERO,
             dbus_daemon: false,
+            private_socket: false,
         },
         Setup {
             label: "in memory, background work let finish",
             state_base: &tmp,
             pause: PAUSE,
             dbus_daemon: false,
+            private_socket: false,
         },
         Setup {
             label: "in memory, as deployed",
             state_base: &tmp,
             pause: Duration::ZERO,
             dbus_daemon: true,
+            private_socket: false,
+        },
+        Setup {
+            label: "in memory, as deployed",
+            state_base: &tmp,
+            pause: Duration::ZERO,
+            dbus_daemon: true,
+            private_socket: true,
         },
     ];
     let mut ratios = Vec::new();
@@ -421,8 +443,8 @@ fn create_destroy(g: &Guest) -> TestResult {
         ratios.push(run(g, setup, &mut seq)?.ratio);
     }
     println!(
-        "bench: create->ready->destroy D-Bus/sysfs p50 ratio: {:.2}x (state on tmpfs), {:.2}x (tmpfs, {PAUSE:?} pauses), {:.2}x (on dbus-daemon)",
-        ratios[0], ratios[1], ratios[2]
+        "bench: create->ready->destroy D-Bus/sysfs p50 ratio: {:.2}x (state on tmpfs), {:.2}x (tmpfs, {PAUSE:?} pauses), {:.2}x (on dbus-daemon), {:.2}x (private socket)",
+        ratios[0], ratios[1], ratios[2], ratios[3]
     );
     ensure_eq(
         format_args!("{TYPE} available_instances after the benchmark"),

@@ -261,6 +261,29 @@ impl Vgpud {
         }
     }
 
+    /// Makes every later call go through vgpud's private socket at `path` (one connection, kept),
+    /// as a root client that makes calls alone would: no bus routes them, and no signals ride on it.
+    pub fn call_through_private_socket(&mut self, path: &Path) -> Result<(), TestError> {
+        let client = self.rt.block_on(async {
+            let conn = vgpu_client::private::connect_private(path).await?;
+            let manager = Manager1Proxy::builder(&conn)
+                .cache_properties(zbus::proxy::CacheProperties::No)
+                .build()
+                .await
+                .map_err(|e| ClientError::from_call("(connect)", &path.display().to_string(), e))?;
+            Ok::<_, ClientError>(Client { conn, manager })
+        });
+        let client = client.map_err(|e| {
+            self.failure(&format!(
+                "cannot connect to the private socket {}: {e}",
+                path.display()
+            ))
+        })?;
+        let _in_rt = self.rt.enter();
+        self.client = Some(client);
+        Ok(())
+    }
+
     /// A check failure quoting the daemon's log.
     pub fn failure(&self, what: &str) -> TestError {
         TestError::Check(format!(
