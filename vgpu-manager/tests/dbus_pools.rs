@@ -57,7 +57,8 @@ fn refusal(e: zbus::Error) -> (String, String) {
     }
 }
 
-/// Applies `text` and collects the PoolProgress signals (`done`, `total`, `step`) sent for it.
+/// Applies `text` and collects the steps its PoolProgress signals report (`done`, `total`, `step`):
+/// one step per line of a signal's `step`, the last of them step `done`.
 async fn apply_watching(
     m: &Manager1Proxy<'_>,
     text: &str,
@@ -71,7 +72,12 @@ async fn apply_watching(
     while let Ok(Some(s)) = tokio::time::timeout(Duration::from_millis(200), stream.next()).await {
         let a = s.args().unwrap();
         assert_eq!(a.pool, "vdi-mixed");
-        seen.push((a.done, a.total, a.step.to_string()));
+        let lines: Vec<&str> = a.step.lines().collect();
+        assert!(!lines.is_empty(), "a PoolProgress without a step");
+        let first = a.done + 1 - lines.len() as u32;
+        for (n, line) in (first..).zip(lines) {
+            seen.push((n, a.total, line.to_string()));
+        }
     }
     (result, seen)
 }

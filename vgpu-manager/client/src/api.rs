@@ -85,7 +85,7 @@ impl NewInstance {
     }
 }
 
-/// One `PoolProgress` signal of an `Apply`: step `done` of `total` finished.
+/// One step of an `Apply`, from its `PoolProgress` signals: step `done` of `total` finished.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PoolProgress<'a> {
     /// The name of the pool being applied.
@@ -529,12 +529,7 @@ impl Client {
             .await
             .map_err(self.error("PoolProgress"))?;
         let mut show = |s: crate::proxy::PoolProgress| match s.args() {
-            Ok(a) => on_step(PoolProgress {
-                pool: a.pool,
-                done: a.done,
-                total: a.total,
-                step: a.step,
-            }),
+            Ok(a) => each_step(a.pool, a.done, a.total, a.step, &mut on_step),
             // A signal this client cannot read is no step it can show.
             Err(_) => Ok(()),
         };
@@ -555,6 +550,33 @@ impl Client {
         let text = result?;
         Ok(decode("Apply", &text)?)
     }
+}
+
+/// Calls `on_step` for each step one `PoolProgress` signal reports. vgpud sends the steps that
+/// finish within moments of each other in one signal, one step per line of `step`, with `done`
+/// counting them all: the lines are steps `done - lines + 1` to `done`.
+fn each_step<E>(
+    pool: &str,
+    done: u32,
+    total: u32,
+    step: &str,
+    on_step: &mut impl FnMut(PoolProgress<'_>) -> Result<(), E>,
+) -> Result<(), E> {
+    // A step without words is still a step.
+    let steps: Vec<&str> = match step.lines().collect::<Vec<_>>() {
+        v if v.is_empty() => vec![""],
+        v => v,
+    };
+    let first = done.saturating_sub(u32::try_from(steps.len() - 1).unwrap_or(u32::MAX));
+    for (n, line) in (first..).zip(steps) {
+        on_step(PoolProgress {
+            pool,
+            done: n,
+            total,
+            step: line,
+        })?;
+    }
+    Ok(())
 }
 
 /// The next item of `stream` (what `StreamExt::next` does, without its crate).
@@ -598,6 +620,30 @@ pub(crate) async fn within<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn steps_of(done: u32, total: u32, step: &str) -> Vec<(u32, u32, String)> {
+        let mut seen = Vec::new();
+        each_step::<()>("p", done, total, step, &mut |p| {
+            seen.push((p.done, p.total, p.step.to_string()));
+            Ok(())
+        })
+        .unwrap();
+        seen
+    }
+
+    #[test]
+    fn a_progress_signal_of_several_lines_is_that_many_steps_ending_at_done() {
+        assert_eq!(
+            steps_of(7, 9, "create a\ncreate b\ncreate c"),
+            vec![
+                (5, 9, "create a".into()),
+                (6, 9, "create b".into()),
+                (7, 9, "create c".into())
+            ]
+        );
+        assert_eq!(steps_of(1, 9, "create a"), vec![(1, 9, "create a".into())]);
+        assert_eq!(steps_of(2, 9, ""), vec![(2, 9, String::new())]);
+    }
 
     #[test]
     fn target_kinds_are_the_wire_words() {

@@ -16,6 +16,9 @@
 //! arrives. A caller on the private socket gets no signals there (they are on the bus, another
 //! connection, whose order against the reply nobody can observe), so its reply waits for the
 //! objects alone, and the signals go out while the reply does.
+//! A pool apply's `PoolProgress` steps that come quicker than [`progress::PROGRESS_SPACING`] are held
+//! back and sent together (`progress`); until they are sent, the count of events whose signals are
+//! sent stays below them.
 //! GPU objects are refreshed by a second task (see `gpu_work`): after an instance change only that
 //! instance's GPU is re-read, after a kernel event or a reconcile all of them.
 
@@ -42,8 +45,10 @@ use mdev_types::ids::MdevTypeId;
 use vgpu_client::{GPU_INTERFACE, MANAGER_PATH, gpu_path, instance_path};
 
 mod instances;
+mod progress;
 
-use instances::Instances;
+use instances::{Instances, Owed};
+use progress::{Coalescer, PROGRESS_SPACING};
 
 /// The least time between two re-reads of the GPU objects: a burst of instance changes (a pool
 /// apply) re-reads each GPU once per this much time, not once per change; a change after a quiet
@@ -167,25 +172,52 @@ pub(super) async fn start(
     let (announced_tx, announced) = watch::channel(events_before);
     let instances_task = tokio::spawn(async move {
         let mut applied = events_before;
+        let mut progress = Coalescer::new(PROGRESS_SPACING);
         loop {
-            match events.recv().await {
-                Ok(e) => {
+            // The next event, or the moment held pool steps are due, whichever comes first.
+            let received = match progress.due() {
+                Some(at) => tokio::select! {
+                    r = events.recv() => Some(r),
+                    () = tokio::time::sleep_until(at) => None,
+                },
+                None => Some(events.recv().await),
+            };
+            match received {
+                None => {
+                    if let Some(s) = progress.flush(tokio::time::Instant::now()) {
+                        mirror.send(Owed::Progress(s)).await;
+                    }
+                }
+                Some(Ok(e)) => {
                     let owed = mirror.apply(e).await;
                     applied += 1;
                     placed_tx.send_replace(applied);
-                    if let Some(owed) = owed {
-                        mirror.send(owed).await;
+                    match owed {
+                        Some(Owed::Progress(step)) => {
+                            let now = tokio::time::Instant::now();
+                            for s in progress.offer(step, now, applied) {
+                                mirror.send(Owed::Progress(s)).await;
+                            }
+                        }
+                        Some(owed) => mirror.send(owed).await,
+                        None => {}
                     }
                 }
                 // Lost events: the re-read reflects them too.
-                Err(broadcast::error::RecvError::Lagged(n)) => {
+                Some(Err(broadcast::error::RecvError::Lagged(n))) => {
                     mirror.lagged(n).await;
                     applied += n;
                     placed_tx.send_replace(applied);
                 }
-                Err(broadcast::error::RecvError::Closed) => break,
+                Some(Err(broadcast::error::RecvError::Closed)) => {
+                    if let Some(s) = progress.flush(tokio::time::Instant::now()) {
+                        mirror.send(Owed::Progress(s)).await;
+                    }
+                    break;
+                }
             }
-            announced_tx.send_replace(applied);
+            // Held pool steps keep the count of events whose signals are sent below them.
+            announced_tx.send_replace(progress.announced(applied));
         }
         // The core is gone: dropping the counts' senders releases every waiter.
     });

@@ -17,6 +17,7 @@ use super::super::instance::{self, InstanceObject};
 use super::super::introspect::Introspection;
 use super::super::manager::Manager;
 use super::super::object_manager::{self, Kind, Served};
+use super::progress::ProgressSignal;
 use super::{list_instances, manager_emitter};
 use crate::daemon::api::{Event, InstanceView};
 use mdev_types::ids::MdevUuid;
@@ -52,13 +53,8 @@ pub(super) enum Owed {
     },
     /// `InterfacesRemoved` and `InstanceRemoved`.
     Removed { uuid: String },
-    /// `PoolProgress`.
-    Progress {
-        pool: String,
-        done: u32,
-        total: u32,
-        step: String,
-    },
+    /// `PoolProgress` (one step, or several held back together: [`super::progress`]).
+    Progress(ProgressSignal),
 }
 
 impl Instances {
@@ -165,12 +161,12 @@ impl Instances {
                 object_manager::announce_removed::<InstanceObject>(conn, &path).await?;
                 Manager::instance_removed(&manager_emitter(conn)?, path.as_ref(), &uuid).await
             }
-            Owed::Progress {
+            Owed::Progress(ProgressSignal {
                 pool,
                 done,
                 total,
                 step,
-            } => Manager::pool_progress(&manager_emitter(conn)?, &pool, done, total, &step).await,
+            }) => Manager::pool_progress(&manager_emitter(conn)?, &pool, done, total, &step).await,
         }
     }
 
@@ -213,12 +209,12 @@ impl Instances {
                 done,
                 total,
                 step,
-            } => Ok(Some(Owed::Progress {
+            } => Ok(Some(Owed::Progress(ProgressSignal {
                 pool,
                 done,
                 total,
                 step,
-            })),
+            }))),
         };
         result.unwrap_or_else(|e| {
             tracing::warn!(error = %e, "cannot update the D-Bus objects of an instance");
