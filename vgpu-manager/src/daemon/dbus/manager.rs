@@ -507,8 +507,9 @@ impl Manager {
     }
 
     /// Makes the host match a pool: each slot an instance with its stable UUID, defined and running.
-    /// SR-IOV VF slots are made through the GPU's vendor backend and recorded. Emits PoolProgress after
-    /// each step; returns a JSON summary. Applying twice changes nothing. A pool that does not fit
+    /// SR-IOV VF slots are made through the GPU's vendor backend and recorded. Emits PoolProgress as
+    /// steps finish; returns a JSON summary, after every PoolProgress and instance signal of the
+    /// apply. Applying twice changes nothing. A pool that does not fit
     /// (Error.Shortfall) is refused before any change; a failed step undoes this apply.
     #[zbus(out_args("summary"))]
     async fn apply(
@@ -646,7 +647,10 @@ impl Manager {
         state: &str,
     ) -> zbus::Result<()>;
 
-    /// A step of an Apply finished: done of total steps, the step in a line.
+    /// Steps of an Apply finished: done of total steps so far; step names each step finished since
+    /// the pool's previous PoolProgress, one per line (the last line is step done). Steps that finish
+    /// within 50 ms of the pool's previous signal are held and sent together with the next one, or
+    /// once the 50 ms have passed; the first and the last step go out at once.
     #[zbus(signal)]
     pub(super) async fn pool_progress(
         emitter: &SignalEmitter<'_>,
