@@ -67,7 +67,7 @@ async fn apply_watching(
     let result = tokio::time::timeout(PATIENCE, m.apply(text))
         .await
         .expect("Apply hung");
-    let mut seen = Vec::new();
+    let (mut seen, mut signals) = (Vec::new(), Vec::new());
     // Every signal is sent before the reply; give the client's dispatcher a moment to hand them over.
     while let Ok(Some(s)) = tokio::time::timeout(Duration::from_millis(200), stream.next()).await {
         let a = s.args().unwrap();
@@ -78,6 +78,13 @@ async fn apply_watching(
         for (n, line) in (first..).zip(lines) {
             seen.push((n, a.total, line.to_string()));
         }
+        signals.push((first, a.done, a.total));
+    }
+    // Steps may be sent together, but the apply's first step and its last each go out at once:
+    // the first alone, the last ending the last signal.
+    if let (Some(first), Some(last)) = (signals.first(), signals.last()) {
+        assert_eq!((first.0, first.1), (1, 1), "{signals:?}");
+        assert_eq!(last.1, last.2, "{signals:?}");
     }
     (result, seen)
 }
