@@ -408,6 +408,18 @@ fn create_destroy(g: &Guest) -> TestResult {
     ensure(avail > 0, || format!("{TYPE} has no room"))?;
     let mut seq = 0;
     let tmp = std::env::temp_dir();
+    let deployed = Setup {
+        label: "in memory, as deployed",
+        state_base: &tmp,
+        pause: Duration::ZERO,
+        dbus_daemon: true,
+        private_socket: false,
+    };
+    // The deployed daemon, its calls made through its private socket.
+    let private = Setup {
+        private_socket: true,
+        ..deployed
+    };
     let runs = [
         Setup {
             label: "in memory",
@@ -423,20 +435,8 @@ fn create_destroy(g: &Guest) -> TestResult {
             dbus_daemon: false,
             private_socket: false,
         },
-        Setup {
-            label: "in memory, as deployed",
-            state_base: &tmp,
-            pause: Duration::ZERO,
-            dbus_daemon: true,
-            private_socket: false,
-        },
-        Setup {
-            label: "in memory, as deployed",
-            state_base: &tmp,
-            pause: Duration::ZERO,
-            dbus_daemon: true,
-            private_socket: true,
-        },
+        deployed,
+        private,
     ];
     let mut ratios = Vec::new();
     for setup in &runs {

@@ -266,9 +266,7 @@ impl Vgpud {
     pub fn call_through_private_socket(&mut self, path: &Path) -> Result<(), TestError> {
         let client = self.rt.block_on(async {
             let conn = vgpu_client::private::connect_private(path).await?;
-            let manager = Manager1Proxy::builder(&conn)
-                .cache_properties(zbus::proxy::CacheProperties::No)
-                .build()
+            let manager = manager_on(&conn)
                 .await
                 .map_err(|e| ClientError::from_call("(connect)", &path.display().to_string(), e))?;
             Ok::<_, ClientError>(Client { conn, manager })
@@ -545,12 +543,16 @@ async fn try_connect(bus: &str) -> Option<Client> {
     if !dbus.name_has_owner(name).await.ok()? {
         return None;
     }
-    let manager = Manager1Proxy::builder(&conn)
+    let manager = manager_on(&conn).await.ok()?;
+    Some(Client { conn, manager })
+}
+
+/// The Manager1 proxy over `conn`, reading properties when asked (no `GetAll` or `AddMatch` first).
+async fn manager_on(conn: &Connection) -> zbus::Result<Manager1Proxy<'static>> {
+    Manager1Proxy::builder(conn)
         .cache_properties(zbus::proxy::CacheProperties::No)
         .build()
         .await
-        .ok()?;
-    Some(Client { conn, manager })
 }
 
 fn wait_bounded(child: &mut Child, within: Duration) -> Option<ExitStatus> {

@@ -562,11 +562,11 @@ fn each_step<E>(
     step: &str,
     on_step: &mut impl FnMut(PoolProgress<'_>) -> Result<(), E>,
 ) -> Result<(), E> {
+    let mut steps: Vec<&str> = step.lines().collect();
     // A step without words is still a step.
-    let steps: Vec<&str> = match step.lines().collect::<Vec<_>>() {
-        v if v.is_empty() => vec![""],
-        v => v,
-    };
+    if steps.is_empty() {
+        steps.push("");
+    }
     let first = done.saturating_sub(u32::try_from(steps.len() - 1).unwrap_or(u32::MAX));
     for (n, line) in (first..).zip(steps) {
         on_step(PoolProgress {

@@ -103,6 +103,13 @@ impl MirrorHandle {
     }
 }
 
+/// Sends the pool steps `progress` holds, if any, as one `PoolProgress`.
+async fn send_held(progress: &mut Coalescer, mirror: &Instances) {
+    if let Some(s) = progress.flush(tokio::time::Instant::now()) {
+        mirror.send(Owed::Progress(s)).await;
+    }
+}
+
 /// All instances, from the engine.
 pub(super) async fn list_instances(
     exec: &Arc<dyn Executor>,
@@ -183,11 +190,7 @@ pub(super) async fn start(
                 None => Some(events.recv().await),
             };
             match received {
-                None => {
-                    if let Some(s) = progress.flush(tokio::time::Instant::now()) {
-                        mirror.send(Owed::Progress(s)).await;
-                    }
-                }
+                None => send_held(&mut progress, &mirror).await,
                 Some(Ok(e)) => {
                     let owed = mirror.apply(e).await;
                     applied += 1;
@@ -210,9 +213,7 @@ pub(super) async fn start(
                     placed_tx.send_replace(applied);
                 }
                 Some(Err(broadcast::error::RecvError::Closed)) => {
-                    if let Some(s) = progress.flush(tokio::time::Instant::now()) {
-                        mirror.send(Owed::Progress(s)).await;
-                    }
+                    send_held(&mut progress, &mirror).await;
                     break;
                 }
             }

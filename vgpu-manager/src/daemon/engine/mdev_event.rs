@@ -58,9 +58,14 @@ mod tests {
     use super::*;
     use crate::daemon::api::Ownership;
 
+    /// The instance every test here is about.
+    fn uuid() -> MdevUuid {
+        "6d0c5a4e-7b1f-4c1e-9a55-766770757465".parse().unwrap()
+    }
+
     fn view(state: InstanceState, parent: &str, group: Option<u32>) -> InstanceView {
         InstanceView {
-            uuid: "6d0c5a4e-7b1f-4c1e-9a55-766770757465".parse().unwrap(),
+            uuid: uuid(),
             gpu: parent.into(),
             parent: parent.into(),
             type_id: "mbochs-small".parse().unwrap(),
@@ -132,7 +137,7 @@ mod tests {
 
     #[test]
     fn the_wait_for_links_ends_once_the_views_show_the_device() {
-        let uuid: MdevUuid = "6d0c5a4e-7b1f-4c1e-9a55-766770757465".parse().unwrap();
+        let uuid = uuid();
         let (_root, host) = tree(&uuid, false);
         let asked = std::cell::Cell::new(0);
         // The link never comes; the views show the device from the third look on.
@@ -149,7 +154,7 @@ mod tests {
 
     #[test]
     fn the_wait_for_links_ends_at_once_when_the_link_is_there() {
-        let uuid: MdevUuid = "6d0c5a4e-7b1f-4c1e-9a55-766770757465".parse().unwrap();
+        let uuid = uuid();
         let (_root, host) = tree(&uuid, true);
         let asked = std::cell::Cell::new(0);
         wait_for_links(&host, &uuid, &|| {

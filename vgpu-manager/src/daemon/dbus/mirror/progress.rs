@@ -72,7 +72,7 @@ impl Coalescer {
             .as_ref()
             .is_some_and(|h| h.signal.pool != signal.pool)
         {
-            out.extend(self.take(now));
+            out.extend(self.flush(now));
         }
         let recent = self.last.as_ref().is_some_and(|(pool, at)| {
             *pool == signal.pool && now.duration_since(*at) < self.spacing
@@ -95,16 +95,9 @@ impl Coalescer {
             }
         }
         if first_or_last || !recent {
-            out.extend(self.take(now));
+            out.extend(self.flush(now));
         }
         out
-    }
-
-    /// The held steps, as one signal sent at `now`.
-    fn take(&mut self, now: Instant) -> Option<ProgressSignal> {
-        let held = self.held.take()?;
-        self.last = Some((held.signal.pool.clone(), now));
-        Some(held.signal)
     }
 
     /// When the held steps are due to go out, if any are held.
@@ -115,9 +108,12 @@ impl Coalescer {
         })
     }
 
-    /// The held steps, to be sent at `now` (their time has come, or the core has gone).
+    /// The held steps, as one signal to be sent at `now` (their time has come, another pool's or
+    /// the apply's last step follows them, or the core has gone).
     pub(super) fn flush(&mut self, now: Instant) -> Option<ProgressSignal> {
-        self.take(now)
+        let held = self.held.take()?;
+        self.last = Some((held.signal.pool.clone(), now));
+        Some(held.signal)
     }
 
     /// The count of events whose signals are all sent, given `applied` events applied: below the
