@@ -405,6 +405,16 @@ impl Persist {
         self.mdevctl.as_ref()?.defining_parent(uuid)
     }
 
+    /// Every UUID that mdevctl's definition directory holds a definition of (vgpud's own files
+    /// included: check the store too), read once; empty without a directory (see
+    /// [`MdevctlDir::defined_uuids`]).
+    pub(crate) fn mdevctl_defined_uuids(&self) -> std::collections::HashSet<MdevUuid> {
+        self.mdevctl
+            .as_ref()
+            .map(MdevctlDir::defined_uuids)
+            .unwrap_or_default()
+    }
+
     /// The foreign definition of `uuid` on `parent`, as its file holds it.
     pub(crate) fn foreign_definition(
         &self,

@@ -257,10 +257,11 @@ impl Pools {
         for (i, step) in steps.iter().enumerate().take(first) {
             progress(i, step);
         }
+        let mdevctl = self.instances.mdevctl_names();
         let grouped = runs(
             steps.iter().cloned().enumerate().skip(first),
             &SlotKinds {
-                named: &|uuid| !self.instances.is_fresh(uuid),
+                named: &|uuid| !self.instances.is_fresh(uuid, &mdevctl),
                 removable_on: &|uuid| {
                     self.vf_slots
                         .vf_record(uuid)

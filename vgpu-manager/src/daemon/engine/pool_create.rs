@@ -24,16 +24,27 @@ use super::pool_exec::{NewSlot, SlotsFailed};
 use crate::daemon::api::{CoreError, RequestError};
 use crate::daemon::store::{Definition, unix_now};
 
+/// The UUIDs mdevctl's definition directory held definitions of when it was read
+/// ([`Instances::mdevctl_names`]).
+pub(super) struct MdevctlNames(std::collections::HashSet<MdevUuid>);
+
 impl Instances {
-    /// True when nothing names `uuid` yet: no definition (main, alternate or mdevctl's own), no
-    /// ledger entry, no device. Only such slots are made by [`Instances::create_slots`]; any other goes the way of a
-    /// single define, which knows how to take over what is there.
-    pub(super) fn is_fresh(&self, uuid: &MdevUuid) -> bool {
+    /// What names UUIDs in mdevctl's definition directory now, for [`Instances::is_fresh`]: read
+    /// once for all the slots of an apply rather than once per slot.
+    pub(super) fn mdevctl_names(&self) -> MdevctlNames {
+        MdevctlNames(lock(&self.store).mdevctl_defined_uuids())
+    }
+
+    /// True when nothing names `uuid` yet: no definition (main, alternate, or a file of mdevctl's
+    /// directory as `mdevctl` read it), no ledger entry, no device. Only such slots are made by
+    /// [`Instances::create_slots`]; any other goes the way of a single define, which knows how to
+    /// take over what is there.
+    pub(super) fn is_fresh(&self, uuid: &MdevUuid, mdevctl: &MdevctlNames) -> bool {
         let store = lock(&self.store);
         store.get_definition(uuid).is_none()
             && store.alternates_of(uuid).next().is_none()
             && store.get_ledger(uuid).is_none()
-            && store.foreign_definition_parent(uuid).is_none()
+            && !mdevctl.0.contains(uuid)
             && !self.device_exists(uuid)
     }
 

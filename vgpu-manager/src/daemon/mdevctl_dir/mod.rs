@@ -48,6 +48,7 @@
 mod tests;
 pub mod watch;
 
+use std::collections::HashSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -288,6 +289,31 @@ impl MdevctlDir {
                 .is_file()
                 .then(|| p.file_name().to_string_lossy().into_owned())
         })
+    }
+
+    /// The UUIDs some parent there has a definition file of ([`MdevctlDir::defining_parent`] for
+    /// all of them at once): one listing of the directory and one of each parent's, where a
+    /// lookup per UUID lists the directory each time. No file is read. Never fails: what cannot be
+    /// listed holds no definitions, as for `defining_parent`.
+    pub fn defined_uuids(&self) -> HashSet<MdevUuid> {
+        let Ok(parents) = fs::read_dir(&self.dir) else {
+            return HashSet::new();
+        };
+        parents
+            .flatten()
+            .filter_map(|p| fs::read_dir(p.path()).ok())
+            .flat_map(|files| files.flatten())
+            // `is_file` follows a link, as `defining_parent`'s lookup does.
+            .filter(|f| f.path().is_file())
+            // The name as `defining_parent` looks it up: the UUID's own spelling.
+            .filter_map(|f| {
+                let name = f.file_name();
+                let name = name.to_str()?;
+                name.parse::<MdevUuid>()
+                    .ok()
+                    .filter(|u| u.to_string() == name)
+            })
+            .collect()
     }
 
     /// Every definition file there, and each one that cannot be read or parsed. Never fails: a

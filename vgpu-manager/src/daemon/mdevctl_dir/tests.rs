@@ -260,6 +260,29 @@ fn the_parent_defining_a_uuid_is_found_without_reading_files() {
     // A directory with the UUID's name is no definition.
     fs::create_dir_all(tmp.path().join("mdevctl.d/mtty").join(uuid(4).to_string())).unwrap();
     assert_eq!(dir.defining_parent(&uuid(4)), None);
+    // Read for all UUIDs at once, the same answers; a name in another spelling is no lookup's.
+    fs::write(
+        tmp.path()
+            .join("mdevctl.d/mtty")
+            .join(uuid(5).to_string().to_uppercase()),
+        "",
+    )
+    .unwrap();
+    assert_eq!(dir.defining_parent(&uuid(5)), None);
+    let all = dir.defined_uuids();
+    for n in 1..=5 {
+        assert_eq!(
+            all.contains(&uuid(n)),
+            dir.defining_parent(&uuid(n)).is_some(),
+            "uuid {n}"
+        );
+    }
+    assert_eq!(all.len(), 2, "{all:?}");
+    assert!(
+        MdevctlDir::new(tmp.path().join("none"))
+            .defined_uuids()
+            .is_empty()
+    );
 }
 
 #[test]
