@@ -123,7 +123,8 @@ async fn lifecycle_through_vgpuctl_with_signals_and_properties() {
     // The GPU object follows: its Instances lists the new instance and the type has one slot less.
     // Uncached: the GPU object changes in the background, possibly while a caching proxy is built,
     // and zbus drops a PropertiesChanged that comes before its GetAll's reply even when that reply
-    // was read before the change.
+    // was read before the change (zbus 6 src/proxy/mod.rs, `PropertiesCache::init`: "discard
+    // updates prior to the initial population").
     let g = Gpu1Proxy::builder(&conn)
         .path(gpu_path.as_str())
         .cache_properties(zbus::proxy::CacheProperties::No)
