@@ -9,7 +9,7 @@ use std::sync::Arc;
 use vgpu_vfio::VfioBackend;
 use zbus::message::Header;
 use zbus::object_server::SignalEmitter;
-use zbus::{Connection, ObjectServer, OwnedVariant, Variant, interface};
+use zbus::{Connection, ObjectServer, OwnedVariant, Type, Variant, as_variant, interface};
 
 use super::errors::ApiError;
 use super::manager::Manager;
@@ -163,6 +163,66 @@ fn attrs_wire(v: &InstanceView) -> Vec<(String, String)> {
         .iter()
         .map(|a| (a.name().to_string(), a.value().to_string()))
         .collect()
+}
+
+/// Every property of a new `Instance1` object, as its `InterfacesAdded` announces them: the same
+/// names and values as the interface's `GetAll`, serialized straight from the view as one `a{sv}`
+/// instead of through a map of variants built property by property.
+#[derive(Debug, serde::Serialize, Type)]
+#[zbus(signature = "a{sv}")]
+#[serde(rename_all = "PascalCase")]
+pub(super) struct AnnouncedInstance<'v> {
+    #[serde(with = "as_variant")]
+    uuid: String,
+    #[serde(with = "as_variant")]
+    gpu: &'v str,
+    #[serde(with = "as_variant")]
+    parent: &'v str,
+    #[serde(with = "as_variant", rename = "Type")]
+    type_id: &'v str,
+    #[serde(with = "as_variant")]
+    profile: &'v str,
+    #[serde(with = "as_variant")]
+    state: &'static str,
+    #[serde(with = "as_variant")]
+    defined: bool,
+    #[serde(with = "as_variant")]
+    autostart: bool,
+    #[serde(with = "as_variant")]
+    owner: &'static str,
+    #[serde(with = "as_variant")]
+    label: &'v str,
+    #[serde(with = "as_variant")]
+    iommu_group: i32,
+    #[serde(with = "as_variant")]
+    created_at: u64,
+    #[serde(with = "as_variant")]
+    attributes: Vec<(&'v str, &'v str)>,
+    /// A new object has had no preflight yet (`Instance1::health`).
+    #[serde(with = "as_variant")]
+    health: &'static str,
+}
+
+impl<'v> AnnouncedInstance<'v> {
+    /// The properties of a new object serving `view`.
+    pub(super) fn of(view: &'v InstanceView) -> AnnouncedInstance<'v> {
+        AnnouncedInstance {
+            uuid: view.uuid.to_string(),
+            gpu: &view.gpu,
+            parent: &view.parent,
+            type_id: view.type_id.as_str(),
+            profile: view.profile.as_deref().unwrap_or_default(),
+            state: view.state.as_str(),
+            defined: view.defined,
+            autostart: view.autostart,
+            owner: view.ownership.as_str(),
+            label: view.label.as_deref().unwrap_or_default(),
+            iommu_group: iommu_group_wire(view.iommu_group),
+            created_at: view.created_at,
+            attributes: view.attrs.iter().map(|a| (a.name(), a.value())).collect(),
+            health: "",
+        }
+    }
 }
 
 /// The object behind one instance path, as served (see [`Strict`]).

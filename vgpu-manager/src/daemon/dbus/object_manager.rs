@@ -318,18 +318,24 @@ pub(super) async fn register<I: Interface>(
     object: I,
     kind: Kind,
 ) -> zbus::Result<()> {
-    if let Some(props) = place(conn, introspection, change, path, object, kind).await? {
-        announce_added::<I>(conn, path, props).await?;
+    // The announced properties are read before zbus takes the object: nothing changes it in between
+    // (the mirror is its only writer), and they need no lookup of the object in zbus's tree.
+    let props = object
+        .get_all(
+            conn.object_server(),
+            conn,
+            None,
+            &SignalEmitter::new(conn, path.clone())?,
+        )
+        .await?;
+    if place(conn, introspection, change, path, object, kind).await? {
+        announce_added::<I, _>(conn, path, &props).await?;
     }
     Ok(())
 }
 
-/// The properties an `InterfacesAdded` announces of one interface.
-pub(super) type Announced = HashMap<String, OwnedVariant>;
-
-/// The first half of [`register`]: puts `object` in place at `path` without announcing it, and
-/// returns the properties to announce with [`announce_added`], or `None` when an object was
-/// already registered there (it is left as it is).
+/// The first half of [`register`]: puts `object` in place at `path` without announcing it; false
+/// when an object was already registered there (it is left as it is).
 pub(super) async fn place<I: Interface>(
     conn: &Connection,
     introspection: &Arc<Introspection>,
@@ -337,31 +343,36 @@ pub(super) async fn place<I: Interface>(
     path: &ObjectPath<'_>,
     object: I,
     kind: Kind,
-) -> zbus::Result<Option<Announced>> {
+) -> zbus::Result<bool> {
     let server = conn.object_server();
     introspection.learn(&object);
-    // The announced properties are read before zbus takes the object: nothing changes it in between
-    // (the mirror is its only writer), and they need no lookup of the object in zbus's tree.
-    let props = object
-        .get_all(server, conn, None, &SignalEmitter::new(conn, path.clone())?)
-        .await?;
     let known = server.at(path, object).await?.is_some();
     if !known {
         introspect::install(server, path, introspection).await?;
     }
     change.added(path, kind);
-    Ok((!known).then_some(props))
+    Ok(!known)
 }
 
 /// The second half of [`register`]: `InterfacesAdded` of the object at `path` serving `I`, with
-/// the properties [`place`] read.
-pub(super) async fn announce_added<I: Interface>(
+/// `props`, every property of `I` as its `GetAll` answers (an `a{sv}`: a map of variants, or a
+/// struct serialized as one).
+pub(super) async fn announce_added<I: Interface, P>(
     conn: &Connection,
     path: &ObjectPath<'_>,
-    props: Announced,
-) -> zbus::Result<()> {
+    props: &P,
+) -> zbus::Result<()>
+where
+    P: serde::Serialize + zbus::wire::Type,
+{
     let emitter = SignalEmitter::new(conn, MANAGER_PATH)?;
-    ObjectManager::interfaces_added(&emitter, path.clone(), &HashMap::from([(I::name(), props)]))
+    let body = (path, HashMap::from([(I::name(), props)]));
+    emitter
+        .emit(
+            "org.freedesktop.DBus.ObjectManager",
+            "InterfacesAdded",
+            &body,
+        )
         .await
 }
 

@@ -110,6 +110,16 @@ impl Instances {
                     return impact;
                 }
                 if matches!(ev.action.as_str(), "add" | "bind") {
+                    // A command making this UUID holds its parent's lock from its write to `create`
+                    // until it has read the device back: the event is most likely that write's,
+                    // and the lock is the wait for it (no polling for the links meanwhile).
+                    let making = lock(&self.inflight).contains(&uuid);
+                    if let Some(p) = parent
+                        && making
+                        && self.locks.with_parent(p, agrees)
+                    {
+                        return impact;
+                    }
                     // The kernel sends both while it makes the device, before its links (see
                     // `mdev_event::wait_for_links`); a command's own write is done waiting once it has
                     // read the device back.

@@ -82,7 +82,7 @@ impl Instances {
                         })?;
             }
             self.create_device_owned(&uuid, &place, req.label.clone(), &req.attrs)?;
-            Ok::<_, CoreError>(self.refresh_one(&uuid))
+            Ok::<_, CoreError>(self.refresh_made(&uuid, &place.parent, &place.type_id))
         });
         if view.is_err() {
             // The next create reads the GPU again (`health.rs`).
@@ -297,7 +297,7 @@ impl Instances {
                 self.health.forget(&place.parent);
             }
             made?;
-            Ok(self.refresh_one(&uuid))
+            Ok(self.refresh_made(&uuid, &place.parent, &place.type_id))
         })
     }
 

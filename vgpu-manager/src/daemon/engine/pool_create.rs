@@ -143,8 +143,12 @@ impl Instances {
             .collect();
         let mut announce = |uuid: &MdevUuid| {
             info!(%uuid, %parent, "pool slot defined and created");
-            self.refresh_one(uuid);
-            if let Some(k) = creates.iter().position(|(u, _)| u == uuid) {
+            let k = creates.iter().position(|(u, _)| u == uuid);
+            match k {
+                Some(k) => self.refresh_made(uuid, parent, &creates[k].1),
+                None => self.refresh_one(uuid),
+            };
+            if let Some(k) = k {
                 started(k);
             }
         };

@@ -44,9 +44,23 @@ impl Instances {
         uuid: &MdevUuid,
         first_seen: Option<u64>,
     ) -> Option<InstanceView> {
+        let device = device_identity(self.host.as_ref(), uuid);
+        let group = device.as_ref().and_then(|_| self.read_group(uuid));
+        self.view_of(store, uuid, first_seen, device, group)
+    }
+
+    /// The view of one UUID from the store and what the host shows of its device: its parent and
+    /// type (`None`: no device) and its IOMMU group.
+    fn view_of(
+        &self,
+        store: &StateDir,
+        uuid: &MdevUuid,
+        first_seen: Option<u64>,
+        device: Option<(String, MdevTypeId)>,
+        group: Option<u32>,
+    ) -> Option<InstanceView> {
         let def = store.get_definition(uuid);
         let led = store.get_ledger(uuid);
-        let device = device_identity(self.host.as_ref(), uuid);
         let running = device.is_some();
         let (parent, type_id) = match (&device, def, led) {
             (Some((p, t)), _, _) => (p.clone(), t.clone()),
@@ -84,7 +98,7 @@ impl Instances {
             label: def
                 .and_then(|d| d.label.clone())
                 .or_else(|| led.and_then(|l| l.label.clone())),
-            iommu_group: if running { self.read_group(uuid) } else { None },
+            iommu_group: group,
             created_at: def
                 .map(|d| d.created_at)
                 .or_else(|| led.map(|l| l.created_at))
@@ -103,6 +117,17 @@ impl Instances {
         let store = lock(&self.store);
         let first_seen = lock(&self.views).get(uuid).map(|v| v.created_at);
         let new = self.compute_view(&store, uuid, first_seen);
+        self.store_view(store, uuid, new)
+    }
+
+    /// Replaces the view of `uuid` with `new` (computed under `store`, which stays locked until
+    /// the view is stored and its event sent) and emits what changed.
+    fn store_view(
+        &self,
+        store: std::sync::MutexGuard<'_, super::persist::Persist>,
+        uuid: &MdevUuid,
+        new: Option<InstanceView>,
+    ) -> Option<InstanceView> {
         let mut views = lock(&self.views);
         let old = match &new {
             Some(v) => views.insert(*uuid, v.clone()),
@@ -112,6 +137,26 @@ impl Instances {
         self.emit_diff(old, new.clone(), uuid);
         drop(store);
         new
+    }
+
+    /// [`Instances::refresh_one`] of a device this daemon just made with a write to `parent`'s
+    /// `type_id` create file (the caller holds the parent's lock): the kernel made it there, so
+    /// its parent and type are those, and only its IOMMU group is read back. A device that shows
+    /// no group (gone again, or made without one) is read back whole.
+    pub(super) fn refresh_made(
+        &self,
+        uuid: &MdevUuid,
+        parent: &str,
+        type_id: &MdevTypeId,
+    ) -> Option<InstanceView> {
+        let Some(group) = self.read_group(uuid) else {
+            return self.refresh_one(uuid);
+        };
+        let store = lock(&self.store);
+        let first_seen = lock(&self.views).get(uuid).map(|v| v.created_at);
+        let device = Some((parent.to_string(), type_id.clone()));
+        let new = self.view_of(&store, uuid, first_seen, device, Some(group));
+        self.store_view(store, uuid, new)
     }
 
     /// Recomputes every view (after start-up, reconcile or a kernel event).
@@ -230,5 +275,70 @@ impl Drop for EventHold<'_> {
         if self.outermost {
             self.instances.release_events();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::sync::Arc;
+
+    use vgpu_host::Host;
+    use vgpu_sim::SimHost;
+
+    use super::super::Core;
+    use crate::daemon::api::{
+        CreateInstance, DefineInstance, InstanceSpec, InstanceState, InstanceTarget,
+    };
+    use crate::profile::Catalog;
+
+    fn spec(type_id: &str, parent: &str, label: Option<&str>) -> InstanceSpec {
+        InstanceSpec {
+            target: InstanceTarget::Type(type_id.parse().unwrap()),
+            gpu: Some(parent.into()),
+            uuid: None,
+            autostart: true,
+            label: label.map(str::to_string),
+            attrs: Vec::new(),
+        }
+    }
+
+    /// The view a create reads back from the IOMMU group alone is the one a whole read of the
+    /// device gives; for a UUID with no device it falls back to that whole read.
+    #[test]
+    fn a_made_device_reads_back_as_a_whole_read_shows_it() {
+        let host = Arc::new(SimHost::builtin("samples").unwrap());
+        let dir = tempfile::tempdir().unwrap();
+        let core = Core::open(
+            host.clone() as Arc<dyn Host>,
+            dir.path(),
+            Catalog::builtin().unwrap(),
+        )
+        .unwrap();
+        let i = &core.instances;
+        let made = core
+            .execute(CreateInstance(spec("mtty-2", "mtty", Some("vm-1"))))
+            .unwrap();
+        assert_eq!(made.state, InstanceState::Running);
+        assert!(made.iommu_group.is_some(), "{made:?}");
+        let whole = i.refresh_one(&made.uuid).unwrap();
+        assert_eq!(made, whole);
+        let again = i
+            .refresh_made(&made.uuid, &made.parent, &made.type_id)
+            .unwrap();
+        assert_eq!(again, whole);
+
+        let defined = core
+            .execute(DefineInstance(spec("mtty-1", "mtty", None)))
+            .unwrap();
+        assert_eq!(defined.state, InstanceState::Stopped);
+        let read = i
+            .refresh_made(&defined.uuid, &defined.parent, &defined.type_id)
+            .unwrap();
+        assert_eq!(
+            read, defined,
+            "no device: the whole read, not a running view"
+        );
     }
 }

@@ -13,7 +13,7 @@ use zbus::zvariant::Variant;
 
 use super::super::Executor;
 use super::super::gpu_work::GpuWork;
-use super::super::instance::{self, InstanceObject};
+use super::super::instance::{self, AnnouncedInstance, InstanceObject};
 use super::super::introspect::Introspection;
 use super::super::manager::Manager;
 use super::super::object_manager::{self, Kind, Served};
@@ -38,11 +38,11 @@ pub(super) struct Instances {
 /// published to the callers that wait for the objects alone. An instance is named by its UUID; its
 /// object path follows from it (`instance_path`).
 pub(super) enum Owed {
-    /// `InterfacesAdded` (when the object is new; `None` when one was already there) and
-    /// `InstanceAdded`.
+    /// `InterfacesAdded` of the new object serving `view` (`None` when one was already there)
+    /// and `InstanceAdded`.
     Added {
         uuid: String,
-        props: Option<object_manager::Announced>,
+        view: Option<Box<InstanceView>>,
     },
     /// `PropertiesChanged` of the properties that changed, and `InstanceStateChanged` when the
     /// state did.
@@ -67,9 +67,10 @@ impl Instances {
             None => {
                 self.known.insert(view.uuid, view.clone());
                 let change = self.served.change();
+                let announced = Box::new(view.clone());
                 let object = InstanceObject::new(view);
                 let intro = &self.introspection;
-                let props = object_manager::place(
+                let placed = object_manager::place(
                     &self.conn,
                     intro,
                     &change,
@@ -79,7 +80,10 @@ impl Instances {
                 )
                 .await?;
                 drop(change);
-                Owed::Added { uuid, props }
+                Owed::Added {
+                    uuid,
+                    view: placed.then_some(announced),
+                }
             }
             Some(old) if *old == view => return Ok(None),
             Some(old) => {
@@ -126,10 +130,12 @@ impl Instances {
     async fn announce(&self, owed: Owed) -> zbus::Result<()> {
         let conn = &self.conn;
         match owed {
-            Owed::Added { uuid, props } => {
+            Owed::Added { uuid, view } => {
                 let path = instance_path(&uuid);
-                if let Some(props) = props {
-                    object_manager::announce_added::<InstanceObject>(conn, &path, props).await?;
+                if let Some(view) = view {
+                    let props = AnnouncedInstance::of(&view);
+                    object_manager::announce_added::<InstanceObject, _>(conn, &path, &props)
+                        .await?;
                 }
                 Manager::instance_added(&manager_emitter(conn)?, path.as_ref(), &uuid).await
             }

@@ -443,3 +443,63 @@ fn the_interface_introspects_as_zbus_own() {
         .introspect_to_writer(&mut ours, 0);
     assert_eq!(ours, ZBUS_OBJECT_MANAGER_XML);
 }
+
+/// The properties `InterfacesAdded` announces of a new instance object, as the mirror serializes
+/// them from the view, against the object's own `GetAll`: the same names and the same values, for
+/// views that set each property its own way (a label, attributes, no IOMMU group, a foreign
+/// device, a stopped definition).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn announced_instance_properties_are_the_objects_get_all() {
+    use crate::daemon::api::{InstanceState, InstanceView, MdevAttr, Ownership};
+    use crate::daemon::dbus::instance::{AnnouncedInstance, InstanceObject};
+
+    let s = setup().await;
+    let running = InstanceView {
+        uuid: "6d0c5a4e-7b1f-4c1e-9a55-766770757465".parse().unwrap(),
+        gpu: "0000:41:00.0".into(),
+        parent: "0000:41:00.4".into(),
+        type_id: "nvidia-558".parse().unwrap(),
+        profile: Some("vdi-2g".into()),
+        state: InstanceState::Running,
+        defined: true,
+        autostart: true,
+        ownership: Ownership::Daemon,
+        label: Some("desktop-07".into()),
+        iommu_group: Some(131),
+        created_at: 1_765_000_000,
+        attrs: vec![
+            MdevAttr::new("assign_adapter", "5").unwrap(),
+            MdevAttr::new("assign_domain", "0x2b").unwrap(),
+        ],
+    };
+    let foreign = InstanceView {
+        profile: None,
+        defined: false,
+        autostart: false,
+        ownership: Ownership::Foreign,
+        label: None,
+        attrs: Vec::new(),
+        ..running.clone()
+    };
+    let stopped = InstanceView {
+        state: InstanceState::Stopped,
+        iommu_group: None,
+        ownership: Ownership::Adopted,
+        ..running.clone()
+    };
+    for view in [running, foreign, stopped] {
+        let path = instance_path(&view.uuid.to_string());
+        let emitter = SignalEmitter::new(&s.server, path.clone()).unwrap();
+        let get_all = InstanceObject::new(view.clone())
+            .get_all(s.server.object_server(), &s.server, None, &emitter)
+            .await
+            .unwrap();
+        // Through a message, as a client reads the signal.
+        let msg = zbus::Message::signal(&path, INSTANCE_INTERFACE, "Probe")
+            .build(&AnnouncedInstance::of(&view))
+            .unwrap();
+        let announced: HashMap<String, OwnedVariant> = msg.body().deserialize().unwrap();
+        assert!(get_all.len() >= 14, "{get_all:?}");
+        assert_eq!(announced, get_all, "{view:?}");
+    }
+}
