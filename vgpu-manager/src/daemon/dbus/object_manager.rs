@@ -365,14 +365,12 @@ pub(super) async fn announce_added<I: Interface, P>(
 where
     P: serde::Serialize + zbus::wire::Type,
 {
+    // `ObjectManager::interfaces_added` declares the signal; it is sent here with a body of any
+    // `a{sv}`, which the declared map type would not take.
     let emitter = SignalEmitter::new(conn, MANAGER_PATH)?;
     let body = (path, HashMap::from([(I::name(), props)]));
     emitter
-        .emit(
-            "org.freedesktop.DBus.ObjectManager",
-            "InterfacesAdded",
-            &body,
-        )
+        .emit(ObjectManager::name(), "InterfacesAdded", &body)
         .await
 }
 
@@ -429,7 +427,8 @@ impl ObjectManager {
         })
     }
 
-    /// An object appeared below the manager, or gained interfaces ([`register`]).
+    /// An object appeared below the manager, or gained interfaces. Declared for introspection;
+    /// sent by [`announce_added`], whose properties may be any `a{sv}`.
     #[zbus(signal)]
     async fn interfaces_added(
         emitter: &SignalEmitter<'_>,

@@ -36,6 +36,14 @@ fn normal_name(name: Option<&std::ffi::OsStr>) -> Option<String> {
     (!name.is_empty() && name != "..").then(|| name.to_string())
 }
 
+/// What the host shows of one mdev device: its parent, its type and, while a driver has it, its
+/// IOMMU group.
+struct SeenDevice {
+    parent: String,
+    type_id: MdevTypeId,
+    iommu_group: Option<u32>,
+}
+
 impl Instances {
     /// Computes the view of one UUID from the store and the host; `None` when nothing of it exists.
     fn compute_view(
@@ -44,26 +52,33 @@ impl Instances {
         uuid: &MdevUuid,
         first_seen: Option<u64>,
     ) -> Option<InstanceView> {
-        let device = device_identity(self.host.as_ref(), uuid);
-        let group = device.as_ref().and_then(|_| self.read_group(uuid));
-        self.view_of(store, uuid, first_seen, device, group)
+        self.view_of(store, uuid, first_seen, self.device_now(uuid))
     }
 
-    /// The view of one UUID from the store and what the host shows of its device: its parent and
-    /// type (`None`: no device) and its IOMMU group.
+    /// Device `uuid` as the host shows it now (`None`: there is none).
+    fn device_now(&self, uuid: &MdevUuid) -> Option<SeenDevice> {
+        let (parent, type_id) = device_identity(self.host.as_ref(), uuid)?;
+        Some(SeenDevice {
+            parent,
+            type_id,
+            iommu_group: self.read_group(uuid),
+        })
+    }
+
+    /// The view of one UUID from the store and what the host shows of its `device`.
     fn view_of(
         &self,
         store: &StateDir,
         uuid: &MdevUuid,
         first_seen: Option<u64>,
-        device: Option<(String, MdevTypeId)>,
-        group: Option<u32>,
+        device: Option<SeenDevice>,
     ) -> Option<InstanceView> {
         let def = store.get_definition(uuid);
         let led = store.get_ledger(uuid);
         let running = device.is_some();
-        let (parent, type_id) = match (&device, def, led) {
-            (Some((p, t)), _, _) => (p.clone(), t.clone()),
+        let iommu_group = device.as_ref().and_then(|d| d.iommu_group);
+        let (parent, type_id) = match (device, def, led) {
+            (Some(d), _, _) => (d.parent, d.type_id),
             (None, Some(d), _) => (d.parent.clone(), d.type_id.clone()),
             // A ledger entry without device or definition is stale: reconcile drops it.
             (None, None, _) => return None,
@@ -98,7 +113,7 @@ impl Instances {
             label: def
                 .and_then(|d| d.label.clone())
                 .or_else(|| led.and_then(|l| l.label.clone())),
-            iommu_group: group,
+            iommu_group,
             created_at: def
                 .map(|d| d.created_at)
                 .or_else(|| led.map(|l| l.created_at))
@@ -109,34 +124,8 @@ impl Instances {
     }
 
     /// Recomputes one instance's view and emits what changed.
-    ///
-    /// The store stays locked from computing the view until it is stored and its event sent: the
-    /// uevent thread refreshes concurrently with commands, and a view computed from an older state
-    /// must not overwrite a newer one (a destroyed instance listed as running again).
     pub(super) fn refresh_one(&self, uuid: &MdevUuid) -> Option<InstanceView> {
-        let store = lock(&self.store);
-        let first_seen = lock(&self.views).get(uuid).map(|v| v.created_at);
-        let new = self.compute_view(&store, uuid, first_seen);
-        self.store_view(store, uuid, new)
-    }
-
-    /// Replaces the view of `uuid` with `new` (computed under `store`, which stays locked until
-    /// the view is stored and its event sent) and emits what changed.
-    fn store_view(
-        &self,
-        store: std::sync::MutexGuard<'_, super::persist::Persist>,
-        uuid: &MdevUuid,
-        new: Option<InstanceView>,
-    ) -> Option<InstanceView> {
-        let mut views = lock(&self.views);
-        let old = match &new {
-            Some(v) => views.insert(*uuid, v.clone()),
-            None => views.remove(uuid),
-        };
-        drop(views);
-        self.emit_diff(old, new.clone(), uuid);
-        drop(store);
-        new
+        self.refresh_with(uuid, || self.device_now(uuid))
     }
 
     /// [`Instances::refresh_one`] of a device this daemon just made with a write to `parent`'s
@@ -149,14 +138,39 @@ impl Instances {
         parent: &str,
         type_id: &MdevTypeId,
     ) -> Option<InstanceView> {
-        let Some(group) = self.read_group(uuid) else {
-            return self.refresh_one(uuid);
-        };
+        self.refresh_with(uuid, || match self.read_group(uuid) {
+            Some(group) => Some(SeenDevice {
+                parent: parent.to_string(),
+                type_id: type_id.clone(),
+                iommu_group: Some(group),
+            }),
+            None => self.device_now(uuid),
+        })
+    }
+
+    /// Recomputes one instance's view from the store and `read` (what the host shows of its
+    /// device), stores it and emits what changed.
+    ///
+    /// The store stays locked from reading the host until the view is stored and its event sent:
+    /// the uevent thread refreshes concurrently with commands, and a view computed from an older
+    /// state must not overwrite a newer one (a destroyed instance listed as running again).
+    fn refresh_with(
+        &self,
+        uuid: &MdevUuid,
+        read: impl FnOnce() -> Option<SeenDevice>,
+    ) -> Option<InstanceView> {
         let store = lock(&self.store);
         let first_seen = lock(&self.views).get(uuid).map(|v| v.created_at);
-        let device = Some((parent.to_string(), type_id.clone()));
-        let new = self.view_of(&store, uuid, first_seen, device, Some(group));
-        self.store_view(store, uuid, new)
+        let new = self.view_of(&store, uuid, first_seen, read());
+        let mut views = lock(&self.views);
+        let old = match &new {
+            Some(v) => views.insert(*uuid, v.clone()),
+            None => views.remove(uuid),
+        };
+        drop(views);
+        self.emit_diff(old, new.clone(), uuid);
+        drop(store);
+        new
     }
 
     /// Recomputes every view (after start-up, reconcile or a kernel event).

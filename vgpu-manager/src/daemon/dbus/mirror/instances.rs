@@ -38,12 +38,9 @@ pub(super) struct Instances {
 /// published to the callers that wait for the objects alone. An instance is named by its UUID; its
 /// object path follows from it (`instance_path`).
 pub(super) enum Owed {
-    /// `InterfacesAdded` of the new object serving `view` (`None` when one was already there)
-    /// and `InstanceAdded`.
-    Added {
-        uuid: String,
-        view: Option<Box<InstanceView>>,
-    },
+    /// `InterfacesAdded` (when the object is new, with the view the mirror knows it by: the
+    /// signals of one event are sent before the next event is applied) and `InstanceAdded`.
+    Added { uuid: MdevUuid, new_object: bool },
     /// `PropertiesChanged` of the properties that changed, and `InstanceStateChanged` when the
     /// state did.
     Changed {
@@ -65,12 +62,12 @@ impl Instances {
         let gpu = view.gpu.clone();
         let owed = match self.known.get(&view.uuid) {
             None => {
-                self.known.insert(view.uuid, view.clone());
+                let id = view.uuid;
+                self.known.insert(id, view.clone());
                 let change = self.served.change();
-                let announced = Box::new(view.clone());
                 let object = InstanceObject::new(view);
                 let intro = &self.introspection;
-                let placed = object_manager::place(
+                let new_object = object_manager::place(
                     &self.conn,
                     intro,
                     &change,
@@ -81,8 +78,8 @@ impl Instances {
                 .await?;
                 drop(change);
                 Owed::Added {
-                    uuid,
-                    view: placed.then_some(announced),
+                    uuid: id,
+                    new_object,
                 }
             }
             Some(old) if *old == view => return Ok(None),
@@ -130,10 +127,12 @@ impl Instances {
     async fn announce(&self, owed: Owed) -> zbus::Result<()> {
         let conn = &self.conn;
         match owed {
-            Owed::Added { uuid, view } => {
+            Owed::Added { uuid, new_object } => {
+                let view = self.known.get(&uuid).filter(|_| new_object);
+                let uuid = uuid.to_string();
                 let path = instance_path(&uuid);
                 if let Some(view) = view {
-                    let props = AnnouncedInstance::of(&view);
+                    let props = AnnouncedInstance::of(view);
                     object_manager::announce_added::<InstanceObject, _>(conn, &path, &props)
                         .await?;
                 }
