@@ -776,7 +776,8 @@ impl SignalCounter {
     }
 }
 
-fn pool_toml(slots: u32) -> String {
+/// A pool named `bench` of `slots` slots of the benchmarks' profile on their parent.
+pub(super) fn pool_toml(slots: u32) -> String {
     format!(
         "name = \"bench\"\nautostart = true\n\n[profiles]\n{PROFILE} = {slots}\n\n[select]\ngpus = [\"{PARENT}\"]\n"
     )

@@ -5,6 +5,9 @@
 //! one, beside Debian's mdevctl 1.2.0 doing the same work. Times on an emulated machine drift by ±10%
 //! between boots; counts do not, so a change that removes work shows in them from one run.
 //!
+//! A pool is counted per slot: grown by N slots with one `Manager1.Apply` and shrunk back with
+//! another, for vgpud and for the dbus-daemon that carries each slot's signals.
+//!
 //! The floor is counted too: the same sysfs writes made by the benchmark's own process.
 //!
 //! vgpud's counts include what an operation makes it do after answering (the GPU object's refresh,
@@ -18,7 +21,7 @@ use std::time::Duration;
 use vgpu_host::{Host, paths};
 
 use super::bench_cli::{
-    Program, mdevctl_script_dirs, real_mdevctl, shipped_copy, with_private_socket,
+    Program, mdevctl_script_dirs, pool_toml, real_mdevctl, shipped_copy, with_private_socket,
 };
 use super::bench_profile::{attach_perf, perf, stop_perf};
 use super::bus_daemon::BusDaemon;
@@ -136,6 +139,27 @@ fn stat_pid(
     read_stat(out)
 }
 
+/// perf stat attached to vgpud (`pid`) and to the bus daemon (`bus_pid`) at once while `batch`
+/// runs (and [`AFTERMATH`] after it): what an operation costs the daemon and the bus that carries
+/// its signals.
+fn stat_pids(
+    perf: &Program,
+    (pid, bus_pid): (u32, u32),
+    dir: &Path,
+    batch: impl FnOnce() -> Result<(), TestError>,
+) -> Result<(Counts, Counts), TestError> {
+    let (out, bus_out) = (dir.join("stat-vgpud.txt"), dir.join("stat-bus.txt"));
+    let args = ["stat", "-x", ",", "-e", EVENTS];
+    let child = attach_perf(perf, &args, pid, &out, Duration::ZERO)?;
+    let bus_child = attach_perf(perf, &args, bus_pid, &bus_out, ATTACH)?;
+    let ran = batch();
+    std::thread::sleep(AFTERMATH);
+    stop_perf(child)?;
+    stop_perf(bus_child)?;
+    ran?;
+    Ok((read_stat(&out)?, read_stat(&bus_out)?))
+}
+
 /// `program args` run under `perf stat`: what the client process itself did.
 fn stat_command(
     perf: &Program,
@@ -164,6 +188,62 @@ fn stat_command(
     read_stat(out)
 }
 
+/// A pool grown by [`N`] slots with one `Manager1.Apply`, then shrunk back with another: what each
+/// slot costs vgpud and dbus-daemon (the slot's signals pass through it), each apply's own work (one
+/// discovery, its plan and its records) shared among the slots.
+fn pool_counts(
+    perf: &Program,
+    d: &super::vgpud::Vgpud,
+    pids: (u32, u32),
+    dir: &Path,
+) -> Result<(), TestError> {
+    let bus_addr: vgpu_client::BusAddress = d
+        .bus()
+        .parse()
+        .map_err(|e| TestError::Check(format!("{e}")))?;
+    let client = vgpu_client::blocking::Client::connect(&bus_addr)
+        .map_err(|e| TestError::Check(format!("cannot connect to vgpud: {e}")))?;
+    let apply = |slots: u32| -> Result<(), TestError> {
+        let s = client
+            .block_on(
+                client
+                    .async_client()
+                    .apply_pool::<vgpu_client::ClientError>(&pool_toml(slots), |_| Ok(())),
+            )
+            .map_err(|e| TestError::Check(format!("Apply of {slots} slots: {e}")))?;
+        ensure(s.slots.len() == slots as usize, || {
+            format!("the apply of {slots} slots left {} slots", s.slots.len())
+        })
+    };
+    apply(1)?;
+    let grow = stat_pids(perf, pids, dir, || apply(N + 1));
+    let shrink = grow.and_then(|g| Ok((g, stat_pids(perf, pids, dir, || apply(1))?)));
+    // The pool goes whatever was measured: the devices are vgpud's to remove.
+    let removed = client
+        .block_on(client.async_client().remove_pool("bench"))
+        .map_err(|e| TestError::Check(format!("RemovePool bench: {e}")));
+    let ((grow_d, grow_b), (shrink_d, shrink_b)) = shrink?;
+    removed?;
+    row(
+        &format!("pool grow by {N}, per slot"),
+        Some(grow_d.per(N)),
+        None,
+    );
+    bus_row(grow_b.per(N));
+    row(
+        &format!("pool shrink by {N}, per slot"),
+        Some(shrink_d.per(N)),
+        None,
+    );
+    bus_row(shrink_b.per(N));
+    Ok(())
+}
+
+/// The bus daemon's line under an operation's row.
+fn bus_row(c: Counts) {
+    println!("bench:   {:<34}  dbus-daemon {}", "", c.show());
+}
+
 /// One printed row: an operation, what vgpud did for it and what its client process did.
 fn row(what: &str, vgpud: Option<Counts>, client: Option<Counts>) {
     let part = |who: &str, c: Option<Counts>| {
@@ -184,7 +264,8 @@ fn row(what: &str, vgpud: Option<Counts>, client: Option<Counts>) {
 fn vgpud_counts(g: &Guest) -> TestResult {
     let perf = perf()?;
     let avail = available(&g.host, PARENT, TYPE)?;
-    ensure(avail >= N, || format!("{TYPE} has room for {avail}"))?;
+    // The pool rows need one slot more than a batch.
+    ensure(avail > N, || format!("{TYPE} has room for {avail}"))?;
     let work = Workdir::new("bench-counts")?;
     let state = Workdir::new("bench-counts-state")?;
     let bus = BusDaemon::start(work.path())?;
@@ -245,6 +326,7 @@ fn vgpud_counts(g: &Guest) -> TestResult {
         Some(discover.per(N)),
         None,
     );
+    pool_counts(&perf, &d, (pid, bus.pid()), work.path())?;
 
     // One process per operation, through the private socket: vgpud's share and the client's.
     let client_out = work.path().join("client.txt");
