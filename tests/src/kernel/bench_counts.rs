@@ -3,7 +3,9 @@
 //! system calls (`raw_syscalls:sys_enter`), context switches (each one a thread handing work to
 //! another or waiting), page faults and CPU time of vgpud, and of the client process where there is
 //! one, beside Debian's mdevctl 1.2.0 doing the same work. Times on an emulated machine drift by ±10%
-//! between boots; counts do not, so a change that removes work shows in them from one run.
+//! between boots; counts do not, so a change that removes work shows in them from one run. They do
+//! move when the machine running the guest is busy (a compile beside it adds about a tenth: more
+//! wake-ups, fewer events taken together), so compare runs of an otherwise idle machine.
 //!
 //! A pool is counted per slot: grown by N slots with one `Manager1.Apply` and shrunk back with
 //! another, for vgpud and for the dbus-daemon that carries each slot's signals.

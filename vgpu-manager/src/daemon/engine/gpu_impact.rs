@@ -5,9 +5,81 @@
 //! device, every parent) is needed only when the set of devices or drivers may have changed, or when
 //! the parent is an SR-IOV VF: there, a vGPU on one VF changes what its sibling VFs can still
 //! create, and the kernel sends no event for the siblings.
+//!
+//! Whether a parent is a VF is read once per parent ([`ParentKinds`]): the kernel sends each mdev's
+//! `add`, `bind`, `unbind` and `remove`, so a create and a destroy would otherwise each look it up
+//! twice, and the answer cannot change while the device exists.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
 
 use vgpu_host::uevent::Uevent;
 use vgpu_host::{Host, paths};
+
+/// Parents remembered at most; past that the memo starts again (a host has far fewer).
+const PARENTS_REMEMBERED: usize = 1024;
+
+/// Whether each mdev parent seen in an event is an SR-IOV VF (has a `physfn` link), read once.
+///
+/// A PCI function is a VF or not for as long as it exists (a VF is made and removed whole, by the
+/// PF's `sriov_numvfs`). A device, driver, module or parent that comes or goes sends an event of its
+/// own, which empties the memo, so a name taken again by another device is read anew. The memo also
+/// keeps the answer for the last mdev events of a VF that is being removed, when its directory may
+/// already be gone.
+#[derive(Debug, Default)]
+pub(super) struct ParentKinds {
+    is_vf: Mutex<HashMap<String, bool>>,
+}
+
+impl ParentKinds {
+    /// The impact of `ev` on `host` (read right after the event), as [`gpu_impact`] says, reading a
+    /// parent's kind only the first time it is seen since the last non-mdev event.
+    pub(super) fn impact(&self, host: &dyn Host, ev: &Uevent) -> GpuImpact {
+        if !ev.is_relevant() {
+            return GpuImpact::None;
+        }
+        let mut memo = super::lock(&self.is_vf);
+        let Some(parent) = mdev_parent(ev) else {
+            memo.clear();
+            return gpu_impact(host, ev);
+        };
+        let is_vf = match memo.get(parent) {
+            Some(v) => *v,
+            None => {
+                let v = is_vf(host, parent);
+                if memo.len() >= PARENTS_REMEMBERED {
+                    memo.clear();
+                }
+                memo.insert(parent.to_string(), v);
+                v
+            }
+        };
+        if is_vf {
+            GpuImpact::All
+        } else {
+            GpuImpact::None
+        }
+    }
+}
+
+/// The parent of the mdev an `mdev` event is about (its devpath ends in <parent>/<uuid>:
+/// drivers/vfio/mdev/mdev_core.c puts the device below its parent); `None` for any other event, or
+/// an mdev event whose devpath has no parent.
+fn mdev_parent(ev: &Uevent) -> Option<&str> {
+    if ev.subsystem.as_deref() != Some("mdev") {
+        return None;
+    }
+    let mut parts = ev.devpath.rsplit('/');
+    match (parts.next(), parts.next()) {
+        (Some(_uuid), Some(parent)) if !parent.is_empty() => Some(parent),
+        _ => None,
+    }
+}
+
+/// Whether mdev parent `parent` is an SR-IOV VF.
+fn is_vf(host: &dyn Host, parent: &str) -> bool {
+    host.exists(&paths::mdev_parent(parent).join("physfn"))
+}
 
 /// How much of the GPU view a kernel event may have changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,20 +95,10 @@ pub(super) fn gpu_impact(host: &dyn Host, ev: &Uevent) -> GpuImpact {
     if !ev.is_relevant() {
         return GpuImpact::None;
     }
-    if ev.subsystem.as_deref() != Some("mdev") {
-        return GpuImpact::All;
-    }
-    // An mdev's devpath ends in <parent>/<uuid> (drivers/vfio/mdev/mdev_core.c puts the device
-    // below its parent).
-    let mut parts = ev.devpath.rsplit('/');
-    let parent = match (parts.next(), parts.next()) {
-        (Some(_uuid), Some(parent)) if !parent.is_empty() => parent,
-        _ => return GpuImpact::All,
-    };
-    if host.exists(&paths::mdev_parent(parent).join("physfn")) {
-        GpuImpact::All
-    } else {
-        GpuImpact::None
+    match mdev_parent(ev) {
+        Some(parent) if !is_vf(host, parent) => GpuImpact::None,
+        // A VF's siblings, or any other event (devices, drivers, parents, an mdev without a parent).
+        _ => GpuImpact::All,
     }
 }
 
@@ -117,6 +179,59 @@ mod tests {
                 GpuImpact::All,
                 "{subsystem} {action}"
             );
+        }
+    }
+
+    /// The mdev event `action` of a device on the VF 0000:85:00.4.
+    fn vf_event(action: &str) -> Uevent {
+        event(
+            action,
+            &format!("/devices/pci0000:80/0000:80:01.0/0000:85:00.4/{UUID}"),
+            "mdev",
+        )
+    }
+
+    #[test]
+    fn a_parents_kind_is_read_once_until_a_device_event() {
+        let (dir, host) = tree();
+        let kinds = ParentKinds::default();
+        assert_eq!(kinds.impact(&host, &vf_event("add")), GpuImpact::All);
+        // The link gone: the memo still answers (as for the last events of a VF being removed).
+        let link = dir
+            .path()
+            .join("sys/devices/pci0000:80/0000:80:01.0/0000:85:00.4/physfn");
+        std::fs::remove_file(&link).unwrap();
+        assert_eq!(kinds.impact(&host, &vf_event("bind")), GpuImpact::All);
+        // A PCI event empties it: the next mdev event reads the parent again.
+        let pci = event(
+            "remove",
+            "/devices/pci0000:80/0000:80:01.0/0000:85:00.4",
+            "pci",
+        );
+        assert_eq!(kinds.impact(&host, &pci), GpuImpact::All);
+        assert_eq!(kinds.impact(&host, &vf_event("remove")), GpuImpact::None);
+        // Events outside vGPU management leave it alone.
+        symlink("../0000:85:00.0", &link).unwrap();
+        let net = event("add", "/devices/virtual/net/lo", "net");
+        assert_eq!(kinds.impact(&host, &net), GpuImpact::None);
+        assert_eq!(kinds.impact(&host, &vf_event("add")), GpuImpact::None);
+    }
+
+    #[test]
+    fn the_memo_answers_as_a_fresh_read_does() {
+        let (_dir, host) = tree();
+        let kinds = ParentKinds::default();
+        let plain = event(
+            "add",
+            &format!("/devices/virtual/mbochs/mbochs/{UUID}"),
+            "mdev",
+        );
+        let orphan = event("add", &format!("/{UUID}"), "mdev");
+        let module = event("add", "/module/mbochs", "module");
+        for _ in 0..2 {
+            for ev in [&plain, &vf_event("add"), &orphan, &module] {
+                assert_eq!(kinds.impact(&host, ev), gpu_impact(&host, ev), "{ev:?}");
+            }
         }
     }
 

@@ -43,6 +43,8 @@ pub(super) struct Instances {
     pub(super) metrics: Arc<crate::daemon::metrics::Registry>,
     /// The GPUs a create found readable, and when (`health.rs`).
     pub(super) health: super::health::HealthMemo,
+    /// Which mdev parents are SR-IOV VFs, for what a kernel event means to the GPU objects.
+    parent_kinds: gpu_impact::ParentKinds,
 }
 
 impl Instances {
@@ -68,6 +70,7 @@ impl Instances {
             startup_done: std::sync::atomic::AtomicBool::new(false),
             metrics: Arc::default(),
             health: super::health::HealthMemo::default(),
+            parent_kinds: gpu_impact::ParentKinds::default(),
         };
         *lock(&i.known_parents) = i.parents_now();
         i
@@ -93,7 +96,7 @@ impl Instances {
     /// Returns whether every GPU must be re-read, beyond the instance events sent ([`GpuImpact`]).
     pub(super) fn handle_uevent(&self, ev: &vgpu_host::uevent::Uevent) -> GpuImpact {
         self.metrics.ops().uevent();
-        let impact = gpu_impact::gpu_impact(self.host.as_ref(), ev);
+        let impact = self.parent_kinds.impact(self.host.as_ref(), ev);
         if !ev.is_relevant() {
             return impact;
         }
