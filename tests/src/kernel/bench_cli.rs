@@ -776,6 +776,40 @@ impl SignalCounter {
     }
 }
 
+/// A persistent client of vgpud on its bus, as the pool benchmarks apply and remove pools with it.
+pub(super) struct PoolClient(vgpu_client::blocking::Client);
+
+impl PoolClient {
+    /// Connects to `d` on its bus.
+    pub(super) fn connect(d: &Vgpud) -> Result<PoolClient, TestError> {
+        let bus: vgpu_client::BusAddress = d
+            .bus()
+            .parse()
+            .map_err(|e| TestError::Check(format!("{e}")))?;
+        vgpu_client::blocking::Client::connect(&bus)
+            .map(PoolClient)
+            .map_err(|e| TestError::Check(format!("cannot connect to vgpud: {e}")))
+    }
+
+    /// `Manager1.Apply` of the pool `toml`, its `PoolProgress` signals taken as they come.
+    pub(super) fn apply(&self, toml: &str) -> Result<vgpu_client::PoolSummary, TestError> {
+        let c = &self.0;
+        c.block_on(
+            c.async_client()
+                .apply_pool::<vgpu_client::ClientError>(toml, |_| Ok(())),
+        )
+        .map_err(|e| TestError::Check(format!("Apply of {toml:?}: {e}")))
+    }
+
+    /// `Manager1.RemovePool` of the pool `name`.
+    pub(super) fn remove(&self, name: &str) -> Result<(), TestError> {
+        let c = &self.0;
+        c.block_on(c.async_client().remove_pool(name))
+            .map(drop)
+            .map_err(|e| TestError::Check(format!("RemovePool {name}: {e}")))
+    }
+}
+
 /// A pool named `bench` of `slots` slots of the benchmarks' profile on their parent.
 pub(super) fn pool_toml(slots: u32) -> String {
     format!(
@@ -795,23 +829,12 @@ fn pool_apply(g: &Guest) -> TestResult {
     let state = Workdir::new("bench-pool-state")?;
     let bus = BusDaemon::start(work.path())?;
     let d = Vgpud::spawn_on_bus(work.path(), state.path(), bus.address())?;
-    let bus_addr: vgpu_client::BusAddress = d
-        .bus()
-        .parse()
-        .map_err(|e| TestError::Check(format!("{e}")))?;
-    let client = vgpu_client::blocking::Client::connect(&bus_addr)
-        .map_err(|e| TestError::Check(format!("cannot connect to vgpud: {e}")))?;
+    let client = PoolClient::connect(&d)?;
     let mut signals = SignalCounter::new(d.bus())?;
     let apply = |slots: u32| -> Result<(Duration, vgpu_client::PoolSummary), TestError> {
         let toml = pool_toml(slots);
         let t = Instant::now();
-        let s = client
-            .block_on(
-                client
-                    .async_client()
-                    .apply_pool::<vgpu_client::ClientError>(&toml, |_| Ok(())),
-            )
-            .map_err(|e| TestError::Check(format!("Apply of {slots} slots: {e}")))?;
+        let s = client.apply(&toml)?;
         Ok((t.elapsed(), s))
     };
     let mut mdevs = Mdevs::new(&g.host);

@@ -23,7 +23,8 @@ use std::time::Duration;
 use vgpu_host::{Host, paths};
 
 use super::bench_cli::{
-    Program, mdevctl_script_dirs, pool_toml, real_mdevctl, shipped_copy, with_private_socket,
+    PoolClient, Program, mdevctl_script_dirs, pool_toml, real_mdevctl, shipped_copy,
+    with_private_socket,
 };
 use super::bench_profile::{attach_perf, perf, stop_perf};
 use super::bus_daemon::BusDaemon;
@@ -199,20 +200,9 @@ fn pool_counts(
     pids: (u32, u32),
     dir: &Path,
 ) -> Result<(), TestError> {
-    let bus_addr: vgpu_client::BusAddress = d
-        .bus()
-        .parse()
-        .map_err(|e| TestError::Check(format!("{e}")))?;
-    let client = vgpu_client::blocking::Client::connect(&bus_addr)
-        .map_err(|e| TestError::Check(format!("cannot connect to vgpud: {e}")))?;
+    let client = PoolClient::connect(d)?;
     let apply = |slots: u32| -> Result<(), TestError> {
-        let s = client
-            .block_on(
-                client
-                    .async_client()
-                    .apply_pool::<vgpu_client::ClientError>(&pool_toml(slots), |_| Ok(())),
-            )
-            .map_err(|e| TestError::Check(format!("Apply of {slots} slots: {e}")))?;
+        let s = client.apply(&pool_toml(slots))?;
         ensure(s.slots.len() == slots as usize, || {
             format!("the apply of {slots} slots left {} slots", s.slots.len())
         })
@@ -221,9 +211,7 @@ fn pool_counts(
     let grow = stat_pids(perf, pids, dir, || apply(N + 1));
     let shrink = grow.and_then(|g| Ok((g, stat_pids(perf, pids, dir, || apply(1))?)));
     // The pool goes whatever was measured: the devices are vgpud's to remove.
-    let removed = client
-        .block_on(client.async_client().remove_pool("bench"))
-        .map_err(|e| TestError::Check(format!("RemovePool bench: {e}")));
+    let removed = client.remove("bench");
     let ((grow_d, grow_b), (shrink_d, shrink_b)) = shrink?;
     removed?;
     row(

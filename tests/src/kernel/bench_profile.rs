@@ -11,7 +11,7 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use super::bench_cli::{Program, shipped_copy};
+use super::bench_cli::{PoolClient, Program, shipped_copy};
 use super::bus_daemon::BusDaemon;
 use super::guest::Guest;
 use super::qemu_attach::HOSTROOT;
@@ -192,22 +192,8 @@ fn vgpud_profile(g: &Guest) -> TestResult {
         &format!("{PAIRS} vgpuctl create+destroy pairs"),
     )?;
 
-    let bus_addr: vgpu_client::BusAddress = d
-        .bus()
-        .parse()
-        .map_err(|e| TestError::Check(format!("{e}")))?;
-    let client = vgpu_client::blocking::Client::connect(&bus_addr)
-        .map_err(|e| TestError::Check(format!("cannot connect to vgpud: {e}")))?;
-    let apply = |slots: u32| -> Result<vgpu_client::PoolSummary, TestError> {
-        let toml = pool_toml(slots);
-        client
-            .block_on(
-                client
-                    .async_client()
-                    .apply_pool::<vgpu_client::ClientError>(&toml, |_| Ok(())),
-            )
-            .map_err(|e| TestError::Check(format!("Apply of {slots} slots: {e}")))
-    };
+    let client = PoolClient::connect(&d)?;
+    let apply = |slots: u32| client.apply(&pool_toml(slots));
     apply(POOL_SLOTS)?;
     let data = work.path().join("noop.perf");
     let rec = record(&perf, pid, &data)?;
