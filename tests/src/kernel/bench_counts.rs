@@ -134,33 +134,35 @@ fn stat_pid(
     out: &Path,
     batch: impl FnOnce() -> Result<(), TestError>,
 ) -> Result<Counts, TestError> {
-    let child = attach_perf(perf, &["stat", "-x", ",", "-e", EVENTS], pid, out, ATTACH)?;
-    let ran = batch();
-    std::thread::sleep(AFTERMATH);
-    stop_perf(child)?;
-    ran?;
-    read_stat(out)
+    let [c] = stat_pids(perf, [(pid, out)], batch)?;
+    Ok(c)
 }
 
-/// perf stat attached to vgpud (`pid`) and to the bus daemon (`bus_pid`) at once while `batch`
-/// runs (and [`AFTERMATH`] after it): what an operation costs the daemon and the bus that carries
-/// its signals.
-fn stat_pids(
+/// perf stat attached to each of `pids` at once (each writing its own output) while `batch` runs
+/// (and [`AFTERMATH`] after it): with vgpud and the bus daemon, what an operation costs the daemon
+/// and the bus that carries its signals.
+fn stat_pids<const K: usize>(
     perf: &Program,
-    (pid, bus_pid): (u32, u32),
-    dir: &Path,
+    pids: [(u32, &Path); K],
     batch: impl FnOnce() -> Result<(), TestError>,
-) -> Result<(Counts, Counts), TestError> {
-    let (out, bus_out) = (dir.join("stat-vgpud.txt"), dir.join("stat-bus.txt"));
+) -> Result<[Counts; K], TestError> {
     let args = ["stat", "-x", ",", "-e", EVENTS];
-    let child = attach_perf(perf, &args, pid, &out, Duration::ZERO)?;
-    let bus_child = attach_perf(perf, &args, bus_pid, &bus_out, ATTACH)?;
+    let mut children = Vec::with_capacity(K);
+    for (pid, out) in pids {
+        children.push(attach_perf(perf, &args, pid, out, Duration::ZERO)?);
+    }
+    std::thread::sleep(ATTACH);
     let ran = batch();
     std::thread::sleep(AFTERMATH);
-    stop_perf(child)?;
-    stop_perf(bus_child)?;
+    for child in children {
+        stop_perf(child)?;
+    }
     ran?;
-    Ok((read_stat(&out)?, read_stat(&bus_out)?))
+    let mut counts = [Counts::default(); K];
+    for (c, (_, out)) in counts.iter_mut().zip(pids) {
+        *c = read_stat(out)?;
+    }
+    Ok(counts)
 }
 
 /// `program args` run under `perf stat`: what the client process itself did.
@@ -201,6 +203,8 @@ fn pool_counts(
     dir: &Path,
 ) -> Result<(), TestError> {
     let client = PoolClient::connect(d)?;
+    let (out, bus_out) = (dir.join("stat-vgpud.txt"), dir.join("stat-bus.txt"));
+    let pids = [(pids.0, out.as_path()), (pids.1, bus_out.as_path())];
     let apply = |slots: u32| -> Result<(), TestError> {
         let s = client.apply(&pool_toml(slots))?;
         ensure(s.slots.len() == slots as usize, || {
@@ -208,11 +212,11 @@ fn pool_counts(
         })
     };
     apply(1)?;
-    let grow = stat_pids(perf, pids, dir, || apply(N + 1));
-    let shrink = grow.and_then(|g| Ok((g, stat_pids(perf, pids, dir, || apply(1))?)));
+    let grow = stat_pids(perf, pids, || apply(N + 1));
+    let shrink = grow.and_then(|g| Ok((g, stat_pids(perf, pids, || apply(1))?)));
     // The pool goes whatever was measured: the devices are vgpud's to remove.
     let removed = client.remove("bench");
-    let ((grow_d, grow_b), (shrink_d, shrink_b)) = shrink?;
+    let ([grow_d, grow_b], [shrink_d, shrink_b]) = shrink?;
     removed?;
     row(
         &format!("pool grow by {N}, per slot"),

@@ -11,7 +11,7 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use super::bench_cli::{PoolClient, Program, shipped_copy};
+use super::bench_cli::{PoolClient, Program, pool_toml, shipped_copy};
 use super::bus_daemon::BusDaemon;
 use super::guest::Guest;
 use super::qemu_attach::HOSTROOT;
@@ -26,7 +26,6 @@ pub fn benches() -> Vec<Test<Guest>> {
 
 const PARENT: &str = "mbochs";
 const TYPE: &str = "mbochs-small";
-const PROFILE: &str = "sample-display-4m";
 const PAIRS: u32 = 24;
 const NOOP_APPLIES: u32 = 6;
 const POOL_SLOTS: u32 = 33;
@@ -150,12 +149,6 @@ fn perf_report(perf: &Program, data: &Path, args: &[&str]) -> Result<String, Tes
         )
     })?;
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-fn pool_toml(slots: u32) -> String {
-    format!(
-        "name = \"prof\"\nautostart = true\n\n[profiles]\n{PROFILE} = {slots}\n\n[select]\ngpus = [\"{PARENT}\"]\n"
-    )
 }
 
 fn vgpud_profile(g: &Guest) -> TestResult {

@@ -32,16 +32,19 @@ pub(super) struct ParentKinds {
 }
 
 impl ParentKinds {
-    /// The impact of `ev` on `host` (read right after the event), as [`gpu_impact`] says, reading a
-    /// parent's kind only the first time it is seen since the last non-mdev event.
+    /// The impact of `ev` on `host` (read right after the event): `All` for an event about devices,
+    /// drivers, modules or parents, and for an mdev on a VF (its siblings); `None` for an mdev on
+    /// any other parent and for events outside vGPU management. A parent's kind is read only the
+    /// first time it is seen since the last event of the first kind.
     pub(super) fn impact(&self, host: &dyn Host, ev: &Uevent) -> GpuImpact {
         if !ev.is_relevant() {
             return GpuImpact::None;
         }
         let mut memo = super::lock(&self.is_vf);
         let Some(parent) = mdev_parent(ev) else {
+            // Devices, drivers, parents, or an mdev without a parent.
             memo.clear();
-            return gpu_impact(host, ev);
+            return GpuImpact::All;
         };
         let is_vf = match memo.get(parent) {
             Some(v) => *v,
@@ -90,18 +93,6 @@ pub enum GpuImpact {
     All,
 }
 
-/// The impact of `ev` on `host` (read right after the event).
-pub(super) fn gpu_impact(host: &dyn Host, ev: &Uevent) -> GpuImpact {
-    if !ev.is_relevant() {
-        return GpuImpact::None;
-    }
-    match mdev_parent(ev) {
-        Some(parent) if !is_vf(host, parent) => GpuImpact::None,
-        // A VF's siblings, or any other event (devices, drivers, parents, an mdev without a parent).
-        _ => GpuImpact::All,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::symlink;
@@ -109,6 +100,11 @@ mod tests {
     use vgpu_host::SysfsHost;
 
     use super::*;
+
+    /// The impact of `ev` read afresh (a memo that has seen nothing).
+    fn gpu_impact(host: &dyn Host, ev: &Uevent) -> GpuImpact {
+        ParentKinds::default().impact(host, ev)
+    }
 
     fn event(action: &str, devpath: &str, subsystem: &str) -> Uevent {
         Uevent::new(action, devpath, Some(subsystem))
@@ -218,7 +214,7 @@ mod tests {
     }
 
     #[test]
-    fn the_memo_answers_as_a_fresh_read_does() {
+    fn a_memo_that_has_seen_events_answers_as_a_fresh_read_does() {
         let (_dir, host) = tree();
         let kinds = ParentKinds::default();
         let plain = event(

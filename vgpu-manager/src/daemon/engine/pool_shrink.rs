@@ -15,21 +15,6 @@ use super::lock;
 use super::pool_exec::SlotsFailed;
 use crate::daemon::api::{CoreError, StateError};
 
-/// UUIDs shown as one comma-separated list (`a,b,c`), for a log field.
-struct Uuids<'a>(&'a [MdevUuid]);
-
-impl std::fmt::Display for Uuids<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        for (k, uuid) in self.0.iter().enumerate() {
-            if k > 0 {
-                f.write_str(",")?;
-            }
-            write!(f, "{uuid}")?;
-        }
-        Ok(())
-    }
-}
-
 impl Instances {
     /// The parent of `uuid` when it is a running device of ours with one definition there (no
     /// alternates): what [`Instances::remove_slots`] takes. `None` sends the slot the way of a single
@@ -89,7 +74,8 @@ impl Instances {
             if !gone.is_empty() {
                 // One line for the run: a shrink by dozens of slots would otherwise write (and
                 // timestamp) a line per slot while it holds the parent's lock.
-                info!(%parent, slots = gone.len(), uuids = %Uuids(&gone), "pool slots removed");
+                let uuids: Vec<String> = gone.iter().map(ToString::to_string).collect();
+                info!(%parent, slots = gone.len(), uuids = %uuids.join(","), "pool slots removed");
             }
             if let Err(e) = forgotten {
                 // The devices are gone; what the store still holds of them the next start drops.
