@@ -249,7 +249,7 @@ fn watch_mdevctl_dir(core: &Arc<Core>) {
         return;
     };
     let weak = Arc::downgrade(core);
-    let watched = watch::watch(dir.path(), move || {
+    let watched = watch::watch(&dir, move || {
         let Some(core) = weak.upgrade() else {
             return false;
         };

@@ -44,6 +44,7 @@
 //! reported once and left alone; nothing there is ever deleted but vgpud's own definitions' files on
 //! an undefine, and vgpud's own temporary files.
 
+mod own;
 #[cfg(test)]
 mod tests;
 pub mod watch;
@@ -51,6 +52,7 @@ pub mod watch;
 use std::collections::HashSet;
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use thiserror::Error;
 
@@ -104,11 +106,14 @@ pub struct WriteFailure {
     pub error: MdevctlDirError,
 }
 
-/// The definition directory at one path. Holds no state of its own: every call reads or writes the
-/// directory.
+pub use own::{OwnChange, OwnChanges};
+
+/// The definition directory at one path. Every call reads or writes the directory; what it keeps is
+/// the changes it is making, for the watcher ([`OwnChanges`], shared by its clones).
 #[derive(Debug, Clone)]
 pub struct MdevctlDir {
     dir: PathBuf,
+    own: Arc<OwnChanges>,
 }
 
 /// The mdevctl configuration of an own definition: its type, start mode and attributes.
@@ -127,7 +132,15 @@ pub fn config_of(def: &Definition) -> MdevctlConfig {
 impl MdevctlDir {
     /// The directory at `dir` (created, with its parents' directories, on the first write).
     pub fn new(dir: impl Into<PathBuf>) -> MdevctlDir {
-        MdevctlDir { dir: dir.into() }
+        MdevctlDir {
+            dir: dir.into(),
+            own: Arc::default(),
+        }
+    }
+
+    /// The changes vgpud is making here, announced to the directory's watcher.
+    pub fn own_changes(&self) -> &Arc<OwnChanges> {
+        &self.own
     }
 
     /// The directory for a host below `root` (`/` for the live host): `<root>/etc/mdevctl.d`, as
@@ -159,14 +172,25 @@ impl MdevctlDir {
     /// 0755 as mdevctl's are); returns the file.
     pub fn write(&self, def: &Definition) -> Result<PathBuf, MdevctlDirError> {
         let pdir = self.parent_dir(&def.parent, &def.uuid)?;
-        if !pdir.is_dir() {
+        // A directory made now is not watched yet: its file causes no event to announce.
+        let watched = pdir.is_dir();
+        if !watched {
             fs::create_dir_all(&pdir)
                 .map_err(|e| StoreError::io(StoreOp::CreateDir, pdir.clone(), e))?;
             sync_dir(&self.dir)?;
         }
         let text = config_of(def).to_json_pretty();
-        write_atomic(&pdir, &def.uuid.to_string(), text.as_bytes())?;
-        Ok(pdir.join(def.uuid.to_string()))
+        let name = def.uuid.to_string();
+        if watched {
+            self.own.expect(&def.parent, &name, OwnChange::Placed);
+        }
+        if let Err(e) = write_atomic(&pdir, &name, text.as_bytes()) {
+            if watched {
+                self.own.withdraw(&def.parent, &name, OwnChange::Placed);
+            }
+            return Err(e.into());
+        }
+        Ok(pdir.join(name))
     }
 
     /// [`MdevctlDir::write`] of each of `defs`, with one `fsync` of each parent's directory for all
@@ -193,7 +217,9 @@ impl MdevctlDir {
                     continue;
                 }
             };
-            if !pdir.is_dir() {
+            // A directory made now is not watched yet: its files cause no events to announce.
+            let watched = pdir.is_dir();
+            if !watched {
                 let made = fs::create_dir_all(&pdir)
                     .map_err(|e| StoreError::io(StoreOp::CreateDir, pdir.clone(), e))
                     .and_then(|()| sync_dir(&self.dir));
@@ -215,7 +241,19 @@ impl MdevctlDir {
                     modified: None,
                 })
                 .collect();
+            if watched {
+                for f in &files {
+                    self.own.expect(parent, &f.name, OwnChange::Placed);
+                }
+            }
             if let Err((k, e)) = write_all_atomic(&pdir, &files) {
+                // The files from the failed one on were not placed (a failed last sync reports
+                // the first: then events come that are no longer expected, which costs a re-read).
+                if watched {
+                    for f in &files[k..] {
+                        self.own.withdraw(parent, &f.name, OwnChange::Placed);
+                    }
+                }
                 failures.push(failed(k, e.into()));
             }
         }
@@ -228,7 +266,14 @@ impl MdevctlDir {
         if !pdir.is_dir() {
             return Ok(false);
         }
-        Ok(remove_durable(&pdir, &uuid.to_string())?)
+        let name = uuid.to_string();
+        self.own.expect(parent, &name, OwnChange::Removed);
+        let removed = remove_durable(&pdir, &name);
+        if !matches!(removed, Ok(true)) {
+            // Nothing was there, or the unlink failed (a failed sync after it costs a re-read).
+            self.own.withdraw(parent, &name, OwnChange::Removed);
+        }
+        Ok(removed?)
     }
 
     /// [`MdevctlDir::remove`] of each of `defs` (UUID, parent), with one `fsync` of each parent's
@@ -253,7 +298,18 @@ impl MdevctlDir {
                 continue;
             }
             let names: Vec<String> = of_parent.iter().map(|u| u.to_string()).collect();
-            for name in remove_all_durable(&pdir, &names)? {
+            for name in &names {
+                self.own.expect(parent, name, OwnChange::Removed);
+            }
+            let gone = remove_all_durable(&pdir, &names);
+            // What was not there causes no event; after a failure, every event costs a re-read.
+            for name in &names {
+                let unlinked = gone.as_ref().is_ok_and(|g| g.contains(&name.as_str()));
+                if !unlinked {
+                    self.own.withdraw(parent, name, OwnChange::Removed);
+                }
+            }
+            for name in gone? {
                 if let Some(u) = of_parent.iter().find(|u| u.to_string() == name) {
                     removed.push((*u, parent.to_string()));
                 }

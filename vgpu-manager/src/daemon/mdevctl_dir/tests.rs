@@ -14,11 +14,11 @@ use crate::daemon::store::StateDir;
 
 const P: &str = "0000:00:03.0";
 
-fn uuid(n: u32) -> MdevUuid {
+pub(super) fn uuid(n: u32) -> MdevUuid {
     format!("976d8cc2-4bfc-43b9-b9f9-{n:012x}").parse().unwrap()
 }
 
-fn def(n: u32, autostart: bool) -> Definition {
+pub(super) fn def(n: u32, autostart: bool) -> Definition {
     Definition {
         uuid: uuid(n),
         parent: P.into(),

@@ -22,6 +22,13 @@ pub(crate) const TEMP_PREFIX: &str = ".tmp.";
 /// Distinguishes temporary files of concurrent writes within one process.
 static TEMP_SEQ: AtomicU64 = AtomicU64::new(0);
 
+/// This process's id, read once: glibc asks the kernel on every `getpid`, and every durable write
+/// names its temporary file with it (vgpud writes files from no forked child).
+fn own_pid() -> u32 {
+    static PID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *PID.get_or_init(std::process::id)
+}
+
 /// Seconds since the Unix epoch (0 if the clock is before 1970).
 pub(crate) fn unix_now() -> u64 {
     SystemTime::now()
@@ -75,10 +82,7 @@ fn write_temp_at(
     modified: Option<SystemTime>,
 ) -> Result<PathBuf, StoreError> {
     let seq = TEMP_SEQ.fetch_add(1, Ordering::Relaxed);
-    let tmp = dir.join(format!(
-        "{TEMP_PREFIX}{final_name}.{}.{seq}",
-        std::process::id()
-    ));
+    let tmp = dir.join(format!("{TEMP_PREFIX}{final_name}.{}.{seq}", own_pid()));
     let result = OpenOptions::new()
         .write(true)
         .create_new(true)
