@@ -412,3 +412,36 @@ fn device_fault_of_one_gpu_is_what_discover_says() {
     );
     assert_eq!(vgpu_host::discover::device_fault(&host, "../../etc"), None);
 }
+
+#[test]
+fn discovery_without_groups_is_discovery_less_the_group_listings() {
+    let tmp = demo_tree();
+    let full = read(tmp.path());
+    assert!(
+        full.iommu_groups.len() >= 2,
+        "the demo host has groups: {:?}",
+        full.iommu_groups
+    );
+    // One group's listing becomes unreadable: a fault of the group in the full read only.
+    let group = full.iommu_groups[0].group.0;
+    let devices = real(
+        tmp.path(),
+        &format!("/sys/kernel/iommu_groups/{group}/devices"),
+    );
+    std::fs::remove_dir_all(&devices).unwrap();
+    std::fs::write(&devices, "not a directory").unwrap();
+    let host = SysfsHost::new(tmp.path()).unwrap();
+    let mut full = discover(&host).unwrap();
+    assert!(
+        full.faults
+            .iter()
+            .any(|f| f.scope == FaultScope::IommuGroup),
+        "{:#?}",
+        full.faults
+    );
+    let lean = vgpu_host::discover::discover_without_groups(&host).unwrap();
+    assert!(lean.iommu_groups.is_empty());
+    full.iommu_groups.clear();
+    full.faults.retain(|f| f.scope != FaultScope::IommuGroup);
+    assert_eq!(lean, full, "everything else is read as discover reads it");
+}

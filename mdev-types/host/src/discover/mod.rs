@@ -55,6 +55,21 @@ pub enum DiscoverError {
 /// disabled, a driver unbinding: `ENOENT`/`ENODEV`) is absent from the result. Only a failure to list
 /// the host's own directories (`/sys/bus/pci/devices`, `/sys/class/mdev_bus`, …) is an error.
 pub fn discover(host: &dyn Host) -> Result<Inventory, DiscoverError> {
+    discover_with(host, true)
+}
+
+/// [`discover`] without the listings of `/sys/kernel/iommu_groups`: [`Inventory::iommu_groups`] is
+/// empty and no fault of a group is reported. Each device's and instance's own group is still read
+/// (its `iommu_group` link), and GPUs are judged for assignment from those, so this is everything
+/// placement and planning use. It is the cheaper read where groups are many: VFIO gives every mdev
+/// instance a group of its own (drivers/vfio/vfio.h, `VFIO_EMULATED_IOMMU`: "the VFIO core fakes up
+/// an iommu_group"), so a host running 48 instances lists 48 more directories in [`discover`].
+pub fn discover_without_groups(host: &dyn Host) -> Result<Inventory, DiscoverError> {
+    discover_with(host, false)
+}
+
+/// [`discover`], reading the IOMMU groups' listings only when `groups`.
+fn discover_with(host: &dyn Host, groups: bool) -> Result<Inventory, DiscoverError> {
     let mut pci_devices = Vec::new();
     let mut faults = Vec::new();
     for name in host.list_optional(Path::new(paths::PCI_DEVICES))? {
@@ -80,7 +95,11 @@ pub fn discover(host: &dyn Host) -> Result<Inventory, DiscoverError> {
     pci_devices.sort_by_key(|d| d.address);
     let (mdev_parents, parent_faults) = mdev::read_parents(host)?;
     let (mdev_instances, instance_faults) = mdev::read_instances(host)?;
-    let (iommu_groups, group_faults) = groups::read_groups(host)?;
+    let (iommu_groups, group_faults) = if groups {
+        groups::read_groups(host)?
+    } else {
+        Default::default()
+    };
     faults.extend(parent_faults);
     faults.extend(instance_faults);
     faults.extend(group_faults);

@@ -2,7 +2,7 @@
 
 use mdev_types::ids::{MdevTypeId, MdevUuid, PciAddress};
 use tracing::warn;
-use vgpu_host::discover::discover;
+use vgpu_host::discover::discover_without_groups;
 use vgpu_host::{HostExt, paths};
 
 use super::instances::Instances;
@@ -139,7 +139,7 @@ impl Instances {
             }
             None => {
                 // Spread: the parent with the most instances of this type left.
-                let inv = discover(self.host.as_ref())?;
+                let inv = discover_without_groups(self.host.as_ref())?;
                 let offers: Vec<(u32, String)> = inv
                     .mdev_parents
                     .iter()
@@ -250,7 +250,7 @@ impl Instances {
                 name: name.to_string(),
                 known: self.catalog.names().join(", "),
             })?;
-        let inv = discover(self.host.as_ref())?;
+        let inv = discover_without_groups(self.host.as_ref())?;
         if let Some(fault) = gpu.as_deref().and_then(|want| inv.fault_of(want)) {
             return Err(RequestError::Faulted {
                 gpu: fault.device.clone(),

@@ -9,7 +9,7 @@ use tracing::{info, warn};
 
 use mdev_types::fault::FaultScope;
 use mdev_types::ids::{MdevTypeId, MdevUuid, PciAddress};
-use vgpu_host::discover::discover;
+use vgpu_host::discover::{discover, discover_without_groups};
 use vgpu_host::{Host, HostExt, paths};
 
 use super::{GpuImpact, ReconcileScope, Store, gpu_impact, lock, locks, mdev_event};
@@ -191,7 +191,7 @@ impl Instances {
         &self,
         held_vfs: &[mdev_types::ids::PciAddress],
     ) -> Result<Vec<vgpu_client::GpuOffers>, CoreError> {
-        let inv = discover(self.host.as_ref())?;
+        let inv = discover_without_groups(self.host.as_ref())?;
         Ok(crate::profile::offers::host_offers(
             &self.catalog,
             &inv,
@@ -201,7 +201,7 @@ impl Instances {
     }
 
     pub(super) fn list_gpus(&self) -> Result<Vec<GpuView>, CoreError> {
-        let inv = discover(self.host.as_ref())?;
+        let inv = discover_without_groups(self.host.as_ref())?;
         let views = lock(&self.views);
         let running_on = |id: &str| -> Vec<MdevUuid> {
             views

@@ -26,7 +26,7 @@ use std::sync::{Mutex, PoisonError};
 
 use mdev_types::ids::MdevUuid;
 use tracing::{info, warn};
-use vgpu_host::discover::discover;
+use vgpu_host::discover::discover_without_groups;
 
 use std::cell::Cell;
 
@@ -125,7 +125,7 @@ impl Pools {
     }
 
     fn plan_of(&self, pool: &Pool) -> Result<(PoolPlan, mdev_types::model::Inventory), CoreError> {
-        let inv = discover(self.host.as_ref())?;
+        let inv = discover_without_groups(self.host.as_ref())?;
         let held = self.vf_slots.held_vf_slots(&pool.name);
         let plan = plan_pool(pool, &self.catalog, &inv, &held)?;
         Ok((plan, inv))
@@ -305,7 +305,7 @@ impl Pools {
         let inv = if pci_unchanged {
             planned_on
         } else {
-            discover(self.host.as_ref())?
+            discover_without_groups(self.host.as_ref())?
         };
         let (slots, gpus) = self.slot_rows(&pool, &inv);
         let summary = PoolSummary {

@@ -133,7 +133,7 @@ impl Pools {
     /// [`GetPoolStatus`](crate::daemon::api::GetPoolStatus).
     pub(super) fn status(&self) -> Result<Vec<PoolStatus>, CoreError> {
         let applied = self.applied_pools();
-        let inv = vgpu_host::discover::discover(self.host.as_ref())?;
+        let inv = vgpu_host::discover::discover_without_groups(self.host.as_ref())?;
         let mut out = Vec::new();
         for (record, file) in applied {
             let pool = match Pool::from_toml(&file, &record.text, &self.catalog) {
