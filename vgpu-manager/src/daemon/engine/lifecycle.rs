@@ -372,7 +372,8 @@ impl Instances {
                 // destroy.
                 return Err(CoreError::NotFound { uuid });
             }
-            Ok(self.refresh_one(&uuid))
+            // Under the parent's lock: absent when read, or its removal checked.
+            Ok(self.refresh_removed(&uuid))
         })
     }
 
