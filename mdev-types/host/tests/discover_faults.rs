@@ -445,3 +445,72 @@ fn discovery_without_groups_is_discovery_less_the_group_listings() {
     full.faults.retain(|f| f.scope != FaultScope::IommuGroup);
     assert_eq!(lean, full, "everything else is read as discover reads it");
 }
+
+/// Counts the links read below `prefix`.
+#[derive(Debug)]
+struct CountingLinks {
+    inner: SysfsHost,
+    prefix: PathBuf,
+    links: std::sync::atomic::AtomicUsize,
+}
+
+impl Host for CountingLinks {
+    fn read(&self, path: &Path) -> Result<String, HostError> {
+        self.inner.read(path)
+    }
+    fn write(&self, path: &Path, value: &str) -> Result<(), HostError> {
+        self.inner.write(path, value)
+    }
+    fn list(&self, path: &Path) -> Result<Vec<String>, HostError> {
+        self.inner.list(path)
+    }
+    fn read_link(&self, path: &Path) -> Result<PathBuf, HostError> {
+        if path.starts_with(&self.prefix) {
+            self.links
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        self.inner.read_link(path)
+    }
+    fn canonicalize(&self, path: &Path) -> Result<PathBuf, HostError> {
+        self.inner.canonicalize(path)
+    }
+    fn exists(&self, path: &Path) -> bool {
+        self.inner.exists(path)
+    }
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+}
+
+#[test]
+fn an_instance_its_type_lists_is_read_without_its_identity_links() {
+    let tmp = demo_tree();
+    let host = || CountingLinks {
+        inner: SysfsHost::new(tmp.path()).unwrap(),
+        prefix: PathBuf::from("/sys/bus/mdev/devices"),
+        links: Default::default(),
+    };
+    let listed = host();
+    let inv = discover(&listed).unwrap();
+    let n = inv.mdev_instances.len();
+    assert!(n >= 1, "the demo host runs an mdev");
+    // Its IOMMU group and driver only: its parent and type come from its type's `devices`.
+    assert_eq!(listed.links.into_inner(), 2 * n);
+
+    // Not listed by its type (a tree in the middle of a change): read from its own links, alike.
+    let i = &inv.mdev_instances[0];
+    let entry = real(
+        tmp.path(),
+        &format!(
+            "/sys/class/mdev_bus/{}/mdev_supported_types/{}",
+            i.parent, i.type_id
+        ),
+    )
+    .join("devices")
+    .join(i.uuid.to_string());
+    std::fs::remove_file(&entry).unwrap();
+    let unlisted = host();
+    let again = discover(&unlisted).unwrap();
+    assert_eq!(again.mdev_instances, inv.mdev_instances);
+    assert_eq!(unlisted.links.into_inner(), 2 * n + 2);
+}

@@ -1,5 +1,6 @@
 //! Reading mdev parents, their supported types and existing instances.
 
+use std::collections::HashMap;
 use std::path::{Component, Path};
 
 use super::DiscoverError;
@@ -109,9 +110,28 @@ fn read_parent(host: &dyn Host, name: &str, dir: &Path) -> Result<MdevParent, Di
     })
 }
 
-/// Reads every instance under `/sys/bus/mdev/devices`, each on its own (see [`read_parents`]).
+/// The parent and type whose `devices` directory lists each instance, from `parents` as
+/// [`read_parents`] read them. The kernel makes an instance's entry there and its `mdev_type` link
+/// together and removes them together (drivers/vfio/mdev/mdev_sysfs.c `mdev_create_sysfs_files`,
+/// `mdev_remove_sysfs_files`), so a listed instance's identity needs no read of its own links.
+pub(super) fn listed(parents: &[MdevParent]) -> HashMap<MdevUuid, (String, String)> {
+    parents
+        .iter()
+        .flat_map(|p| {
+            p.types.iter().flat_map(move |t| {
+                t.instances
+                    .iter()
+                    .map(move |u| (*u, (p.name.clone(), t.id.to_string())))
+            })
+        })
+        .collect()
+}
+
+/// Reads every instance under `/sys/bus/mdev/devices`, each on its own (see [`read_parents`]); the
+/// parent and type of one that `listed` names are taken from there.
 pub(super) fn read_instances(
     host: &dyn Host,
+    listed: &HashMap<MdevUuid, (String, String)>,
 ) -> Result<(Vec<MdevInstance>, Vec<DeviceFault>), DiscoverError> {
     let mut out = Vec::new();
     let mut faults = Vec::new();
@@ -129,7 +149,7 @@ pub(super) fn read_instances(
             FaultScope::MdevInstance,
             &name,
             &dir,
-            read_instance(host, uuid, &dir),
+            read_instance(host, uuid, &dir, listed.get(&uuid)),
         ) {
             Outcome::Read(Some(i)) => out.push(i),
             Outcome::Read(None) | Outcome::Gone => {
@@ -145,19 +165,24 @@ pub(super) fn read_instances(
     Ok((out, faults))
 }
 
-/// Reads one instance; `None` when it is being removed.
+/// Reads one instance, whose parent and type are `listed` when its type's `devices` directory
+/// names it (see [`listed`]); `None` when it is being removed.
 fn read_instance(
     host: &dyn Host,
     uuid: MdevUuid,
     dir: &Path,
+    listed: Option<&(String, String)>,
 ) -> Result<Option<MdevInstance>, DiscoverError> {
-    let (parent, type_id) = match identity_from_links(host, uuid, dir) {
-        Ok(Some(found)) => found,
-        // The kernel removes the `mdev_type` link before the directory itself during teardown.
-        Err(e) if e.is_not_found() => return Ok(None),
-        Ok(None) | Err(_) => match identity_resolved(host, dir)? {
-            Some(found) => found,
-            None => return Ok(None),
+    let (parent, type_id) = match listed {
+        Some(found) => found.clone(),
+        None => match identity_from_links(host, uuid, dir) {
+            Ok(Some(found)) => found,
+            // The kernel removes the `mdev_type` link before the directory itself during teardown.
+            Err(e) if e.is_not_found() => return Ok(None),
+            Ok(None) | Err(_) => match identity_resolved(host, dir)? {
+                Some(found) => found,
+                None => return Ok(None),
+            },
         },
     };
     let group = match host.link_name(&dir.join("iommu_group"))? {
@@ -284,7 +309,9 @@ mod tests {
         let resolved = identity_resolved(&host, &device_dir()).unwrap();
         assert_eq!(fast, Some(("mbochs".into(), "mbochs-small".into())));
         assert_eq!(fast, resolved);
-        let i = read_instance(&host, uuid, &device_dir()).unwrap().unwrap();
+        let i = read_instance(&host, uuid, &device_dir(), None)
+            .unwrap()
+            .unwrap();
         assert_eq!(
             (i.parent.as_str(), i.type_id.as_str()),
             ("mbochs", "mbochs-small")
@@ -300,7 +327,9 @@ mod tests {
             identity_from_links(&host, uuid, &device_dir()).unwrap(),
             None
         );
-        let i = read_instance(&host, uuid, &device_dir()).unwrap().unwrap();
+        let i = read_instance(&host, uuid, &device_dir(), None)
+            .unwrap()
+            .unwrap();
         assert_eq!(
             (i.parent.as_str(), i.type_id.as_str()),
             ("mbochs", "mbochs-small")
@@ -325,6 +354,10 @@ mod tests {
         )
         .unwrap();
         let uuid: MdevUuid = UUID.parse().unwrap();
-        assert!(read_instance(&host, uuid, &device_dir()).unwrap().is_none());
+        assert!(
+            read_instance(&host, uuid, &device_dir(), None)
+                .unwrap()
+                .is_none()
+        );
     }
 }

@@ -94,7 +94,8 @@ fn discover_with(host: &dyn Host, groups: bool) -> Result<Inventory, DiscoverErr
     }
     pci_devices.sort_by_key(|d| d.address);
     let (mdev_parents, parent_faults) = mdev::read_parents(host)?;
-    let (mdev_instances, instance_faults) = mdev::read_instances(host)?;
+    let (mdev_instances, instance_faults) =
+        mdev::read_instances(host, &mdev::listed(&mdev_parents))?;
     let (iommu_groups, group_faults) = if groups {
         groups::read_groups(host)?
     } else {
