@@ -326,18 +326,24 @@ mod tests {
         }
     }
 
-    /// The view a create reads back from the IOMMU group alone is the one a whole read of the
-    /// device gives; for a UUID with no device it falls back to that whole read.
-    #[test]
-    fn a_made_device_reads_back_as_a_whole_read_shows_it() {
+    /// A core over the simulated `samples` host, with its state in a fresh directory.
+    fn samples_core() -> (tempfile::TempDir, Core) {
         let host = Arc::new(SimHost::builtin("samples").unwrap());
         let dir = tempfile::tempdir().unwrap();
         let core = Core::open(
-            host.clone() as Arc<dyn Host>,
+            host as Arc<dyn Host>,
             dir.path(),
             Catalog::builtin().unwrap(),
         )
         .unwrap();
+        (dir, core)
+    }
+
+    /// The view a create reads back from the IOMMU group alone is the one a whole read of the
+    /// device gives; for a UUID with no device it falls back to that whole read.
+    #[test]
+    fn a_made_device_reads_back_as_a_whole_read_shows_it() {
+        let (_dir, core) = samples_core();
         let i = &core.instances;
         let made = core
             .execute(CreateInstance(spec("mtty-2", "mtty", Some("vm-1"))))
@@ -369,14 +375,7 @@ mod tests {
     /// what the host shows.
     #[test]
     fn a_device_seen_gone_is_not_read_again() {
-        let host = Arc::new(SimHost::builtin("samples").unwrap());
-        let dir = tempfile::tempdir().unwrap();
-        let core = Core::open(
-            host.clone() as Arc<dyn Host>,
-            dir.path(),
-            Catalog::builtin().unwrap(),
-        )
-        .unwrap();
+        let (_dir, core) = samples_core();
         let i = &core.instances;
         let running = core
             .execute(DefineInstance(spec("mtty-1", "mtty", None)))
