@@ -63,7 +63,6 @@ use qemu_glue::mdevctl::{
 
 use crate::daemon::store::fsio::{
     NewFile, is_temp_name, remove_all_durable, remove_durable, sync_dir, write_all_atomic,
-    write_atomic,
 };
 use crate::daemon::store::{Definition, StoreError, StoreOp};
 
@@ -171,26 +170,10 @@ impl MdevctlDir {
     /// Atomically writes the file of own definition `def` (creating its parent's directory, mode
     /// 0755 as mdevctl's are); returns the file.
     pub fn write(&self, def: &Definition) -> Result<PathBuf, MdevctlDirError> {
-        let pdir = self.parent_dir(&def.parent, &def.uuid)?;
-        // A directory made now is not watched yet: its file causes no event to announce.
-        let watched = pdir.is_dir();
-        if !watched {
-            fs::create_dir_all(&pdir)
-                .map_err(|e| StoreError::io(StoreOp::CreateDir, pdir.clone(), e))?;
-            sync_dir(&self.dir)?;
+        match self.write_all(std::slice::from_ref(def)).pop() {
+            Some(failure) => Err(failure.error),
+            None => Ok(self.file(&def.parent, &def.uuid)),
         }
-        let text = config_of(def).to_json_pretty();
-        let name = def.uuid.to_string();
-        if watched {
-            self.own.expect(&def.parent, &name, OwnChange::Placed);
-        }
-        if let Err(e) = write_atomic(&pdir, &name, text.as_bytes()) {
-            if watched {
-                self.own.withdraw(&def.parent, &name, OwnChange::Placed);
-            }
-            return Err(e.into());
-        }
-        Ok(pdir.join(name))
     }
 
     /// [`MdevctlDir::write`] of each of `defs`, with one `fsync` of each parent's directory for all
