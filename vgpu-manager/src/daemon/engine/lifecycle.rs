@@ -372,8 +372,7 @@ impl Instances {
                 // destroy.
                 return Err(CoreError::NotFound { uuid });
             }
-            // Under the parent's lock: absent when read, or its removal checked.
-            Ok(self.refresh_removed(&uuid))
+            Ok(self.refresh_one(&uuid))
         })
     }
 

@@ -68,9 +68,8 @@ impl Instances {
                     .map_err(CoreError::from)
                     .and_then(|()| store.remove_definitions(&gone))
             };
-            // Each was seen gone after its removal, and the parent's lock is still held.
             for uuid in &gone {
-                self.refresh_removed(uuid);
+                self.refresh_one(uuid);
             }
             if !gone.is_empty() {
                 // One line for the run: a shrink by dozens of slots would otherwise write (and

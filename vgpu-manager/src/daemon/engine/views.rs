@@ -148,14 +148,6 @@ impl Instances {
         })
     }
 
-    /// [`Instances::refresh_one`] of a device this daemon saw gone while holding its parent's lock
-    /// (its removal checked, or its absence read under the lock): nothing is read again. A device
-    /// another tool makes with the same UUID afterwards is read when its kernel event comes (the
-    /// uevent thread refreshes any instance whose view the event disagrees with).
-    pub(super) fn refresh_removed(&self, uuid: &MdevUuid) -> Option<InstanceView> {
-        self.refresh_with(uuid, || None)
-    }
-
     /// Recomputes one instance's view from the store and `read` (what the host shows of its
     /// device), stores it and emits what changed.
     ///
@@ -368,26 +360,5 @@ mod tests {
             read, defined,
             "no device: the whole read, not a running view"
         );
-    }
-
-    /// A device seen gone is not read again: its view is what a read of no device gives (here
-    /// while the host still shows the device, which only a read would find), and a later read finds
-    /// what the host shows.
-    #[test]
-    fn a_device_seen_gone_is_not_read_again() {
-        let (_dir, core) = samples_core();
-        let i = &core.instances;
-        let running = core
-            .execute(DefineInstance(spec("mtty-1", "mtty", None)))
-            .unwrap();
-        let running = core
-            .execute(crate::daemon::api::StartInstance { uuid: running.uuid })
-            .unwrap()
-            .unwrap();
-        assert_eq!(running.state, InstanceState::Running);
-        let gone = i.refresh_removed(&running.uuid).unwrap();
-        assert_eq!(gone.state, InstanceState::Stopped, "{gone:?}");
-        assert_eq!(gone.iommu_group, None);
-        assert_eq!(i.refresh_one(&running.uuid).unwrap(), running);
     }
 }
