@@ -249,4 +249,95 @@ mod tests {
         core.recreate_vf_slot(&made).unwrap();
         assert_ne!(vgpu_type(&host, &target), "0");
     }
+
+    /// The VF slot made, then its record put back pending: vgpud stopped after the backend's change
+    /// and before the record's completion.
+    fn made_then_pending(
+        core: &VfSlots,
+        slot: &SlotId,
+        gpu: &str,
+        target: &ProfileTarget,
+    ) -> (VfSlotRecord, VfSlotRecord) {
+        let made = core.create_vf_slot(slot, gpu, target).unwrap();
+        let pending = VfSlotRecord {
+            created: None,
+            ..made.clone()
+        };
+        core.put_vf_record(&pending).unwrap();
+        assert!(!core.vf_slot_running(&pending));
+        (made, pending)
+    }
+
+    #[test]
+    fn a_pending_record_whose_vgpu_type_is_set_is_completed_not_made_again() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (host, core, target) = setup(tmp.path());
+        let slot = SlotId::new("vdi", "vdi-2g", 0);
+        let (made, pending) = made_then_pending(&core, &slot, GPU, &target);
+        let set = vgpu_type(&host, &target);
+        // Writing the type again would be refused (EPERM: the VF already has a vGPU).
+        core.recreate_vf_slot(&pending).unwrap();
+        assert_eq!(core.vf_record(&slot.uuid), Some(made.clone()));
+        assert!(core.vf_slot_running(&made));
+        assert_eq!(vgpu_type(&host, &target), set);
+        // The completed record gives the VF back.
+        core.release_vf_slot(&slot.uuid).unwrap();
+        assert_eq!(vgpu_type(&host, &target), "0");
+    }
+
+    #[test]
+    fn a_pending_record_whose_vf_has_another_vgpu_type_is_not_taken_over() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (host, core, target) = setup(tmp.path());
+        let slot = SlotId::new("vdi", "vdi-2g", 0);
+        let (_, pending) = made_then_pending(&core, &slot, GPU, &target);
+        let ProfileTarget::NvidiaVendorVfio { vf, type_id, .. } = &target else {
+            panic!("{target}")
+        };
+        // Someone else's vGPU of another type on the VF (its type cleared, another set).
+        let cur = format!("/sys/bus/pci/devices/{vf}/nvidia/current_vgpu_type");
+        host.write(Path::new(&cur), "0").unwrap();
+        let creatable = format!("/sys/bus/pci/devices/{vf}/nvidia/creatable_vgpu_types");
+        let other = host
+            .read(Path::new(&creatable))
+            .unwrap()
+            .lines()
+            .skip(1)
+            .filter_map(|l| l.split(':').next()?.trim().parse::<u32>().ok())
+            .find(|id| id != type_id)
+            .unwrap();
+        host.write(Path::new(&cur), &other.to_string()).unwrap();
+        let e = core.recreate_vf_slot(&pending).unwrap_err();
+        assert!(e.to_string().contains("EPERM"), "{e}");
+        assert_eq!(vgpu_type(&host, &target), other.to_string());
+        assert_eq!(core.vf_record(&slot.uuid), Some(pending));
+    }
+
+    #[test]
+    fn a_pending_record_whose_vf_is_on_vfio_pci_is_completed_with_the_driver_it_had() {
+        const FLEX: &str = "0000:03:00.0";
+        let tmp = tempfile::tempdir().unwrap();
+        let (host, core, _) = setup(tmp.path());
+        let inv = vgpu_host::discover::discover(host.as_ref()).unwrap();
+        let profile = Catalog::builtin().unwrap().resolve("vdi-2g").unwrap();
+        let b = crate::backend::detect_gpu(host.as_ref(), &inv, FLEX).unwrap();
+        let target = b.options(&profile, &inv)[0].target.clone();
+        let ProfileTarget::SriovVf { pf, num_vfs, .. } = &target else {
+            panic!("{target}")
+        };
+        core.enable_vfs_on(FLEX, pf, *num_vfs).unwrap();
+        let slot = SlotId::new("vdi", "vdi-2g", 0);
+        let (made, pending) = made_then_pending(&core, &slot, FLEX, &target);
+        let driver = format!("/sys/bus/pci/devices/{}/driver", made.vf);
+        assert_eq!(
+            host.link_name(Path::new(&driver)).unwrap().as_deref(),
+            Some("vfio-pci")
+        );
+        core.recreate_vf_slot(&pending).unwrap();
+        // Not the vfio-pci binding it finds: binding again would record that as the driver to give
+        // the VF back to, and the VF would stay taken after the slot is released.
+        assert_eq!(core.vf_record(&slot.uuid), Some(made.clone()));
+        core.release_vf_slot(&slot.uuid).unwrap();
+        assert_eq!(host.link_name(Path::new(&driver)).unwrap(), None);
+    }
 }

@@ -9,6 +9,9 @@
 //! * at start ([`VfSlots::reconcile`]), a slot whose VF is not (or no longer) set up — a reboot
 //!   disables every VF — is made again when its pool is applied with `autostart`: the PF's VFs are
 //!   enabled again and the same VF is assigned again;
+//! * a record left pending by a crash after the backend's change (its VF on vfio-pci, or carrying the
+//!   record's vGPU type) is completed rather than made again, when its pool is applied with autostart
+//!   or applied again;
 //! * a record left pending by a crash, of a pool not applied with autostart, is dropped after its VF is
 //!   given back (unbound from vfio-pci, or its vGPU type cleared).
 
@@ -121,9 +124,12 @@ impl VfSlots {
     /// Whether the slot's VF is set up now: made, the VF exists, and it is on vfio-pci (or has the vGPU
     /// type).
     pub(super) fn vf_slot_running(&self, r: &VfSlotRecord) -> bool {
-        let Some(created) = &r.created else {
-            return false;
-        };
+        r.created.as_ref().is_some_and(|c| self.is_set_up(c))
+    }
+
+    /// Whether the VF shows what `created` says was done to it: bound to vfio-pci, or carrying the
+    /// vGPU type.
+    fn is_set_up(&self, created: &Created) -> bool {
         match created {
             Created::Vf { vf, .. } => {
                 self.host
@@ -319,26 +325,7 @@ impl VfSlots {
         if !self.host.exists(&paths::pci_device(&r.vf)) {
             return Ok(());
         }
-        let created = match &r.created {
-            Some(c) => c.clone(),
-            // Pending: the VF was picked driverless (or named by the plan) and bound to vfio-pci.
-            None => match &r.holds {
-                VfKind::SriovVf => Created::Vf {
-                    pf: r.pf,
-                    vf: r.vf,
-                    bind: BindRecord {
-                        addr: r.vf,
-                        previous_driver: None,
-                        previous_override: None,
-                    },
-                },
-                VfKind::NvidiaVgpu { type_id, .. } => Created::NvidiaVgpu {
-                    pf: r.pf,
-                    vf: r.vf,
-                    type_id: *type_id,
-                },
-            },
-        };
+        let created = r.created.clone().unwrap_or_else(|| pending_created(r));
         match &created {
             Created::Vf { bind, .. } => restore_driver(self.host.as_ref(), bind)?,
             // Only a vGPU of our type is ours to clear: the type may never have been set (a crash
@@ -357,6 +344,21 @@ impl VfSlots {
     pub(super) fn recreate_vf_slot(&self, r: &VfSlotRecord) -> Result<(), CoreError> {
         if !self.host.exists(&paths::pci_device(&r.vf)) && r.num_vfs > 0 {
             self.enable_vfs_on(&r.gpu, &r.pf, r.num_vfs)?;
+        }
+        // A pending record whose VF is set up: vgpud stopped after the backend's change and before
+        // the record's completion. Setting it up again would fail (the NVIDIA driver refuses a
+        // second vGPU type with EPERM) or record the VF's vfio-pci binding as the driver to give it
+        // back to; completing the record is what the interrupted make would have done.
+        if r.created.is_none() {
+            let done = pending_created(r);
+            if self.is_set_up(&done) {
+                self.put_vf_record(&VfSlotRecord {
+                    created: Some(done),
+                    ..r.clone()
+                })?;
+                info!(slot = %r.uuid, vf = %r.vf, "VF slot found set up; its pending record is completed");
+                return Ok(());
+            }
         }
         let (b, _) = self.backend_of(&r.gpu)?;
         self.make_vf_slot(b.as_ref(), r.clone(), Some(r.clone()))
@@ -392,5 +394,26 @@ impl VfSlots {
                 }
             }
         }
+    }
+}
+
+/// What the backend does for pending record `r` (one written before its VF was touched): its VF,
+/// picked driverless or named by the plan, bound to vfio-pci; or its vGPU type set.
+fn pending_created(r: &VfSlotRecord) -> Created {
+    match &r.holds {
+        VfKind::SriovVf => Created::Vf {
+            pf: r.pf,
+            vf: r.vf,
+            bind: BindRecord {
+                addr: r.vf,
+                previous_driver: None,
+                previous_override: None,
+            },
+        },
+        VfKind::NvidiaVgpu { type_id, .. } => Created::NvidiaVgpu {
+            pf: r.pf,
+            vf: r.vf,
+            type_id: *type_id,
+        },
     }
 }
