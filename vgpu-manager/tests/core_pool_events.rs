@@ -241,9 +241,8 @@ fn the_kernel_event_of_a_slot_being_removed_does_not_announce_it_stopped_first()
     );
 }
 
-/// A simulated host whose kernel refuses the `refuse`-th write of a file named `file` (`create`,
-/// `remove`; counting from 1) with `ENOSPC` or `EBUSY`, as a GPU whose memory ran out between the
-/// plan and the create, or a device still in use, does.
+/// A simulated host on whose kernel the `refuse`-th write of a file named `file` (`create`,
+/// `remove`; counting from 1) meets someone else's doing ([`Meddle`]).
 #[derive(Debug)]
 struct Refuses {
     sim: Arc<SimHost>,
@@ -251,6 +250,18 @@ struct Refuses {
     refuse: usize,
     /// The writes of `file` so far.
     writes: std::sync::atomic::AtomicUsize,
+    /// What meets that write.
+    meddle: Meddle,
+}
+
+/// What meets the chosen write.
+#[derive(Debug)]
+enum Meddle {
+    /// The kernel refuses it with `ENOSPC` (a `create`) or `EBUSY` (a `remove`), as a GPU whose
+    /// memory ran out between the plan and the create, or a device still in use, does.
+    Refuse,
+    /// Another tool removes these devices just before it, which then goes through.
+    RemoveFirst(std::sync::Mutex<Vec<MdevUuid>>),
 }
 
 impl Host for Refuses {
@@ -263,7 +274,13 @@ impl Host for Refuses {
                 .writes
                 .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
                 + 1;
-            if n == self.refuse {
+            if n == self.refuse
+                && let Meddle::RemoveFirst(others) = &self.meddle
+            {
+                for uuid in others.lock().unwrap().drain(..) {
+                    vgpu_host::ops::remove_mdev(self.sim.as_ref(), &uuid).unwrap();
+                }
+            } else if n == self.refuse {
                 let errno = if self.file == "create" {
                     nix::errno::Errno::ENOSPC
                 } else {
@@ -307,6 +324,7 @@ fn refusing(file: &'static str, refuse: usize) -> (Arc<SimHost>, tempfile::TempD
         file,
         refuse,
         writes: Default::default(),
+        meddle: Meddle::Refuse,
     });
     let core = Core::open(
         host as Arc<dyn Host>,
@@ -385,6 +403,52 @@ fn a_removal_the_kernel_refuses_in_a_run_of_slots_brings_back_the_ones_removed()
     // The same shrink goes through once the device is free.
     let shrunk = core.execute(ApplyPool { toml: pool(1, 0) }).unwrap();
     assert_eq!(shrunk.removed.len(), 5, "{shrunk:?}");
+}
+
+#[test]
+fn slots_whose_devices_another_tool_removed_during_a_shrink_are_forgotten_and_the_shrink_goes_on() {
+    let sim = Arc::new(SimHost::builtin("demo").unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let host = Arc::new(Refuses {
+        sim: sim.clone(),
+        file: "remove",
+        refuse: 1,
+        writes: Default::default(),
+        meddle: Meddle::RemoveFirst(Default::default()),
+    });
+    let core = open(&host, dir.path());
+    core.execute(ApplyPool { toml: pool(6, 0) }).unwrap();
+    let slot = |v: &vgpu_manager::daemon::api::InstanceView, k: u32| {
+        v.label.as_deref() == Some(&format!("pool:ev/vdi-2g/{k}"))
+    };
+    let listed = core.execute(ListInstances).unwrap();
+    let doomed: Vec<MdevUuid> = listed
+        .iter()
+        .filter(|v| (1..6).any(|k| slot(v, k)))
+        .map(|v| v.uuid)
+        .collect();
+    assert_eq!(doomed.len(), 5, "{listed:?}");
+    // While the shrink removes its first slot, another tool removes the devices of all five it
+    // removes: the shrink's read of the host saw them, and its removals find them gone.
+    let Meddle::RemoveFirst(others) = &host.meddle else {
+        unreachable!()
+    };
+    *others.lock().unwrap() = doomed.clone();
+    let shrunk = core.execute(ApplyPool { toml: pool(1, 0) }).unwrap();
+    assert_eq!(shrunk.removed.len(), 5, "{shrunk:?}");
+    // The five are forgotten; slot 0 runs as before.
+    let after = core.execute(ListInstances).unwrap();
+    assert!(after.iter().all(|v| !doomed.contains(&v.uuid)), "{after:?}");
+    let kept: Vec<_> = after.iter().filter(|v| slot(v, 0)).collect();
+    assert_eq!(kept.len(), 1, "{after:?}");
+    assert_eq!(kept[0].state, InstanceState::Running);
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("definitions"))
+            .unwrap()
+            .count(),
+        1
+    );
+    assert!(core.finish_interrupted_applies().is_empty());
 }
 
 #[test]

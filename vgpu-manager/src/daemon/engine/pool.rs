@@ -22,6 +22,7 @@
 //!
 //! A pool that applied is recorded (see [`super::pool_record`]) for [`GetPoolStatus`](crate::daemon::api::GetPoolStatus).
 
+use std::collections::BTreeSet;
 use std::sync::{Mutex, PoisonError};
 
 use mdev_types::ids::MdevUuid;
@@ -258,16 +259,19 @@ impl Pools {
             progress(i, step);
         }
         let mdevctl = self.instances.mdevctl_names();
+        // The devices present, from the read the plan was made from: a slot removed in a run needs
+        // one (a stopped slot goes the way of a single destroy).
+        let present: BTreeSet<MdevUuid> =
+            planned_on.mdev_instances.iter().map(|i| i.uuid).collect();
         let grouped = runs(
             steps.iter().cloned().enumerate().skip(first),
             &SlotKinds {
                 named: &|uuid| !self.instances.is_fresh(uuid, &mdevctl),
                 removable_on: &|uuid| {
-                    self.vf_slots
-                        .vf_record(uuid)
-                        .is_none()
-                        .then(|| self.instances.removable_on(uuid))
-                        .flatten()
+                    if !present.contains(uuid) || self.vf_slots.vf_record(uuid).is_some() {
+                        return None;
+                    }
+                    self.instances.owned_on(uuid)
                 },
             },
         );

@@ -16,23 +16,24 @@ use super::pool_exec::SlotsFailed;
 use crate::daemon::api::{CoreError, StateError};
 
 impl Instances {
-    /// The parent of `uuid` when it is a running device of ours with one definition there (no
-    /// alternates): what [`Instances::remove_slots`] takes. `None` sends the slot the way of a single
-    /// destroy.
-    pub(super) fn removable_on(&self, uuid: &MdevUuid) -> Option<String> {
+    /// The parent of `uuid` when it is an instance of ours (a ledger entry) with one definition
+    /// there (no alternates): with its device present, what [`Instances::remove_slots`] takes.
+    /// `None` sends the slot the way of a single destroy.
+    pub(super) fn owned_on(&self, uuid: &MdevUuid) -> Option<String> {
         let store = lock(&self.store);
         let def = store.get_definition(uuid)?;
         let led = store.get_ledger(uuid)?;
-        (led.parent == def.parent
-            && store.alternates_of(uuid).next().is_none()
-            && self.device_exists(uuid))
-        .then(|| def.parent.clone())
+        (led.parent == def.parent && store.alternates_of(uuid).next().is_none())
+            .then(|| def.parent.clone())
     }
 
     /// Removes the devices of `uuids` on `parent` in order, then their ledger entries and
     /// definitions, then announces each slot gone and calls `removed(k)`. Every slot must be
-    /// [`Instances::removable_on`] `parent`. A failure names how many slots it removed (the first
-    /// ones, gone entirely) and which one failed (left as it was, with the rest).
+    /// [`Instances::owned_on`] `parent`, and its device was present when the runs were grouped. A
+    /// device gone since (removed by someone else) is what its removal would have made of it: the
+    /// kernel's `ENOENT` for its `remove` write, and the slot is forgotten like the others. A
+    /// failure names how many slots it removed (the first ones, gone entirely) and which one failed
+    /// (left as it was, with the rest).
     pub(super) fn remove_slots(
         &self,
         parent: &str,
@@ -43,8 +44,9 @@ impl Instances {
             let mut gone = Vec::with_capacity(uuids.len());
             let mut failure = None;
             for (k, uuid) in uuids.iter().enumerate() {
-                // Read under the lock: a concurrent command may have changed the slot.
-                if self.removable_on(uuid).as_deref() != Some(parent) {
+                // Read under the lock: a concurrent command may have changed the slot. Its device
+                // is not looked at again: its `remove` write says whether it is still there.
+                if self.owned_on(uuid).as_deref() != Some(parent) {
                     failure = Some((
                         k,
                         StateError::Vanished {
