@@ -17,7 +17,8 @@ fn vgpuctl(root: &Path, args: &[&str]) -> Output {
         .expect("run vgpuctl")
 }
 
-/// The demo host below a temp dir with the first T4's `vendor` emptied; returns its address.
+/// The demo host below a temp dir with the first T4's vendor and device ids emptied (the `PCI_ID`
+/// of its `uevent`); returns its address.
 fn faulty_demo(tmp: &Path) -> String {
     SimHost::builtin("demo").unwrap().materialize(tmp).unwrap();
     let mut parents: Vec<String> = std::fs::read_dir(tmp.join("sys/class/mdev_bus"))
@@ -27,9 +28,22 @@ fn faulty_demo(tmp: &Path) -> String {
         .collect();
     parents.sort();
     let victim = parents.remove(0);
-    let vendor =
-        std::fs::canonicalize(tmp.join(format!("sys/bus/pci/devices/{victim}/vendor"))).unwrap();
-    std::fs::write(vendor, "").unwrap();
+    let uevent =
+        std::fs::canonicalize(tmp.join(format!("sys/bus/pci/devices/{victim}/uevent"))).unwrap();
+    let text = std::fs::read_to_string(&uevent).unwrap();
+    let emptied: String = text
+        .lines()
+        .map(|l| {
+            if l.starts_with("PCI_ID=") {
+                "PCI_ID="
+            } else {
+                l
+            }
+        })
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_ne!(emptied, text);
+    std::fs::write(uevent, emptied).unwrap();
     victim
 }
 
@@ -45,7 +59,7 @@ fn discover_shows_a_faulted_gpu_and_lists_the_others() {
         String::from_utf8_lossy(&o.stderr)
     );
     assert!(out.contains("FAULTED"), "{out}");
-    assert!(out.contains(&format!("{victim}/vendor")), "{out}");
+    assert!(out.contains(&format!("{victim}/uevent")), "{out}");
     for needle in ["NVIDIA T4", "NVIDIA L40S", "Flex 170", "MI300X"] {
         assert!(out.contains(needle), "{needle} missing from:\n{out}");
     }

@@ -39,6 +39,27 @@ fn pci_parent(inv: &Inventory) -> String {
         .clone()
 }
 
+/// Replaces the `PCI_ID=` line of `addr`'s `uevent` in the tree below `root` with `line`.
+fn set_pci_id(root: &Path, addr: &str, line: &str) -> PathBuf {
+    let path = real(root, &format!("/sys/bus/pci/devices/{addr}/uevent"));
+    let text = std::fs::read_to_string(&path).unwrap();
+    let edited: Vec<&str> = text
+        .lines()
+        .map(|l| if l.starts_with("PCI_ID=") { line } else { l })
+        .collect();
+    assert_ne!(edited.join("\n") + "\n", text, "no PCI_ID line in {text}");
+    std::fs::write(&path, edited.join("\n") + "\n").unwrap();
+    PathBuf::from(format!("/sys/bus/pci/devices/{addr}/uevent"))
+}
+
+/// Removes every PCI function's `uevent` from the tree below `root` (a tree captured without them).
+fn remove_uevents(root: &Path) {
+    for e in std::fs::read_dir(root.join("sys/bus/pci/devices")).unwrap() {
+        let dev = std::fs::canonicalize(e.unwrap().path()).unwrap();
+        std::fs::remove_file(dev.join("uevent")).unwrap();
+    }
+}
+
 fn only_fault(inv: &Inventory) -> &DeviceFault {
     assert_eq!(inv.faults.len(), 1, "one fault: {:#?}", inv.faults);
     &inv.faults[0]
@@ -79,9 +100,36 @@ fn rest_unchanged(before: &Inventory, after: &Inventory, gpu: &str, pci: bool) {
 }
 
 #[test]
-fn an_empty_vendor_faults_that_device_only() {
+fn an_empty_pci_id_faults_that_device_only() {
     let tmp = demo_tree();
     let before = read(tmp.path());
+    let victim = pci_parent(&before);
+    let path = set_pci_id(tmp.path(), &victim, "PCI_ID=");
+    let after = read(tmp.path());
+    let f = only_fault(&after);
+    assert_eq!(f.scope, FaultScope::PciDevice);
+    assert_eq!(f.device, victim);
+    assert_eq!(f.path, path);
+    assert!(
+        matches!(&f.cause, FaultCause::Malformed { text: Some(t), .. } if t.is_empty()),
+        "{f}"
+    );
+    assert!(f.to_string().contains("PCI_ID"), "{f}");
+    assert!(f.fix.is_some());
+    rest_unchanged(&before, &after, &victim, true);
+    // Its mdev parent reads fine and stays listed: its instances are not lost.
+    assert_eq!(after.mdev_parents, before.mdev_parents);
+    assert_eq!(after.mdev_instances, before.mdev_instances);
+}
+
+/// A tree without `uevent` files (a capture that left them out) is read attribute by attribute:
+/// the same inventory, and a fault in one attribute is that device's alone.
+#[test]
+fn without_uevent_files_the_same_host_is_read_from_the_attributes() {
+    let tmp = demo_tree();
+    let before = read(tmp.path());
+    remove_uevents(tmp.path());
+    assert_eq!(read(tmp.path()), before);
     let victim = pci_parent(&before);
     std::fs::write(
         real(tmp.path(), &format!("/sys/bus/pci/devices/{victim}/vendor")),
@@ -90,7 +138,6 @@ fn an_empty_vendor_faults_that_device_only() {
     .unwrap();
     let after = read(tmp.path());
     let f = only_fault(&after);
-    assert_eq!(f.scope, FaultScope::PciDevice);
     assert_eq!(f.device, victim);
     assert_eq!(
         f.path,
@@ -100,11 +147,37 @@ fn an_empty_vendor_faults_that_device_only() {
         matches!(&f.cause, FaultCause::Malformed { text: Some(t), .. } if t.is_empty()),
         "{f}"
     );
-    assert!(f.fix.is_some());
     rest_unchanged(&before, &after, &victim, true);
-    // Its mdev parent reads fine and stays listed: its instances are not lost.
-    assert_eq!(after.mdev_parents, before.mdev_parents);
-    assert_eq!(after.mdev_instances, before.mdev_instances);
+}
+
+/// The identity read from `uevent` is the one the separate attributes give, device by device,
+/// drivers included, on a host whose drivers changed after it was built.
+#[test]
+fn the_uevent_identity_is_the_attributes_identity() {
+    let sim = SimHost::builtin("demo").unwrap();
+    let inv = discover(&sim).unwrap();
+    // Bind one driverless VF to vfio-pci, so that a driver appears after the tree was built.
+    let vf = inv
+        .pci_devices
+        .iter()
+        .find(|d| d.physfn.is_some() && d.driver.is_none())
+        .expect("a driverless VF")
+        .address;
+    vgpu_host::ops::bind_driver(&sim, &vf, "vfio-pci").unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    sim.materialize(tmp.path()).unwrap();
+    let with = read(tmp.path());
+    assert_eq!(
+        with.pci_devices
+            .iter()
+            .find(|d| d.address == vf)
+            .unwrap()
+            .driver
+            .as_deref(),
+        Some("vfio-pci")
+    );
+    remove_uevents(tmp.path());
+    assert_eq!(read(tmp.path()), with);
 }
 
 #[test]
@@ -112,6 +185,16 @@ fn an_all_ones_vendor_is_a_device_off_the_bus() {
     let tmp = demo_tree();
     let before = read(tmp.path());
     let victim = pci_parent(&before);
+    let path = set_pci_id(tmp.path(), &victim, "PCI_ID=FFFF:FFFF");
+    let after = read(tmp.path());
+    let f = only_fault(&after);
+    assert!(matches!(&f.cause, FaultCause::AllOnes { .. }), "{f}");
+    assert_eq!(f.path, path);
+    assert!(f.to_string().contains("no longer answers"), "{f}");
+    rest_unchanged(&before, &after, &victim, true);
+    // The same from the `vendor` attribute of a tree without `uevent`.
+    let tmp = demo_tree();
+    remove_uevents(tmp.path());
     std::fs::write(
         real(tmp.path(), &format!("/sys/bus/pci/devices/{victim}/vendor")),
         "0xffff\n",
@@ -120,7 +203,7 @@ fn an_all_ones_vendor_is_a_device_off_the_bus() {
     let after = read(tmp.path());
     let f = only_fault(&after);
     assert!(matches!(&f.cause, FaultCause::AllOnes { .. }), "{f}");
-    assert!(f.to_string().contains("no longer answers"), "{f}");
+    assert!(f.path.ends_with("vendor"), "{f}");
     rest_unchanged(&before, &after, &victim, true);
 }
 
@@ -389,11 +472,7 @@ fn device_fault_of_one_gpu_is_what_discover_says() {
     let victim = pci_parent(&healthy);
     let host = SysfsHost::new(tmp.path()).unwrap();
     assert_eq!(vgpu_host::discover::device_fault(&host, &victim), None);
-    std::fs::write(
-        real(tmp.path(), &format!("/sys/bus/pci/devices/{victim}/vendor")),
-        "0xffff\n",
-    )
-    .unwrap();
+    set_pci_id(tmp.path(), &victim, "PCI_ID=FFFF:FFFF");
     let inv = read(tmp.path());
     let f = vgpu_host::discover::device_fault(&host, &victim).expect("a fault");
     assert_eq!(Some(&f), inv.fault_of(&victim));

@@ -47,6 +47,7 @@ fn pci_bus(model: &Model, v: &mut Vfs) {
         );
         v.ro(&f("class"), format!("0x{:06x}\n", d.class));
         v.ro(&f("revision"), format!("0x{:02x}\n", d.revision));
+        v.ro(&f("uevent"), uevent(&a, d));
         v.rw(
             &f("numa_node"),
             format!("{}\n", d.numa_node),
@@ -95,6 +96,30 @@ fn pci_bus(model: &Model, v: &mut Vfs) {
             v.link(&f("physfn"), &model.dev_dir(&pf));
         }
     }
+}
+
+/// A PCI function's `uevent` as `uevent_show` prints it (drivers/base/core.c): `DRIVER` from
+/// `dev_uevent` while a driver is bound, then `pci_uevent`'s fields (drivers/pci/pci-driver.c).
+fn uevent(a: &mdev_types::ids::PciAddress, d: &super::model::PciDev) -> String {
+    let mut s = String::new();
+    if let Some(drv) = &d.driver {
+        s.push_str(&format!("DRIVER={drv}\n"));
+    }
+    s.push_str(&format!(
+        "PCI_CLASS={:04X}\nPCI_ID={:04X}:{:04X}\nPCI_SUBSYS_ID={:04X}:{:04X}\nPCI_SLOT_NAME={a}\n",
+        d.class, d.vendor, d.device, d.subsystem_vendor, d.subsystem_device
+    ));
+    s.push_str(&format!(
+        "MODALIAS=pci:v{:08X}d{:08X}sv{:08X}sd{:08X}bc{:02X}sc{:02X}i{:02x}\n",
+        d.vendor,
+        d.device,
+        d.subsystem_vendor,
+        d.subsystem_device,
+        (d.class >> 16) & 0xff,
+        (d.class >> 8) & 0xff,
+        d.class & 0xff
+    ));
+    s
 }
 
 /// `reserved_regions` of a PCI group under Intel VT-d, printed by `iommu_group_show_resv_regions` as

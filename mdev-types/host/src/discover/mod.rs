@@ -15,6 +15,7 @@ use mdev_types::parse::{ParseError, TypeDescription};
 
 mod fault;
 mod groups;
+mod identity;
 mod mdev;
 mod names;
 mod pci;

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::DiscoverError;
+use super::{DiscoverError, identity};
 use crate::{Host, HostExt, paths};
 use mdev_types::ids::{IommuGroup, PciAddress, PciId};
 use mdev_types::model::{NvidiaVfState, PciDevice, SriovPf};
@@ -38,7 +38,7 @@ pub(super) fn attr_opt<T>(
     }
 }
 
-fn pci_id(text: &str) -> Result<PciId, parse::ParseError> {
+pub(super) fn pci_id(text: &str) -> Result<PciId, parse::ParseError> {
     text.parse::<PciId>()
         .map_err(|_| parse::ParseError::Invalid {
             what: "PCI id",
@@ -74,24 +74,24 @@ pub(super) fn read_pci_device(
     let driver_override = host
         .read_optional(&a("driver_override"))?
         .filter(|s| s != "(null)" && !s.is_empty());
-    let vendor = attr(host, &a("vendor"), pci_id)?;
-    if vendor.0 == 0xffff {
+    let id = identity::read_identity(host, &addr)?;
+    if id.vendor.0 == 0xffff {
         // No PCI vendor has id 0xffff: it is what a config-space read returns from a device that no
         // longer answers (PCI Local Bus Specification, "Configuration Space": a read of an absent
         // function returns all ones).
         return Err(DiscoverError::AllOnes {
-            path: a("vendor"),
-            text: format!("{vendor}"),
+            path: id.vendor_path,
+            text: format!("{}", id.vendor),
         });
     }
     Ok(PciDevice {
         address: addr,
-        vendor,
-        device: attr(host, &a("device"), pci_id)?,
-        subsystem_vendor: attr_opt(host, &a("subsystem_vendor"), pci_id)?,
-        subsystem_device: attr_opt(host, &a("subsystem_device"), pci_id)?,
-        class: attr(host, &a("class"), parse::parse_class)?,
-        driver: host.link_name(&a("driver"))?,
+        vendor: id.vendor,
+        device: id.device,
+        subsystem_vendor: id.subsystem_vendor,
+        subsystem_device: id.subsystem_device,
+        class: id.class,
+        driver: id.driver,
         driver_override,
         iommu_group: link_as::<IommuGroup>(host, &a("iommu_group"))?,
         numa_node: numa.and_then(|n| u32::try_from(n).ok()),
