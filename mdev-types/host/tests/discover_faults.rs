@@ -531,10 +531,13 @@ struct CountingLinks {
     inner: SysfsHost,
     prefix: PathBuf,
     links: std::sync::atomic::AtomicUsize,
+    /// Every file read, in order.
+    reads: std::sync::Mutex<Vec<PathBuf>>,
 }
 
 impl Host for CountingLinks {
     fn read(&self, path: &Path) -> Result<String, HostError> {
+        self.reads.lock().unwrap().push(path.to_path_buf());
         self.inner.read(path)
     }
     fn write(&self, path: &Path, value: &str) -> Result<(), HostError> {
@@ -568,6 +571,7 @@ fn an_instance_its_type_lists_is_read_without_its_identity_links() {
         inner: SysfsHost::new(tmp.path()).unwrap(),
         prefix: PathBuf::from("/sys/bus/mdev/devices"),
         links: Default::default(),
+        reads: Default::default(),
     };
     let listed = host();
     let inv = discover(&listed).unwrap();
@@ -592,4 +596,47 @@ fn an_instance_its_type_lists_is_read_without_its_identity_links() {
     let again = discover(&unlisted).unwrap();
     assert_eq!(again.mdev_instances, inv.mdev_instances);
     assert_eq!(unlisted.links.into_inner(), 2 * n + 2);
+}
+
+/// A PCI function's identity is one read of its `uevent`; `nvidia/` is looked for on NVIDIA VFs
+/// only and `boot_vga` on VGA functions only, and both are still found there.
+#[test]
+fn a_pci_function_is_read_from_its_uevent_and_looked_at_only_for_what_it_can_have() {
+    let tmp = demo_tree();
+    let host = CountingLinks {
+        inner: SysfsHost::new(tmp.path()).unwrap(),
+        prefix: PathBuf::from("/sys/bus/pci/devices"),
+        links: Default::default(),
+        reads: Default::default(),
+    };
+    let inv = discover(&host).unwrap();
+    let reads = host.reads.into_inner().unwrap();
+    let of = |d: &mdev_types::model::PciDevice, tail: &str| -> usize {
+        let dir = PathBuf::from(format!("/sys/bus/pci/devices/{}", d.address));
+        reads
+            .iter()
+            .filter(|p| p.starts_with(&dir) && p.to_string_lossy().ends_with(tail))
+            .count()
+    };
+    assert!(inv.pci_devices.iter().any(|d| d.nvidia_vf.is_some()));
+    assert!(inv.pci_devices.iter().any(|d| d.boot_vga));
+    for d in &inv.pci_devices {
+        assert_eq!(of(d, "/uevent"), 1, "{}", d.address);
+        for attr in ["/vendor", "/device", "/class", "/subsystem_vendor"] {
+            assert_eq!(of(d, attr), 0, "{}{attr}", d.address);
+        }
+        let nvidia_vf = d.vendor.0 == 0x10de && d.physfn.is_some();
+        assert_eq!(
+            of(d, "/creatable_vgpu_types") > 0,
+            nvidia_vf,
+            "{}",
+            d.address
+        );
+        assert_eq!(
+            of(d, "/boot_vga") > 0,
+            d.class >> 8 == 0x0300,
+            "{}",
+            d.address
+        );
+    }
 }

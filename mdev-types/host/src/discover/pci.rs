@@ -64,6 +64,15 @@ fn link_as<T: std::str::FromStr>(host: &dyn Host, path: &Path) -> Result<Option<
         })
 }
 
+/// NVIDIA's PCI vendor id.
+const NVIDIA: u16 = 0x10de;
+
+/// Whether a function of `class` is VGA compatible: the display class's VGA subclass, or the
+/// pre-class-code VGA device (`pci_is_vga`, include/linux/pci.h).
+fn is_vga(class: u32) -> bool {
+    matches!(class >> 8, 0x0300 | 0x0001)
+}
+
 /// Reads one PCI function.
 pub(super) fn read_pci_device(
     host: &dyn Host,
@@ -84,6 +93,20 @@ pub(super) fn read_pci_device(
             text: format!("{}", id.vendor),
         });
     }
+    let physfn = link_as::<PciAddress>(host, &a("physfn"))?;
+    // NVIDIA's driver makes `nvidia/` on the VFs of its GPUs only; `boot_vga` is visible on VGA
+    // functions only (drivers/pci/pci-sysfs.c `pci_dev_attrs_are_visible`, `pci_is_vga`). Neither
+    // is looked for elsewhere: each look is a system call that finds nothing.
+    let nvidia_vf = if physfn.is_some() && id.vendor.0 == NVIDIA {
+        read_nvidia_vf(host, &addr)?
+    } else {
+        None
+    };
+    let boot_vga = if is_vga(id.class) {
+        attr_opt(host, &a("boot_vga"), parse::parse_bool01)?.unwrap_or(false)
+    } else {
+        false
+    };
     Ok(PciDevice {
         address: addr,
         vendor: id.vendor,
@@ -95,10 +118,10 @@ pub(super) fn read_pci_device(
         driver_override,
         iommu_group: link_as::<IommuGroup>(host, &a("iommu_group"))?,
         numa_node: numa.and_then(|n| u32::try_from(n).ok()),
-        boot_vga: attr_opt(host, &a("boot_vga"), parse::parse_bool01)?.unwrap_or(false),
+        boot_vga,
         sriov: read_sriov(host, &addr)?,
-        physfn: link_as::<PciAddress>(host, &a("physfn"))?,
-        nvidia_vf: read_nvidia_vf(host, &addr)?,
+        physfn,
+        nvidia_vf,
     })
 }
 
