@@ -506,3 +506,54 @@ async fn pool_files_apply_at_start_and_on_sighup() {
     }
     drop(daemon);
 }
+
+/// `vgpuctl pool apply` shows every step of the apply, in order: its subscription to `PoolProgress`
+/// is sent ahead of its call without waiting for the bus, and still misses none; a shrink alike.
+#[tokio::test(flavor = "multi_thread")]
+async fn vgpuctl_pool_apply_shows_every_step_in_order() {
+    let tmp = tempfile::tempdir().unwrap();
+    let daemon = Daemon::embedded(tmp.path(), &tmp.path().join("state")).await;
+    every_step_shown(tmp.path(), daemon).await;
+}
+
+/// The same on `dbus-daemon`, whose handling of a connection's messages in order the subscription
+/// relies on.
+#[tokio::test(flavor = "multi_thread")]
+async fn vgpuctl_pool_apply_shows_every_step_in_order_on_dbus_daemon() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bus = dbus_common::system_bus::start_dbus_daemon(
+        tmp.path(),
+        dbus_common::system_bus::PERMISSIVE,
+        None,
+    );
+    let daemon = Daemon::on_bus(&bus.address, tmp.path(), &tmp.path().join("state"), &[]).await;
+    every_step_shown(tmp.path(), daemon).await;
+}
+
+async fn every_step_shown(dir: &std::path::Path, daemon: Daemon) {
+    let file = fixture("vdi-mixed.toml");
+    let steps = |out: &str| -> Vec<(u32, u32)> {
+        out.lines()
+            .filter_map(|l| {
+                let (n, rest) = l.strip_prefix('[')?.split_once('/')?;
+                let (total, _) = rest.split_once(']')?;
+                Some((n.parse().ok()?, total.parse().ok()?))
+            })
+            .collect()
+    };
+    let out = ok(&vgpuctl(&daemon.bus, &["pool", "apply", file.to_str().unwrap()]).await);
+    let seen = steps(&out);
+    assert_eq!(seen, (1..=12).map(|n| (n, 12)).collect::<Vec<_>>(), "{out}");
+    // The pool's file, shrunk: each removal shown once.
+    let smaller = mixed().replace("vdi-2g = 8", "vdi-2g = 3");
+    assert_ne!(smaller, mixed(), "the fixture's vdi-2g count changed");
+    let small = dir.join("small.toml");
+    std::fs::write(&small, smaller).unwrap();
+    let out = ok(&vgpuctl(&daemon.bus, &["pool", "apply", small.to_str().unwrap()]).await);
+    assert_eq!(
+        steps(&out),
+        (1..=5).map(|n| (n, 5)).collect::<Vec<_>>(),
+        "{out}"
+    );
+    drop(daemon);
+}

@@ -524,32 +524,107 @@ impl Client {
         mut on_step: impl FnMut(PoolProgress<'_>) -> Result<(), E>,
     ) -> Result<PoolSummary, E> {
         let mut progress = self
-            .manager
-            .receive_pool_progress()
+            .subscribe_progress()
             .await
             .map_err(self.error("PoolProgress"))?;
-        let mut show = |s: crate::proxy::PoolProgress| match s.args() {
-            Ok(a) => each_step(a.pool, a.done, a.total, a.step, &mut on_step),
-            // A signal this client cannot read is no step it can show.
-            Err(_) => Ok(()),
+        let mut show = |m: zbus::Result<zbus::Message>| {
+            let Some(signal) = m
+                .ok()
+                .filter(|m| {
+                    m.header()
+                        .path()
+                        .is_some_and(|p| p.as_str() == crate::MANAGER_PATH)
+                })
+                .and_then(crate::proxy::PoolProgress::from_message)
+            else {
+                // Another message: the stream sees every message the connection receives.
+                return Ok(());
+            };
+            match signal.args() {
+                Ok(a) => each_step(a.pool, a.done, a.total, a.step, &mut on_step),
+                // A signal this client cannot read is no step it can show.
+                Err(_) => Ok(()),
+            }
         };
         let call = self.call("Apply", self.manager.apply(pool_toml));
         tokio::pin!(call);
         let result = loop {
             tokio::select! {
                 r = &mut call => break r,
-                Some(s) = next(&mut progress) => show(s)?,
+                Some(m) = next(&mut progress.stream) => show(m)?,
             }
         };
         // The daemon sends every signal before its reply, and the connection reads its messages in
         // order, so the signals not taken yet are already queued: take them without waiting (a
         // timeout of zero polls the stream once before it expires).
-        while let Ok(Some(s)) = tokio::time::timeout(Duration::ZERO, next(&mut progress)).await {
-            show(s)?;
+        while let Ok(Some(m)) =
+            tokio::time::timeout(Duration::ZERO, next(&mut progress.stream)).await
+        {
+            show(m)?;
         }
+        progress.unsubscribe().await;
         let text = result?;
         Ok(decode("Apply", &text)?)
     }
+
+    /// Starts taking vgpud's `PoolProgress` signals without waiting for the bus to confirm the
+    /// subscription, as sd-bus's `sd_bus_add_match_async` does (sd_bus_add_match(3)): a bus reads
+    /// one connection's messages in the order they were sent and handles each before the next
+    /// (dbus-daemon, and vgpud's embedded bus), so the match rule is in place before vgpud receives
+    /// a call sent after it, and every signal that call causes is delivered. Waiting for the bus's
+    /// answer, and for a proxy's lookup of vgpud's unique name, would cost round trips before the
+    /// call. A refused subscription shows no progress; the call's answer is the same. On a
+    /// connection to vgpud itself (its private socket, no bus) no signal comes, and nothing is
+    /// asked.
+    async fn subscribe_progress(&self) -> zbus::Result<Progress> {
+        // Made first, so that no message that arrives after the rule is sent can pass it by.
+        let stream = zbus::MessageStream::from(&self.conn);
+        let rule = self.conn.unique_name().is_some().then(|| {
+            format!(
+                "type='signal',sender='{}',path='{}',interface='{}',member='PoolProgress'",
+                crate::SERVICE,
+                crate::MANAGER_PATH,
+                crate::MANAGER_INTERFACE
+            )
+        });
+        if let Some(rule) = &rule {
+            self.conn.send(&bus_call("AddMatch", rule)?).await?;
+        }
+        Ok(Progress {
+            stream,
+            conn: self.conn.clone(),
+            rule,
+        })
+    }
+}
+
+/// The messages of a `PoolProgress` subscription made by [`Client::subscribe_progress`].
+struct Progress {
+    /// Every message the connection receives from now on (signals are picked by their header).
+    stream: zbus::MessageStream,
+    conn: Connection,
+    /// The match rule the bus was asked for, `None` without a bus.
+    rule: Option<String>,
+}
+
+impl Progress {
+    /// Asks the bus to drop the subscription, without waiting for its answer.
+    async fn unsubscribe(self) {
+        if let Some(rule) = &self.rule
+            && let Ok(m) = bus_call("RemoveMatch", rule)
+        {
+            // A connection gone takes its rules with it.
+            let _ = self.conn.send(&m).await;
+        }
+    }
+}
+
+/// A call of the bus's own `method` (`AddMatch`, `RemoveMatch`) with the match rule `rule`.
+fn bus_call(method: &str, rule: &str) -> zbus::Result<zbus::Message> {
+    zbus::Message::method_call("/org/freedesktop/DBus", method)
+        .destination("org.freedesktop.DBus")
+        .interface("org.freedesktop.DBus")
+        .build(&(rule,))
 }
 
 /// Calls `on_step` for each step one `PoolProgress` signal reports. vgpud sends the steps that
