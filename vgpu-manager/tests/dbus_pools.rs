@@ -557,3 +557,48 @@ async fn every_step_shown(dir: &std::path::Path, daemon: Daemon) {
     );
     drop(daemon);
 }
+
+/// A client whose step handler fails drops its `PoolProgress` subscription all the same: a later
+/// apply by someone else sends it no signal.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_step_handler_leaves_no_subscription_behind() {
+    #[derive(Debug)]
+    struct Stop;
+    impl From<vgpu_client::ClientError> for Stop {
+        fn from(_: vgpu_client::ClientError) -> Self {
+            Stop
+        }
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let daemon = Daemon::embedded(tmp.path(), &tmp.path().join("state")).await;
+    let address: vgpu_client::BusAddress = daemon.bus.parse().unwrap();
+    let conn = client(&daemon.bus).await;
+    let a = vgpu_client::Client::with_connection(conn.clone(), &address)
+        .await
+        .unwrap();
+    let small = mixed().replace("vdi-2g = 8", "vdi-2g = 3");
+    let e = a.apply_pool(&small, |_| Err(Stop)).await;
+    assert!(e.is_err(), "the handler's error is returned");
+    let mut seen = zbus::MessageStream::from(&conn);
+    // Someone else's apply: its signals go out before its reply.
+    let b = vgpu_client::Client::connect(&address).await.unwrap();
+    b.apply_pool(&mixed(), |_| Ok::<(), vgpu_client::ClientError>(()))
+        .await
+        .unwrap();
+    // A round trip of the first connection to the bus: what was routed to it before is queued now.
+    zbus::fdo::DBusProxy::new(&conn)
+        .await
+        .unwrap()
+        .get_id()
+        .await
+        .unwrap();
+    while let Ok(Some(m)) = tokio::time::timeout(Duration::ZERO, seen.next()).await {
+        let m = m.unwrap();
+        assert_ne!(
+            m.header().member().map(|n| n.to_string()).as_deref(),
+            Some("PoolProgress"),
+            "a PoolProgress signal reached the client whose apply ended"
+        );
+    }
+    drop(daemon);
+}

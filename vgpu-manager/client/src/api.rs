@@ -547,23 +547,27 @@ impl Client {
             }
         };
         let call = self.call("Apply", self.manager.apply(pool_toml));
-        tokio::pin!(call);
-        let result = loop {
-            tokio::select! {
-                r = &mut call => break r,
-                Some(m) = next(&mut progress.stream) => show(m)?,
+        let stream = &mut progress.stream;
+        let taken = async {
+            tokio::pin!(call);
+            let result = loop {
+                tokio::select! {
+                    r = &mut call => break r,
+                    Some(m) = next(stream) => show(m)?,
+                }
+            };
+            // The daemon sends every signal before its reply, and the connection reads its
+            // messages in order, so the signals not taken yet are already queued: take them
+            // without waiting (a timeout of zero polls the stream once before it expires).
+            while let Ok(Some(m)) = tokio::time::timeout(Duration::ZERO, next(stream)).await {
+                show(m)?;
             }
-        };
-        // The daemon sends every signal before its reply, and the connection reads its messages in
-        // order, so the signals not taken yet are already queued: take them without waiting (a
-        // timeout of zero polls the stream once before it expires).
-        while let Ok(Some(m)) =
-            tokio::time::timeout(Duration::ZERO, next(&mut progress.stream)).await
-        {
-            show(m)?;
+            Ok::<_, E>(result)
         }
+        .await;
+        // Also when `on_step` failed: a persistent connection would keep the rule otherwise.
         progress.unsubscribe().await;
-        let text = result?;
+        let text = taken??;
         Ok(decode("Apply", &text)?)
     }
 
